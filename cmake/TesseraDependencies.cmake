@@ -1,0 +1,23 @@
+# Finds every third-party dependency once, for the SDK, the host, the plugins and the tests.
+#
+# LibTorch comes from the torch wheel (its CMake package under torch/share/cmake). The wheel is
+# CUDA-enabled; with no GPU to probe, the architecture list must be given explicitly. CUDA is
+# never initialised at run time unless a config asks for a cuda device.
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "9.0" CACHE STRING "CUDA architectures for LibTorch (H100/H200)")
+endif()
+find_package(Torch REQUIRED)
+# TorchConfig appends its own flags (e.g. -D_GLIBCXX_USE_CXX11_ABI) to CMAKE_CXX_FLAGS; keep them.
+set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${TORCH_CXX_FLAGS}")
+set(TESSERA_TORCH_HAS_CUDA OFF)
+if(TARGET torch_cuda OR "${TORCH_LIBRARIES}" MATCHES "torch_cuda")
+  set(TESSERA_TORCH_HAS_CUDA ON)
+endif()
+message(STATUS "Tessera: LibTorch ${Torch_VERSION}, CUDA-enabled: ${TESSERA_TORCH_HAS_CUDA}")
+
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options filesystem)
+find_package(yaml-cpp REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(Threads REQUIRED)

@@ -1,0 +1,18 @@
+// What a component may know about the run it is part of.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+struct RunContext {
+  std::string name;      // the run's name (spec key `name`)
+  std::string run_dir;   // where the run writes its files
+  std::uint64_t seed = 0;  // the one seed every RNG derives from
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  std::int64_t rank = 0;
+  std::int64_t world_size = 1;
+};
+
+}  // namespace tessera

@@ -1,0 +1,27 @@
+// Kind `optimizer`: updates parameters from their gradients. The trainer owns the learning-rate
+// schedule: before every step it sets lr = base_lr() * scheduler factor.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "tessera/export.hpp"
+#include "tessera/stateful.hpp"
+
+namespace tessera {
+
+class TESSERA_API Optimizer : public Stateful {
+ public:
+  static constexpr const char* kKind = "optimizer";
+  ~Optimizer() override;
+
+  virtual void step() = 0;
+  virtual void zero_grad() = 0;
+  virtual double base_lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  // The parameters this optimizer updates (for clipping and reporting).
+  virtual std::vector<at::Tensor> parameters() const = 0;
+};
+
+}  // namespace tessera

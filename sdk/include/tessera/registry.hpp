@@ -1,0 +1,77 @@
+// The component registry: every (kind, variant) a loaded plugin offers, with its schema, its doc
+// and the file it came from. Kinds are open: a plugin may register a kind no other plugin knows.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/component_config.hpp"
+#include "tessera/export.hpp"
+#include "tessera/schema.hpp"
+
+namespace tessera {
+
+using AnyFactory = std::function<std::shared_ptr<void>(const ComponentConfig&)>;
+
+struct TESSERA_API ComponentInfo {
+  // Declared first so it is destroyed last: it keeps the plugin's library loaded while `make`
+  // (whose code lives in that library) is destroyed.
+  std::shared_ptr<const void> keep_alive;
+  std::string kind;
+  std::string variant;
+  std::string doc;
+  Schema schema;
+  std::string origin;  // the plugin file that registered it
+  AnyFactory make;
+};
+
+class TESSERA_API Registry {
+ public:
+  Registry();
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Throws tessera::Error naming both files when (kind, variant) is already registered.
+  void add(ComponentInfo info);
+  const ComponentInfo* find(const std::string& kind, const std::string& variant) const;
+  std::vector<const ComponentInfo*> list(const std::string& kind = {}) const;
+  std::vector<std::string> kinds() const;
+  std::vector<std::string> variants(const std::string& kind) const;
+  void clear();
+
+ private:
+  std::map<std::pair<std::string, std::string>, ComponentInfo> components_;
+};
+
+// What a plugin's register function receives: adds components on behalf of one plugin file.
+class TESSERA_API Registrar {
+ public:
+  Registrar(Registry& registry, std::string origin, std::shared_ptr<const void> keep_alive);
+
+  // Registers `variant` of Interface::kKind. `factory` takes a const ComponentConfig& and returns
+  // a std::shared_ptr to Interface (or to a class derived from it).
+  template <class Interface, class Factory>
+  void add(std::string variant, std::string doc, Schema schema, Factory factory) {
+    add_any(Interface::kKind, std::move(variant), std::move(doc), std::move(schema),
+            [factory](const ComponentConfig& config) -> std::shared_ptr<void> {
+              std::shared_ptr<Interface> object = factory(config);
+              return object;
+            });
+  }
+
+  void add_any(std::string kind, std::string variant, std::string doc, Schema schema,
+               AnyFactory factory);
+  const std::string& origin() const { return origin_; }
+
+ private:
+  Registry& registry_;
+  std::string origin_;
+  std::shared_ptr<const void> keep_alive_;
+};
+
+}  // namespace tessera
