@@ -22,9 +22,10 @@ struct StepMetrics {
   double loss = 0;              // summed loss / target tokens of the whole step
   double grad_norm = 0;         // global L2 norm before clipping
   double lr = 0;
-  std::int64_t tokens = 0;      // target tokens consumed so far (cumulative)
-  std::int64_t step_tokens = 0; // target tokens in this step
-  double tokens_per_s = 0;      // this step's target tokens / step time
+  std::int64_t tokens = 0;      // input tokens consumed so far, all ranks (cumulative)
+  std::int64_t step_tokens = 0; // input tokens in this step, all ranks
+  std::int64_t target_tokens = 0;  // tokens with a label in this step: the loss's divisor
+  double tokens_per_s = 0;      // this step's input tokens / step time
   double step_time_s = 0;
   double elapsed_s = 0;
   bool skipped = false;         // the optimizer step was skipped on a callback's request
@@ -53,7 +54,7 @@ class TESSERA_API TrainerControl {
 struct TrainProgress {
   std::int64_t step = 0;       // optimizer steps done
   std::int64_t max_steps = 0;  // 0 when unbounded
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0;     // input tokens consumed so far
   double elapsed_s = 0;
 };
 

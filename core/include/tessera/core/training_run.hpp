@@ -1,0 +1,43 @@
+// One run from its spec: resolve the YAML, load the plugins, validate every component, then
+// (for `train`) seed, build, write the resolved config and run the loop. Teardown order is
+// fixed: components, then the registry, then the plugin libraries.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessera/core/plugin_host.hpp"
+#include "tessera/core/run_spec.hpp"
+#include "tessera/core/trainer.hpp"
+
+namespace tessera::core {
+
+struct RunOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;     // --set K=V
+  std::vector<std::string> plugin_paths;  // --plugin-path DIR
+  std::string run_dir;                    // --run-dir DIR
+};
+
+class TrainingRun {
+ public:
+  // Loads and validates everything; builds nothing. Throws ConfigIssue or PluginLoadError.
+  explicit TrainingRun(const RunOptions& options);
+
+  const RunSpec& spec() const { return spec_; }
+  const PluginHost& plugins() const { return host_; }
+
+  // Builds the components, hands them to a Trainer and runs it to a stop condition.
+  TrainResult train();
+  // Builds the trainer without running it (tests drive single steps).
+  std::unique_ptr<Trainer> make_trainer();
+
+ private:
+  RunSpec spec_;
+  PluginHost host_;
+};
+
+// Seeds every RNG the run may use from one seed; touches CUDA only for a cuda device.
+void seed_everything(std::uint64_t seed, const std::string& device);
+
+}  // namespace tessera::core

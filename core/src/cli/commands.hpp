@@ -1,0 +1,24 @@
+// The `tessera` subcommands. Each returns the process exit code: 0 ok, 2 bad config or usage,
+// 1 failure at run time. Errors are thrown; main() turns them into one line and a code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+// Thrown for a bad command line (exit code 2).
+struct UsageError : std::exception {
+  explicit UsageError(std::string m) : message(std::move(m)) {}
+  const char* what() const noexcept override { return message.c_str(); }
+  std::string message;
+};
+
+using Args = std::vector<std::string>;
+
+int train_command(const Args& args);
+int validate_command(const Args& args);
+int components_command(const Args& args);
+int describe_command(const Args& args);
+
+}  // namespace tessera::cli

@@ -1,0 +1,68 @@
+// `tessera`: the host binary. Dispatches to a subcommand and turns errors into one line on
+// stderr and an exit code (0 ok, 2 bad config or usage, 1 failure at run time).
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include "commands.hpp"
+#include "tessera/core/plugin_host.hpp"
+#include "tessera/error.hpp"
+#include "tessera/log.hpp"
+#include "tessera/version.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: tessera <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train CONFIG       train from a run spec\n"
+    "  validate CONFIG    check a run spec and every component in it, building nothing\n"
+    "  components         list the registered components and the plugin files they come from\n"
+    "  describe KIND/VARIANT\n"
+    "                     show a component's config schema (also: describe trainer|settings)\n"
+    "\n"
+    "options:\n"
+    "  --version          print the version\n"
+    "  --help             this text; `tessera <command> --help` for a command's options\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    (argc < 2 ? std::cerr : std::cout) << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::cout << "tessera " << TESSERA_VERSION_STRING << " (SDK ABI " << kSdkAbiVersion << ")\n";
+    return 0;
+  }
+  const std::map<std::string, int (*)(const cli::Args&)> commands = {
+      {"train", cli::train_command},
+      {"validate", cli::validate_command},
+      {"components", cli::components_command},
+      {"describe", cli::describe_command},
+  };
+  auto it = commands.find(argv[1]);
+  if (it == commands.end()) {
+    std::cerr << "tessera: unknown command '" << argv[1] << "'\n\n" << kUsage;
+    return 2;
+  }
+  cli::Args args(argv + 2, argv + argc);
+  try {
+    return it->second(args);
+  } catch (const cli::UsageError& e) {
+    std::cerr << "tessera " << argv[1] << ": " << e.what() << " (see tessera " << argv[1] << " --help)\n";
+    return 2;
+  } catch (const ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const core::PluginLoadError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

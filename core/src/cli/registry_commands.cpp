@@ -1,0 +1,120 @@
+// `tessera components` and `tessera describe`: what the loaded plugins offer.
+#include <boost/program_options.hpp>
+
+#include <iomanip>
+#include <iostream>
+
+#include "commands.hpp"
+#include "tessera/core/plugin_host.hpp"
+#include "tessera/core/run_spec.hpp"
+#include "tessera/core/suggest.hpp"
+
+namespace po = boost::program_options;
+
+namespace tessera::cli {
+namespace {
+
+struct RegistryArgs {
+  std::vector<std::string> plugin_paths;
+  std::string positional;
+  std::string kind;
+  bool help = false;
+};
+
+RegistryArgs parse(const Args& args, const std::string& usage, bool with_kind, const char* positional_name) {
+  RegistryArgs parsed;
+  po::options_description visible(usage + "\n\noptions");
+  visible.add_options()
+      ("plugin-path", po::value<std::vector<std::string>>(&parsed.plugin_paths)->composing(),
+       "also search DIR for plugins")
+      ("help,h", "show this help");
+  if (with_kind) visible.add_options()("kind", po::value<std::string>(&parsed.kind), "only this kind");
+  po::options_description all;
+  all.add(visible);
+  po::positional_options_description positional;
+  if (positional_name) {
+    all.add_options()(positional_name, po::value<std::string>(&parsed.positional));
+    positional.add(positional_name, 1);
+  }
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << visible << "\n";
+    parsed.help = true;
+  }
+  return parsed;
+}
+
+void print_schema(const Schema& schema) {
+  if (schema.fields().empty()) {
+    std::cout << "  (no config fields)\n";
+    return;
+  }
+  for (const auto& f : schema.fields()) {
+    std::cout << "  " << f.name << " (" << to_string(f.type) << ")";
+    if (f.has_default()) {
+      std::cout << " = " << to_display_string(f.default_value);
+    } else if (f.required) {
+      std::cout << " required";
+    } else {
+      std::cout << " optional";
+    }
+    if (std::string c = f.constraints_text(); !c.empty()) std::cout << " [" << c << "]";
+    std::cout << "\n      " << f.doc << "\n";
+  }
+}
+
+}  // namespace
+
+int components_command(const Args& args) {
+  RegistryArgs parsed = parse(args, "usage: tessera components [--kind KIND]", true, nullptr);
+  if (parsed.help) return 0;
+  core::PluginHost host;
+  host.load_directories(core::plugin_search_path({}, parsed.plugin_paths));
+  const auto list = host.registry().list(parsed.kind);
+  if (list.empty() && !parsed.kind.empty()) {
+    throw UsageError("no components of kind '" + parsed.kind + "'" +
+                     core::did_you_mean(parsed.kind, host.registry().kinds()) +
+                     "; loaded kinds: " + core::join(host.registry().kinds()));
+  }
+  for (const auto* info : list) {
+    std::cout << std::left << std::setw(28) << (info->kind + "/" + info->variant) << " "
+              << info->origin << "\n    " << info->doc << "\n";
+  }
+  return 0;
+}
+
+int describe_command(const Args& args) {
+  RegistryArgs parsed = parse(args, "usage: tessera describe KIND/VARIANT | trainer | settings",
+                              false, "component");
+  if (parsed.help) return 0;
+  if (parsed.positional == "trainer" || parsed.positional == "settings") {
+    std::cout << parsed.positional << " (section of the run spec)\n";
+    print_schema(parsed.positional == "trainer" ? core::trainer_schema() : core::settings_schema());
+    return 0;
+  }
+  auto slash = parsed.positional.find('/');
+  if (slash == std::string::npos) throw UsageError("expected KIND/VARIANT, e.g. optimizer/adamw");
+  const std::string kind = parsed.positional.substr(0, slash);
+  const std::string variant = parsed.positional.substr(slash + 1);
+  core::PluginHost host;
+  host.load_directories(core::plugin_search_path({}, parsed.plugin_paths));
+  const ComponentInfo* info = host.registry().find(kind, variant);
+  if (!info) {
+    std::vector<std::string> names;
+    for (const auto* i : host.registry().list()) names.push_back(i->kind + "/" + i->variant);
+    throw UsageError("no component " + parsed.positional + core::did_you_mean(parsed.positional, names) +
+                     "; see tessera components");
+  }
+  std::cout << info->kind << "/" << info->variant << ": " << info->doc << "\n"
+            << "  from " << info->origin << "\n\nconfig:\n";
+  print_schema(info->schema);
+  return 0;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,74 @@
+// `tessera train` and `tessera validate`.
+#include <boost/program_options.hpp>
+
+#include <iostream>
+
+#include "commands.hpp"
+#include "tessera/core/stop_signal.hpp"
+#include "tessera/core/training_run.hpp"
+
+namespace po = boost::program_options;
+
+namespace tessera::cli {
+namespace {
+
+struct Parsed {
+  core::RunOptions options;
+  bool help = false;
+};
+
+Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) {
+  Parsed parsed;
+  po::options_description visible(std::string("usage: tessera ") + command +
+                                  " CONFIG [options]\n\noptions");
+  visible.add_options()
+      ("set", po::value<std::vector<std::string>>(&parsed.options.overrides)->composing(),
+       "override a value: --set trainer.max_steps=50 (VALUE is YAML)")
+      ("plugin-path", po::value<std::vector<std::string>>(&parsed.options.plugin_paths)->composing(),
+       "also search DIR for plugins (after the spec's plugins.paths)")
+      ("help,h", "show this help");
+  if (with_run_dir) {
+    visible.add_options()("run-dir", po::value<std::string>(&parsed.options.run_dir),
+                          "write the run here instead of settings.run_dir");
+  }
+  po::options_description all;
+  all.add(visible).add_options()("config", po::value<std::string>(&parsed.options.config_path));
+  po::positional_options_description positional;
+  positional.add("config", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << visible << "\n";
+    parsed.help = true;
+  } else if (parsed.options.config_path.empty()) {
+    throw UsageError("missing CONFIG (a run spec YAML file)");
+  }
+  return parsed;
+}
+
+}  // namespace
+
+int train_command(const Args& args) {
+  Parsed parsed = parse_run_args(args, "train", true);
+  if (parsed.help) return 0;
+  core::TrainingRun run(parsed.options);
+  core::install_stop_signal_handlers();
+  run.train();
+  return 0;
+}
+
+int validate_command(const Args& args) {
+  Parsed parsed = parse_run_args(args, "validate", false);
+  if (parsed.help) return 0;
+  core::TrainingRun run(parsed.options);
+  std::cout << parsed.options.config_path << ": ok (" << run.plugins().plugins().size()
+            << " plugins loaded, every component validated)\n";
+  return 0;
+}
+
+}  // namespace tessera::cli

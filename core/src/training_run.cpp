@@ -1,0 +1,103 @@
+#include "tessera/core/training_run.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <c10/core/Device.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tessera/callback.hpp"
+#include "tessera/core/component_factory.hpp"
+#include "tessera/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera::core {
+namespace {
+
+// metrics.jsonl is part of every run: add the jsonl_metrics sink when the spec lists none.
+void ensure_metrics_sink(ConfigNode& root) {
+  ConfigNode* components = root.find("components");
+  if (!components || !components->is_map()) return;
+  ConfigNode* callbacks = components->find("callbacks");
+  if (!callbacks) callbacks = &components->set("callbacks", ConfigNode::make_sequence(SourcePos{"(default)"}));
+  if (!callbacks->is_sequence()) return;
+  for (const auto& cb : callbacks->items()) {
+    const ConfigNode* variant = cb.is_map() ? cb.find("variant_key") : nullptr;
+    if (variant && variant->is_scalar() && variant->scalar() == "jsonl_metrics") return;
+  }
+  const SourcePos pos{"(default jsonl_metrics callback)"};
+  ConfigNode sink = ConfigNode::make_map(pos);
+  sink.set("component_key", ConfigNode::make_scalar("callback", true, pos));
+  sink.set("variant_key", ConfigNode::make_scalar("jsonl_metrics", true, pos));
+  callbacks->items().push_back(std::move(sink));
+}
+
+template <class T>
+std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
+  auto it = built.instances.find(name);
+  if (it == built.instances.end()) return nullptr;
+  return std::static_pointer_cast<T>(it->second.object);
+}
+
+}  // namespace
+
+void seed_everything(std::uint64_t seed, const std::string& device) {
+  // A Generator is a handle: seeding the copy seeds the global generator.
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  cpu.set_current_seed(seed);
+  if (device != "cpu") {
+    c10::Device d(device);
+    if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
+    at::Generator cuda = at::globalContext().defaultGenerator(d);
+    cuda.set_current_seed(seed);
+  }
+}
+
+TrainingRun::TrainingRun(const RunOptions& options)
+    : spec_(load_run_spec(options.config_path, options.overrides, options.run_dir)) {
+  log::Level level = log::Level::info;
+  if (log::parse_level(spec_.log_level, level)) log::set_level(level);
+  ensure_metrics_sink(spec_.root);
+  host_.load_directories(plugin_search_path(spec_.plugin_paths, options.plugin_paths));
+  ComponentFactory(host_.registry(), spec_.context).validate(spec_.components());
+}
+
+std::unique_ptr<Trainer> TrainingRun::make_trainer() {
+  if (spec_.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (spec_.num_threads > 0) at::set_num_threads(static_cast<int>(spec_.num_threads));
+  seed_everything(spec_.context.seed, spec_.context.device);
+
+  BuiltComponents built = ComponentFactory(host_.registry(), spec_.context).build(spec_.components());
+  TrainerParts parts;
+  parts.model = instance<Model>(built, "model");
+  parts.train_data = instance<Dataset>(built, "train_data");
+  parts.loss = instance<Loss>(built, "loss");
+  parts.optimizer = instance<Optimizer>(built, "optimizer");
+  parts.scheduler = instance<Scheduler>(built, "scheduler");
+  for (const auto& handle : built.lists["callbacks"]) {
+    parts.callbacks.push_back(std::static_pointer_cast<Callback>(handle.object));
+  }
+  return std::make_unique<Trainer>(std::move(parts), spec_.trainer, spec_.context);
+}
+
+TrainResult TrainingRun::train() {
+  fs::create_directories(spec_.context.run_dir);
+  const fs::path resolved = fs::path(spec_.context.run_dir) / "config.yaml";
+  {
+    std::ofstream out(resolved);
+    out << "# Resolved from " << spec_.source << " (includes, --set overrides and ${...} applied)\n"
+        << spec_.root.to_yaml();
+    if (!out) throw Error("cannot write " + resolved.string());
+  }
+  auto trainer = make_trainer();
+  log::info("run '", spec_.context.name, "': model has ", trainer->model().num_parameters(),
+            " parameters; device ", spec_.context.device, "; run dir ", spec_.context.run_dir);
+  TrainResult result = trainer->fit();
+  log::info("trained ", result.steps, " steps, ", result.tokens, " tokens in ", result.elapsed_s,
+            " s; loss ", result.first_loss, " -> ", result.last_loss);
+  return result;
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,118 @@
+// Callback `console_logger`: one compact progress line every N steps on rank 0, e.g.
+// step 120/2000 | loss 2.3412 | grad_norm 0.812 | lr 5.99e-04 | tok/s 12.3k | 0.21 s/step | ...
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tessera/callback.hpp"
+#include "tessera/log.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+// 950, 12.3k, 4.56M: throughput at a glance.
+std::string human_count(double value) {
+  if (value >= 1e9) return format("%.2fG", value / 1e9);
+  if (value >= 1e6) return format("%.2fM", value / 1e6);
+  if (value >= 1e3) return format("%.1fk", value / 1e3);
+  return format("%.0f", value);
+}
+
+// 25s, 6m10s, 2h05m.
+std::string human_duration(double seconds) {
+  const auto total = static_cast<std::int64_t>(seconds + 0.5);
+  char text[64];
+  if (total < 60) {
+    std::snprintf(text, sizeof text, "%llds", static_cast<long long>(total));
+  } else if (total < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(total / 60),
+                  static_cast<long long>(total % 60));
+  } else {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(total / 3600),
+                  static_cast<long long>(total / 60 % 60));
+  }
+  return text;
+}
+
+class ConsoleLogger final : public tessera::Callback {
+ public:
+  explicit ConsoleLogger(const tessera::ComponentConfig& config)
+      : every_(config.integer("every")) {}
+
+  void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
+    if (ctx.run.rank != 0) return;
+    run_time_s_ += m.step_time_s;
+    ++run_steps_;
+    window_time_s_ += m.step_time_s;
+    window_tokens_ += m.step_tokens;
+    ++window_steps_;
+    last_ = m;
+    if (m.step == 1 || m.step % every_ == 0) print(ctx);
+  }
+
+  // The last step is always shown, even when it does not fall on `every`.
+  void on_train_end(tessera::CallbackContext& ctx) override {
+    if (ctx.run.rank != 0 || !last_ || window_steps_ == 0) return;
+    print(ctx);
+  }
+
+ private:
+  void print(const tessera::CallbackContext& ctx) {
+    const tessera::StepMetrics& m = *last_;
+    const std::int64_t max_steps = ctx.progress.max_steps;
+    // Throughput and step time over the steps since the previous line, so one slow step (e.g.
+    // the first, which warms up allocators and kernels) does not dominate.
+    const double window_time = window_time_s_ > 0 ? window_time_s_ : m.step_time_s;
+    std::string line = "step " + std::to_string(m.step);
+    if (max_steps > 0) line += "/" + std::to_string(max_steps);
+    line += " | loss " + format("%.4f", m.loss);
+    line += " | grad_norm " + format("%.3f", m.grad_norm);
+    line += " | lr " + format("%.2e", m.lr);
+    if (window_time > 0) {
+      line += " | tok/s " + human_count(static_cast<double>(window_tokens_) / window_time);
+    }
+    line += " | " + format("%.3g", window_time / static_cast<double>(window_steps_)) + " s/step";
+    line += " | elapsed " + human_duration(m.elapsed_s);
+    if (max_steps > 0 && run_steps_ > 0) {
+      const double mean_step_s = run_time_s_ / static_cast<double>(run_steps_);
+      const auto remaining = static_cast<double>(std::max<std::int64_t>(max_steps - m.step, 0));
+      line += " | eta " + human_duration(mean_step_s * remaining);
+    }
+    if (m.skipped) line += " | skipped";
+    tessera::log::info(line);
+    window_time_s_ = 0;
+    window_tokens_ = 0;
+    window_steps_ = 0;
+  }
+
+  std::int64_t every_;
+  std::optional<tessera::StepMetrics> last_;
+  double run_time_s_ = 0;  // over the steps of this process, for the ETA
+  std::int64_t run_steps_ = 0;
+  double window_time_s_ = 0;  // since the previous line
+  std::int64_t window_tokens_ = 0;
+  std::int64_t window_steps_ = 0;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.integer("every", "log every N optimizer steps (the first and last always)")
+      .default_to(10)
+      .at_least(1);
+  registrar.add<tessera::Callback>(
+      "console_logger", "one compact progress line every N steps on rank 0", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<ConsoleLogger>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("callback_console_logger", "0.1.0", register_components)

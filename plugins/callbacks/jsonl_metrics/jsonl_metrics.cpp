@@ -1,0 +1,91 @@
+// Callback `jsonl_metrics`: appends one JSON object per optimizer step to a file (JSON Lines),
+// for plots and offline analysis. Rank 0 only.
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessera/callback.hpp"
+#include "tessera/error.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+// JSON has no NaN or Infinity; a diverged loss is written as null so every line still parses.
+nlohmann::json number(double value) {
+  if (!std::isfinite(value)) return nullptr;
+  return value;
+}
+
+class JsonlMetrics final : public tessera::Callback {
+ public:
+  explicit JsonlMetrics(const tessera::ComponentConfig& config)
+      : flush_every_(config.integer("flush_every")) {
+    std::filesystem::path path = config.string("path");
+    if (path.is_relative() && !config.context().run_dir.empty()) {
+      path = std::filesystem::path(config.context().run_dir) / path;
+    }
+    path_ = path;
+  }
+
+  void on_train_begin(tessera::CallbackContext& ctx) override {
+    if (ctx.run.rank != 0) return;
+    if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
+    // Truncate: a fresh run starts a fresh file. Resuming from a checkpoint will need append
+    // mode (and dropping lines past the checkpoint's step) once the trainer tells us it resumed.
+    out_.open(path_, std::ios::out | std::ios::trunc);
+    if (!out_) throw tessera::Error("callback/jsonl_metrics: cannot open " + path_.string());
+  }
+
+  void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
+    if (ctx.run.rank != 0 || !out_.is_open()) return;
+    nlohmann::json line = {
+        {"step", m.step},
+        {"loss", number(m.loss)},
+        {"grad_norm", number(m.grad_norm)},
+        {"lr", number(m.lr)},
+        {"tokens", m.tokens},
+        {"step_tokens", m.step_tokens},
+        {"target_tokens", m.target_tokens},
+        {"tokens_per_s", number(m.tokens_per_s)},
+        {"step_time_s", number(m.step_time_s)},
+        {"elapsed_s", number(m.elapsed_s)},
+        {"skipped", m.skipped},
+    };
+    for (const auto& [name, value] : m.extra) line[name] = number(value);
+    out_ << line.dump() << '\n';
+    if (++lines_since_flush_ >= flush_every_) flush();
+  }
+
+  void on_train_end(tessera::CallbackContext&) override { flush(); }
+  void on_exception(tessera::CallbackContext&, const std::string&) override { flush(); }
+
+ private:
+  void flush() {
+    if (!out_.is_open()) return;
+    out_.flush();
+    lines_since_flush_ = 0;
+  }
+
+  std::filesystem::path path_;
+  std::int64_t flush_every_;
+  std::ofstream out_;
+  std::int64_t lines_since_flush_ = 0;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.string("path", "output file, relative to the run directory unless absolute")
+      .default_to("metrics.jsonl");
+  schema.integer("flush_every", "flush the file every N lines").default_to(1).at_least(1);
+  registrar.add<tessera::Callback>(
+      "jsonl_metrics", "one JSON object per step appended to a file, rank 0 only", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<JsonlMetrics>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("callback_jsonl_metrics", "0.1.0", register_components)

@@ -1,0 +1,189 @@
+// Callback `sample_text`: generates text from the model with a byte-level tokenizer (token id =
+// byte value), logs it and appends it to RUN_DIR/samples.txt. Rank 0 only.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/callback.hpp"
+#include "tessera/log.hpp"
+#include "tessera/model.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+// Token ids outside a byte (a model with vocab_size > 256) are shown as <id>.
+std::string decode(const std::vector<std::int64_t>& tokens) {
+  std::string text;
+  for (std::int64_t t : tokens) {
+    if (t >= 0 && t < 256) {
+      text += static_cast<char>(t);
+    } else {
+      text += "<" + std::to_string(t) + ">";
+    }
+  }
+  return text;
+}
+
+// One log line per sample: newlines and other non-printable bytes become escapes.
+std::string escape(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (ch == '\\') {
+      out += "\\\\";
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += ch;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// Puts the model in eval mode for its lifetime and restores the previous mode, even on error.
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(tessera::Model& model)
+      : model_(model), was_training_(model.is_training()) {
+    model_.eval();
+  }
+  ~EvalModeGuard() { model_.train(was_training_); }
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  tessera::Model& model_;
+  bool was_training_;
+};
+
+class SampleText final : public tessera::Callback {
+ public:
+  explicit SampleText(const tessera::ComponentConfig& config)
+      : prompt_(config.string("prompt")),
+        max_new_tokens_(config.integer("max_new_tokens")),
+        temperature_(config.number("temperature")),
+        top_k_(config.integer("top_k")),
+        every_(config.integer("every")),
+        seed_(config.integer("seed") < 0 ? config.context().seed
+                                         : static_cast<std::uint64_t>(config.integer("seed"))),
+        samples_path_(std::filesystem::path(config.context().run_dir) / "samples.txt") {
+    if (prompt_.empty()) throw tessera::ConfigError("prompt must not be empty", "prompt");
+  }
+
+  void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
+    if (ctx.run.rank != 0 || every_ == 0 || m.step % every_ != 0) return;
+    sample(ctx.model, m.step);
+  }
+
+  void on_train_end(tessera::CallbackContext& ctx) override {
+    if (ctx.run.rank != 0 || last_sampled_step_ == ctx.progress.step) return;
+    sample(ctx.model, ctx.progress.step);
+  }
+
+ private:
+  void sample(tessera::Model& model, std::int64_t step) {
+    last_sampled_step_ = step;
+    std::vector<std::int64_t> tokens;
+    for (unsigned char byte : prompt_) tokens.push_back(byte);
+    for (std::int64_t t : tokens) {
+      if (t >= model.vocab_size()) {
+        tessera::log::warn("sample_text: prompt byte ", t, " is outside the model's vocabulary (",
+                           model.vocab_size(), "); no sample");
+        return;
+      }
+    }
+    {
+      EvalModeGuard eval_mode(model);
+      c10::NoGradGuard no_grad;
+      generate(model, step, tokens);
+    }
+    const std::string text = decode(tokens);
+    tessera::log::info("sample: ", escape(text));
+    append_to_file(step, text);
+  }
+
+  void generate(tessera::Model& model, std::int64_t step, std::vector<std::int64_t>& tokens) {
+    const auto params = model.parameters();
+    const at::Device device = params.empty() ? at::Device(at::kCPU) : params.front().device();
+    // A private CPU generator leaves the training RNG untouched; seeding with seed + step makes a
+    // step's sample the same whether or not the run was resumed.
+    at::Generator generator =
+        at::make_generator<at::CPUGeneratorImpl>(seed_ + static_cast<std::uint64_t>(step));
+    const auto window = static_cast<std::size_t>(model.max_seq_len());
+    for (std::int64_t i = 0; i < max_new_tokens_; ++i) {
+      const std::size_t start = tokens.size() > window ? tokens.size() - window : 0;
+      const auto length = static_cast<std::int64_t>(tokens.size() - start);
+      at::Tensor context = at::empty({1, length}, at::kLong);
+      std::memcpy(context.mutable_data_ptr<std::int64_t>(), tokens.data() + start,
+                  static_cast<std::size_t>(length) * sizeof(std::int64_t));
+      at::Tensor logits = model.forward(context.to(device)).select(0, 0).select(0, -1);
+      logits = logits.to(at::kCPU, at::kFloat) / temperature_;
+      if (top_k_ > 0 && top_k_ < logits.size(0)) {
+        const at::Tensor kth_largest = std::get<0>(logits.topk(top_k_)).select(0, -1);
+        logits =
+            logits.masked_fill(logits.lt(kth_largest), -std::numeric_limits<float>::infinity());
+      }
+      const at::Tensor next = logits.softmax(-1).multinomial(1, /*replacement=*/false, generator);
+      tokens.push_back(next.item<std::int64_t>());
+    }
+  }
+
+  void append_to_file(std::int64_t step, const std::string& text) {
+    if (samples_path_.has_parent_path()) {
+      std::filesystem::create_directories(samples_path_.parent_path());
+    }
+    std::ofstream out(samples_path_, std::ios::app | std::ios::binary);
+    out << "--- step " << step << " ---\n" << text << "\n";
+    if (!out) tessera::log::warn("sample_text: cannot write ", samples_path_.string());
+  }
+
+  std::string prompt_;
+  std::int64_t max_new_tokens_;
+  double temperature_;
+  std::int64_t top_k_;
+  std::int64_t every_;
+  std::uint64_t seed_;
+  std::filesystem::path samples_path_;
+  std::int64_t last_sampled_step_ = -1;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.string("prompt", "text the sample starts from (one token per byte)").default_to("The ");
+  schema.integer("max_new_tokens", "tokens to generate").default_to(200).at_least(1);
+  schema.number("temperature", "divides the logits; lower is more conservative")
+      .default_to(0.8)
+      .greater_than(0);
+  schema.integer("top_k", "sample only from the k most likely tokens; 0 = all")
+      .default_to(0)
+      .at_least(0);
+  schema.integer("every", "also sample every N steps; 0 = only at train end")
+      .default_to(0)
+      .at_least(0);
+  schema.integer("seed", "seed of the sampling generator; -1 = the run seed")
+      .default_to(-1)
+      .at_least(-1);
+  registrar.add<tessera::Callback>(
+      "sample_text", "generates byte-level text from the model and logs it, rank 0 only", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<SampleText>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("callback_sample_text", "0.1.0", register_components)

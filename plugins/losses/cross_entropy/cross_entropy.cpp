@@ -1,0 +1,49 @@
+// Loss `cross_entropy`: summed next-token cross-entropy and the number of target tokens, so the
+// trainer can normalise by the global token count. Runs entirely on the device (no host sync).
+#include <ATen/core/Reduction.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cross_entropy_loss.h>
+
+#include <memory>
+
+#include "tessera/batch.hpp"
+#include "tessera/loss.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+class CrossEntropyLoss final : public tessera::Loss {
+ public:
+  explicit CrossEntropyLoss(const tessera::ComponentConfig& config)
+      : label_smoothing_(config.number("label_smoothing")) {}
+
+  tessera::LossSum compute(const at::Tensor& logits, const at::Tensor& labels) override {
+    const std::int64_t vocab = logits.size(-1);
+    // Upcast so the log-softmax over a large vocabulary is accurate under bf16/fp16 logits.
+    const at::Tensor flat_logits = logits.reshape({-1, vocab}).to(at::kFloat);
+    const at::Tensor flat_labels = labels.reshape({-1});
+    at::Tensor sum =
+        at::cross_entropy_loss(flat_logits, flat_labels, /*weight=*/{}, at::Reduction::Sum,
+                               tessera::kIgnoreIndex, label_smoothing_);
+    at::Tensor count = flat_labels.ne(tessera::kIgnoreIndex).sum(at::kLong);
+    return {std::move(sum), std::move(count)};
+  }
+
+ private:
+  double label_smoothing_;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.number("label_smoothing", "mass spread uniformly over the vocabulary")
+      .default_to(0.0)
+      .at_least(0)
+      .less_than(1);
+  registrar.add<tessera::Loss>(
+      "cross_entropy", "summed token cross-entropy in float32, ignoring padded labels", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<CrossEntropyLoss>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("loss_cross_entropy", "0.1.0", register_components)

@@ -1,0 +1,237 @@
+// Model `gpt`: a GPT-2 style decoder-only transformer. Pre-norm blocks with causal
+// scaled-dot-product attention and a 4x GELU MLP; the output head reuses the token embedding.
+#include <ATen/ops/arange.h>
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/error.hpp"
+#include "tessera/model.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+struct GptConfig {
+  std::int64_t vocab_size, n_layer, n_head, n_embd, max_seq_len;
+  double dropout, init_std;
+  bool bias;
+};
+
+torch::nn::Linear linear_layer(std::int64_t in, std::int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+// torch::nn::LayerNorm has no bias switch, so this one holds its own affine parameters.
+class LayerNorm : public torch::nn::Module {
+ public:
+  LayerNorm(std::int64_t dim, bool bias) : dim_(dim) {
+    weight_ = register_parameter("weight", at::ones({dim}));
+    if (bias) bias_ = register_parameter("bias", at::zeros({dim}));
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {dim_}, weight_, bias_); }
+
+ private:
+  std::int64_t dim_;
+  at::Tensor weight_, bias_;  // bias_ stays undefined when bias is off
+};
+
+class CausalSelfAttention : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttention(const GptConfig& c)
+      : n_head_(c.n_head),
+        dropout_(c.dropout),
+        qkv_(register_module("c_attn", linear_layer(c.n_embd, 3 * c.n_embd, c.bias))),
+        out_(register_module("c_proj", linear_layer(c.n_embd, c.n_embd, c.bias))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    const std::int64_t batch = x.size(0), seq = x.size(1), embd = x.size(2);
+    // [B, T, 3C] -> three [B, H, T, C/H]
+    std::vector<at::Tensor> qkv = qkv_->forward(x)
+                                      .view({batch, seq, 3, n_head_, embd / n_head_})
+                                      .permute({2, 0, 3, 1, 4})
+                                      .unbind(0);
+    const double attn_dropout = is_training() ? dropout_ : 0.0;
+    at::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
+                                                    attn_dropout, /*is_causal=*/true);
+    y = y.transpose(1, 2).contiguous().view({batch, seq, embd});
+    return at::dropout(out_->forward(y), dropout_, is_training());
+  }
+
+  torch::nn::Linear& out_proj() { return out_; }
+  torch::nn::Linear& qkv_proj() { return qkv_; }
+
+ private:
+  std::int64_t n_head_;
+  double dropout_;
+  torch::nn::Linear qkv_, out_;
+};
+
+class Mlp : public torch::nn::Module {
+ public:
+  explicit Mlp(const GptConfig& c)
+      : dropout_(c.dropout),
+        up_(register_module("c_fc", linear_layer(c.n_embd, 4 * c.n_embd, c.bias))),
+        down_(register_module("c_proj", linear_layer(4 * c.n_embd, c.n_embd, c.bias))) {}
+
+  at::Tensor forward(const at::Tensor& x) {
+    return at::dropout(down_->forward(at::gelu(up_->forward(x))), dropout_, is_training());
+  }
+
+  torch::nn::Linear& up_proj() { return up_; }
+  torch::nn::Linear& down_proj() { return down_; }
+
+ private:
+  double dropout_;
+  torch::nn::Linear up_, down_;
+};
+
+class Block : public torch::nn::Module {
+ public:
+  explicit Block(const GptConfig& c)
+      : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
+        attn(register_module("attn", std::make_shared<CausalSelfAttention>(c))),
+        ln_2(register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
+        mlp(register_module("mlp", std::make_shared<Mlp>(c))) {}
+
+  at::Tensor forward(at::Tensor x) {
+    x = x + attn->forward(ln_1->forward(x));
+    return x + mlp->forward(ln_2->forward(x));
+  }
+
+  std::shared_ptr<LayerNorm> ln_1;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<LayerNorm> ln_2;
+  std::shared_ptr<Mlp> mlp;
+};
+
+class Gpt final : public tessera::Model {
+ public:
+  explicit Gpt(const GptConfig& c)
+      : config_(c),
+        wte_(register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd))),
+        wpe_(register_module("wpe", torch::nn::Embedding(c.max_seq_len, c.n_embd))) {
+    // A plain module as container names parameters h.0.attn.c_attn.weight, ... like GPT-2.
+    auto layers = register_module("h", std::make_shared<torch::nn::Module>());
+    for (std::int64_t i = 0; i < c.n_layer; ++i) {
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c)));
+    }
+    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias));
+    init_weights();
+    // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
+    // output layer, but not the position embedding: a lookup costs no FLOPs.
+    flop_params_ = static_cast<double>(num_parameters() - wpe_->weight.numel());
+  }
+
+  at::Tensor forward(const at::Tensor& input_ids) override {
+    if (input_ids.dim() != 2) {
+      throw tessera::Error("model/gpt: input_ids must be [batch, seq], got " +
+                           std::to_string(input_ids.dim()) + " dimensions");
+    }
+    const std::int64_t seq = input_ids.size(1);
+    if (seq > config_.max_seq_len) {
+      throw tessera::Error("model/gpt: sequence length " + std::to_string(seq) +
+                           " exceeds max_seq_len " + std::to_string(config_.max_seq_len) +
+                           "; raise max_seq_len or shorten the data's seq_len");
+    }
+    const at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong));
+    at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), config_.dropout,
+                               is_training());
+    for (const auto& block : blocks_) x = block->forward(x);
+    // Tied head: the token embedding matrix is the output projection, no extra parameter.
+    return at::linear(ln_f_->forward(x), wte_->weight);
+  }
+
+  std::int64_t vocab_size() const override { return config_.vocab_size; }
+  std::int64_t max_seq_len() const override { return config_.max_seq_len; }
+  double flops_per_token(std::int64_t seq_len) const override {
+    return 6.0 * flop_params_ + 12.0 * static_cast<double>(config_.n_layer) *
+                                    static_cast<double>(config_.n_embd) *
+                                    static_cast<double>(seq_len);
+  }
+
+ private:
+  // GPT-2 init from the global generator, so the host's seed fixes the weights. Residual output
+  // projections are scaled by 1/sqrt(2 n_layer) to keep the residual stream's variance flat.
+  void init_weights() {
+    c10::NoGradGuard no_grad;
+    const double std_dev = config_.init_std;
+    const double residual_std = std_dev / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+    auto init_linear = [](torch::nn::Linear& linear, double weight_std) {
+      linear->weight.normal_(0.0, weight_std);
+      if (linear->bias.defined()) linear->bias.zero_();
+    };
+    wte_->weight.normal_(0.0, std_dev);
+    wpe_->weight.normal_(0.0, std_dev);
+    for (const auto& block : blocks_) {
+      init_linear(block->attn->qkv_proj(), std_dev);
+      init_linear(block->attn->out_proj(), residual_std);
+      init_linear(block->mlp->up_proj(), std_dev);
+      init_linear(block->mlp->down_proj(), residual_std);
+    }
+  }
+
+  GptConfig config_;
+  torch::nn::Embedding wte_, wpe_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<LayerNorm> ln_f_;
+  double flop_params_ = 0;
+};
+
+std::shared_ptr<tessera::Model> make_gpt(const tessera::ComponentConfig& config) {
+  GptConfig c;
+  c.vocab_size = config.integer("vocab_size");
+  c.n_layer = config.integer("n_layer");
+  c.n_head = config.integer("n_head");
+  c.n_embd = config.integer("n_embd");
+  c.max_seq_len = config.integer("max_seq_len");
+  c.dropout = config.number("dropout");
+  c.bias = config.boolean("bias");
+  c.init_std = config.number("init_std");
+  if (c.n_embd % c.n_head != 0) {
+    throw tessera::ConfigError("n_embd (" + std::to_string(c.n_embd) +
+                                   ") must be divisible by n_head (" + std::to_string(c.n_head) +
+                                   ")",
+                               "n_embd");
+  }
+  return std::make_shared<Gpt>(c);
+}
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.integer("vocab_size", "number of token ids").default_to(256).at_least(1);
+  schema.integer("n_layer", "transformer blocks").default_to(4).at_least(1);
+  schema.integer("n_head", "attention heads per block").default_to(4).at_least(1);
+  schema.integer("n_embd", "width of the residual stream (divisible by n_head)")
+      .default_to(128)
+      .at_least(1);
+  schema.integer("max_seq_len", "longest sequence (size of the position embedding)")
+      .default_to(256)
+      .at_least(1);
+  schema.number("dropout", "dropout on embeddings, attention and residual branches")
+      .default_to(0.0)
+      .at_least(0)
+      .less_than(1);
+  schema.boolean("bias", "biases in linear layers and layer norms").default_to(true);
+  schema.number("init_std", "standard deviation of the normal weight init")
+      .default_to(0.02)
+      .greater_than(0);
+  registrar.add<tessera::Model>("gpt", "GPT-2 style decoder-only transformer with tied head",
+                                schema, make_gpt);
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("model_gpt", "0.1.0", register_components)

@@ -1,0 +1,34 @@
+// Scheduler `linear`: linear warmup, then a straight line from the base lr down to
+// min_lr_ratio * base lr at total_steps, then flat.
+#include <cstdint>
+#include <memory>
+
+#include "../warmup.hpp"
+#include "tessera/plugin.hpp"
+#include "tessera/scheduler.hpp"
+
+namespace {
+
+class LinearScheduler final : public tessera::Scheduler {
+ public:
+  explicit LinearScheduler(const tessera::ComponentConfig& config) : schedule_(config) {}
+
+  double lr_factor(std::int64_t step) const override {
+    return schedule_.factor(step, [](double progress) { return 1.0 - progress; });
+  }
+
+ private:
+  tessera::schedulers::WarmupDecay schedule_;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  tessera::schedulers::WarmupDecay::declare(schema, /*default_min_lr_ratio=*/0.0);
+  registrar.add<tessera::Scheduler>(
+      "linear", "linear warmup, then linear decay to min_lr_ratio at total_steps", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<LinearScheduler>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("scheduler_linear", "0.1.0", register_components)

@@ -1,0 +1,38 @@
+// Scheduler `warmup_cosine`: linear warmup, then a half cosine from the base lr down to
+// min_lr_ratio * base lr at total_steps, then flat.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "../warmup.hpp"
+#include "tessera/plugin.hpp"
+#include "tessera/scheduler.hpp"
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+class WarmupCosineScheduler final : public tessera::Scheduler {
+ public:
+  explicit WarmupCosineScheduler(const tessera::ComponentConfig& config) : schedule_(config) {}
+
+  double lr_factor(std::int64_t step) const override {
+    return schedule_.factor(step,
+                            [](double progress) { return 0.5 * (1.0 + std::cos(kPi * progress)); });
+  }
+
+ private:
+  tessera::schedulers::WarmupDecay schedule_;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  tessera::schedulers::WarmupDecay::declare(schema, /*default_min_lr_ratio=*/0.1);
+  registrar.add<tessera::Scheduler>(
+      "warmup_cosine", "linear warmup, then cosine decay to min_lr_ratio at total_steps", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<WarmupCosineScheduler>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("scheduler_warmup_cosine", "0.1.0", register_components)

@@ -1,0 +1,168 @@
+// Runs the real build/bin/tessera on real YAML and checks what a user sees: exit codes, one-line
+// errors with positions, the files a run writes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using testing::run_command;
+using testing::TempDir;
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Real English text (Debian's GPL-3 text, or this test's own source) as byte tokens.
+    std::ifstream src(std::ifstream("/usr/share/common-licenses/GPL-3") ? "/usr/share/common-licenses/GPL-3"
+                                                                         : __FILE__);
+    std::stringstream text;
+    text << src.rdbuf();
+    ASSERT_FALSE(text.str().empty());
+    std::vector<std::uint16_t> tokens;
+    while (tokens.size() < 60000) {
+      for (unsigned char c : text.str()) tokens.push_back(c);
+    }
+    data_ = dir_.file("train.bin");
+    testing::write_token_file(data_, tokens);
+  }
+
+  std::string tessera(const std::string& args) const { return testing::tessera_binary() + " " + args; }
+  std::string tiny() const { return testing::source_dir() + "/tests/integration/configs/tiny.yaml"; }
+  std::string data_set() const { return " --set components.train_data.config.path=" + data_; }
+
+  TempDir dir_;
+  std::string data_;
+};
+
+TEST_F(Cli, VersionAndHelp) {
+  std::string out;
+  EXPECT_EQ(run_command(tessera("--version"), out), 0);
+  EXPECT_NE(out.find("tessera 0.1.0"), std::string::npos);
+  for (const char* cmd : {"train", "validate", "components", "describe"}) {
+    EXPECT_EQ(run_command(tessera(std::string(cmd) + " --help"), out), 0) << cmd;
+    EXPECT_NE(out.find("usage: tessera"), std::string::npos) << cmd;
+  }
+  EXPECT_EQ(run_command(tessera("frobnicate"), out), 2);
+  EXPECT_EQ(run_command(tessera("train"), out), 2);
+  EXPECT_NE(out.find("missing CONFIG"), std::string::npos) << out;
+  EXPECT_EQ(run_command(tessera("train x.yaml --no-such-flag"), out), 2);
+}
+
+TEST_F(Cli, ComponentsListsEveryPluginFromItsFile) {
+  std::string out;
+  ASSERT_EQ(run_command(tessera("components"), out), 0) << out;
+  for (const char* name : {"model/gpt", "dataset/tokens", "loss/cross_entropy", "optimizer/adamw", "optimizer/sgd",
+                           "scheduler/constant", "scheduler/warmup_cosine", "scheduler/linear",
+                           "callback/console_logger", "callback/jsonl_metrics"}) {
+    EXPECT_NE(out.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(out.find("libtessera_optimizer_sgd.so"), std::string::npos);
+  ASSERT_EQ(run_command(tessera("components --kind scheduler"), out), 0);
+  EXPECT_EQ(out.find("model/gpt"), std::string::npos);
+  EXPECT_EQ(run_command(tessera("components --kind shceduler"), out), 2);
+  EXPECT_NE(out.find("did you mean 'scheduler'"), std::string::npos) << out;
+}
+
+TEST_F(Cli, DescribeShowsTheSchema) {
+  std::string out;
+  ASSERT_EQ(run_command(tessera("describe optimizer/adamw"), out), 0) << out;
+  EXPECT_NE(out.find("lr (float) = 0.001 [> 0]"), std::string::npos) << out;
+  EXPECT_NE(out.find("model (component) required [kind model]"), std::string::npos) << out;
+  EXPECT_EQ(run_command(tessera("describe optimizer/adamx"), out), 2);
+  EXPECT_NE(out.find("did you mean 'optimizer/adamw'"), std::string::npos) << out;
+}
+
+TEST_F(Cli, ValidateAcceptsAGoodSpecAndRejectsMistakesWithPositions) {
+  std::string out;
+  EXPECT_EQ(run_command(tessera("validate " + tiny() + data_set()), out), 0) << out;
+  EXPECT_EQ(run_command(tessera("validate " + tiny() + data_set() + " --set components.optimizer.config.lr=fast"),
+                        out), 2);
+  EXPECT_NE(out.find("components.optimizer.config.lr: expected a number (> 0), got \"fast\""), std::string::npos)
+      << out;
+
+  const std::string bad = dir_.write("bad.yaml",
+                                     "include: " + tiny() + "\n"
+                                     "trainer: {max_stpes: 3}\n");
+  EXPECT_EQ(run_command(tessera("validate " + bad), out), 2);
+  EXPECT_NE(out.find(bad + ":2:11: trainer.max_stpes: unknown key (did you mean 'max_steps'?)"), std::string::npos)
+      << out;
+  const std::string missing = dir_.write("missing.yaml",
+                                         "include: " + tiny() + "\n"
+                                         "components:\n"
+                                         "  train_data:\n"
+                                         "    config: {path: /nonexistent.bin}\n");
+  EXPECT_EQ(run_command(tessera("train " + missing + " --run-dir " + dir_.file("r")), out), 2);
+  // The factory's complaint points at the value in the file that set it.
+  EXPECT_NE(out.find(missing + ":4:20: components.train_data.config.path: "), std::string::npos) << out;
+}
+
+TEST_F(Cli, TrainWritesMetricsAndResolvedConfigAndLossFalls) {
+  std::string out;
+  const std::string run_dir = dir_.file("run");
+  ASSERT_EQ(run_command(tessera("train " + tiny() + data_set() + " --run-dir " + run_dir), out), 0) << out;
+  std::ifstream metrics(run_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(metrics, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 40u);
+  for (const char* key : {"step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s", "step_time_s"}) {
+    EXPECT_TRUE(lines[0].contains(key)) << key;
+  }
+  EXPECT_EQ(lines.back()["step"], 40);
+  EXPECT_EQ(lines.back()["tokens"], 40 * 2 * 8 * 32);
+  EXPECT_LT(lines.back()["loss"].get<double>(), lines.front()["loss"].get<double>() - 1.0);
+  std::ifstream resolved(run_dir + "/config.yaml");
+  std::stringstream text;
+  text << resolved.rdbuf();
+  EXPECT_NE(text.str().find("total_steps: 40"), std::string::npos) << "interpolation resolved in the saved config";
+  EXPECT_NE(text.str().find(data_), std::string::npos) << "--set applied in the saved config";
+}
+
+TEST_F(Cli, SwappingOptimizerAndSchedulerNeedsOnlyYaml) {
+  std::string out;
+  const std::string swap = " --set components.optimizer.variant_key=sgd --set components.optimizer.config.lr=0.1"
+                           " --set components.scheduler.variant_key=linear --set trainer.max_steps=6";
+  ASSERT_EQ(run_command(tessera("train " + tiny() + data_set() + swap + " --run-dir " + dir_.file("s")), out), 0)
+      << out;
+  std::ifstream resolved(dir_.file("s") + "/config.yaml");
+  std::stringstream text;
+  text << resolved.rdbuf();
+  EXPECT_NE(text.str().find("variant_key: sgd"), std::string::npos);
+  EXPECT_NE(text.str().find("variant_key: linear"), std::string::npos);
+}
+
+TEST_F(Cli, RuntimeFailureExitsWithOne) {
+  std::string out;
+  // A sequence longer than the model's context fails inside the loop, not in the config.
+  EXPECT_EQ(run_command(tessera("train " + tiny() + data_set() + " --set components.train_data.config.seq_len=64" +
+                                " --run-dir " + dir_.file("f")), out), 1)
+      << out;
+  EXPECT_NE(out.find("error: "), std::string::npos) << out;
+}
+
+TEST_F(Cli, SigtermStopsAfterTheCurrentStep) {
+  const std::string run_dir = dir_.file("sig");
+  const std::string metrics = run_dir + "/metrics.jsonl";
+  // Start a long run, wait for three steps, send SIGTERM, and collect its exit code.
+  const std::string script =
+      tessera("train " + tiny() + data_set() + " --set trainer.max_steps=100000 --run-dir " + run_dir) + " > " +
+      dir_.file("sig.log") + " 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " +
+      metrics + ") -ge 3 ] && break; sleep 0.1; done; kill -TERM $p; wait $p; echo rc=$?";
+  std::string out;
+  ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
+  std::ifstream log(dir_.file("sig.log"));
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_NE(text.str().find("received SIGTERM"), std::string::npos) << text.str();
+  EXPECT_EQ(text.str().find("error"), std::string::npos) << text.str();
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,139 @@
+// Includes, --set overrides and ${...} interpolation, and the positions errors carry.
+#include "tessera/core/config_tree.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "test_support.hpp"
+
+namespace tessera::core {
+namespace {
+
+using testing::TempDir;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigIssue& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigTree, KeepsPositionsOfValues) {
+  ConfigNode root = parse_config_string("a:\n  b: 3\n  c: [1, 2]\n", "x.yaml");
+  const ConfigNode* b = root.find("a")->find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->scalar(), "3");
+  EXPECT_EQ(b->pos().to_string(), "x.yaml:2:6");
+  EXPECT_EQ(root.find("a")->find_entry("c")->key_pos.to_string(), "x.yaml:3:3");
+}
+
+TEST(ConfigTree, QuotedScalarsAreNotPlain) {
+  ConfigNode root = parse_config_string("a: \"12\"\nb: 12\n", "x.yaml");
+  EXPECT_FALSE(root.find("a")->plain());
+  EXPECT_TRUE(root.find("b")->plain());
+}
+
+TEST(ConfigTree, InvalidYamlNamesFileLineAndColumn) {
+  TempDir dir;
+  const std::string path = dir.write("bad.yaml", "a: 1\nb: [1, 2\n");
+  const std::string error = error_of([&] { load_config_file(path); });
+  EXPECT_NE(error.find(path + ":"), std::string::npos) << error;
+  EXPECT_NE(error.find("invalid YAML"), std::string::npos) << error;
+}
+
+TEST(ConfigTree, DuplicateKeysAreErrors) {
+  const std::string error = error_of([] { parse_config_string("a: 1\na: 2\n", "d.yaml"); });
+  EXPECT_NE(error.find("d.yaml:2:1"), std::string::npos) << error;
+  EXPECT_NE(error.find("duplicate key 'a'"), std::string::npos) << error;
+}
+
+TEST(ConfigTree, IncludesMergeWithTheIncludingFileWinning) {
+  TempDir dir;
+  dir.write("base.yaml", "trainer: {max_steps: 10, micro_batch_size: 4}\nname: base\n");
+  dir.write("sub/mid.yaml", "include: ../base.yaml\ntrainer: {grad_accum: 2}\n");
+  const std::string top = dir.write("sub/top.yaml", "include: [mid.yaml]\ntrainer: {max_steps: 20}\n");
+  ConfigNode root = load_config_file(top);
+  const ConfigNode* trainer = root.find("trainer");
+  EXPECT_EQ(trainer->find("max_steps")->scalar(), "20");
+  EXPECT_EQ(trainer->find("micro_batch_size")->scalar(), "4");
+  EXPECT_EQ(trainer->find("grad_accum")->scalar(), "2");
+  EXPECT_EQ(root.find("name")->scalar(), "base");
+  EXPECT_EQ(root.find("include"), nullptr);
+  // A value keeps the position of the file it came from.
+  EXPECT_NE(trainer->find("micro_batch_size")->pos().file.find("base.yaml"), std::string::npos);
+}
+
+TEST(ConfigTree, IncludeCyclesAndMissingFilesAreErrors) {
+  TempDir dir;
+  dir.write("a.yaml", "include: b.yaml\n");
+  dir.write("b.yaml", "include: a.yaml\n");
+  EXPECT_NE(error_of([&] { load_config_file(dir.file("a.yaml")); }).find("include cycle"), std::string::npos);
+  dir.write("c.yaml", "include: nope.yaml\n");
+  const std::string error = error_of([&] { load_config_file(dir.file("c.yaml")); });
+  EXPECT_NE(error.find("c.yaml:1:10"), std::string::npos) << error;
+  EXPECT_NE(error.find("nope.yaml"), std::string::npos) << error;
+}
+
+TEST(ConfigTree, OverridesAreYamlTypedAndCreatePaths) {
+  ConfigNode root = parse_config_string("trainer: {max_steps: 10}\nlist: [1, 2]\n", "x.yaml");
+  apply_override(root, "trainer.max_steps=50");
+  apply_override(root, "trainer.new.deep=[1, 2, 3]");
+  apply_override(root, "list.1=7");
+  apply_override(root, "name='quoted'");
+  EXPECT_EQ(root.find("trainer")->find("max_steps")->scalar(), "50");
+  EXPECT_EQ(root.find("trainer")->find("new")->find("deep")->items().size(), 3u);
+  EXPECT_EQ(root.find("list")->items()[1].scalar(), "7");
+  EXPECT_FALSE(root.find("name")->plain());
+}
+
+TEST(ConfigTree, BadOverridesAreErrors) {
+  ConfigNode root = parse_config_string("a: 1\nlist: [1]\n", "x.yaml");
+  EXPECT_NE(error_of([&] { apply_override(root, "novalue"); }).find("expected KEY=VALUE"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_override(root, "a.b=1"); }).find("cannot set a key inside a scalar"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_override(root, "list.5=1"); }).find("past the end"), std::string::npos);
+}
+
+TEST(ConfigTree, InterpolatesPathsAndEnvironment) {
+  ::setenv("TESSERA_TEST_DATA", "/data", 1);
+  ConfigNode root = parse_config_string(
+      "name: run1\n"
+      "trainer: {max_steps: 300}\n"
+      "settings: {run_dir: 'runs/${name}', data: '${env:TESSERA_TEST_DATA}/x.bin'}\n"
+      "sched: {total: '${trainer.max_steps}', chain: '${sched.total}'}\n",
+      "i.yaml");
+  resolve_interpolations(root);
+  EXPECT_EQ(root.find("settings")->find("run_dir")->scalar(), "runs/run1");
+  EXPECT_EQ(root.find("settings")->find("data")->scalar(), "/data/x.bin");
+  // A whole-value interpolation keeps the referenced node's type (a plain integer here).
+  EXPECT_EQ(root.find("sched")->find("total")->scalar(), "300");
+  EXPECT_TRUE(root.find("sched")->find("total")->plain());
+  EXPECT_EQ(root.find("sched")->find("chain")->scalar(), "300");
+}
+
+TEST(ConfigTree, InterpolationErrorsNameThePlace) {
+  ::unsetenv("TESSERA_TEST_UNSET");
+  ConfigNode env = parse_config_string("a: ${env:TESSERA_TEST_UNSET}\n", "e.yaml");
+  std::string error = error_of([&] { resolve_interpolations(env); });
+  EXPECT_NE(error.find("e.yaml:1:4: a: environment variable TESSERA_TEST_UNSET is not set"), std::string::npos)
+      << error;
+  ConfigNode missing = parse_config_string("trainer: {max_steps: 1}\na: ${trainer.max_step}\n", "m.yaml");
+  error = error_of([&] { resolve_interpolations(missing); });
+  EXPECT_NE(error.find("did you mean 'max_steps'"), std::string::npos) << error;
+  ConfigNode cycle = parse_config_string("a: ${b}\nb: ${a}\n", "c.yaml");
+  EXPECT_NE(error_of([&] { resolve_interpolations(cycle); }).find("interpolation cycle"), std::string::npos);
+}
+
+TEST(ConfigTree, ResolvedTreeRoundTripsThroughYaml) {
+  ConfigNode root = parse_config_string("a: {b: [1, 'two', null]}\nc: \"3\"\n", "r.yaml");
+  ConfigNode again = parse_config_string(root.to_yaml(), "again.yaml");
+  EXPECT_EQ(again.find("a")->find("b")->items()[1].scalar(), "two");
+  EXPECT_TRUE(again.find("a")->find("b")->items()[2].is_null());
+  EXPECT_FALSE(again.find("c")->plain());
+}
+
+}  // namespace
+}  // namespace tessera::core

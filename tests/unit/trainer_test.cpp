@@ -1,0 +1,233 @@
+// The loop's arithmetic and control flow on the real plugins at small sizes.
+#include "tessera/core/trainer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "tessera/core/stop_signal.hpp"
+#include "tessera/core/training_run.hpp"
+#include "test_support.hpp"
+
+namespace tessera::core {
+namespace {
+
+using testing::TempDir;
+
+// Token file where token 0 is padding (ignored as a label) in runs of varying length, so
+// micro-batches carry very different numbers of target tokens.
+std::string uneven_token_file(const TempDir& dir) {
+  std::vector<std::uint16_t> tokens;
+  std::uint32_t state = 7;
+  for (int doc = 0; tokens.size() < 4000; ++doc) {
+    int text = 3 + doc * 7 % 29, pad = doc * 11 % 23;
+    for (int i = 0; i < text; ++i) tokens.push_back(static_cast<std::uint16_t>(1 + (state = state * 1103515245u + 12345u) % 31));
+    for (int i = 0; i < pad; ++i) tokens.push_back(0);
+  }
+  const std::string path = dir.file("uneven.bin");
+  testing::write_token_file(path, tokens);
+  return path;
+}
+
+std::string components_yaml(const std::string& data, const std::string& optimizer = "sgd",
+                            const std::string& optimizer_config = "lr: 0.5") {
+  return "model: {component_key: model, variant_key: gpt,\n"
+         "        config: {vocab_size: 32, n_layer: 2, n_head: 2, n_embd: 16, max_seq_len: 16}}\n"
+         "train_data: {component_key: dataset, variant_key: tokens,\n"
+         "             config: {path: " + data + ", seq_len: 16, ignore_token: 0}}\n"
+         "loss: {component_key: loss, variant_key: cross_entropy}\n"
+         "optimizer: {component_key: optimizer, variant_key: " + optimizer + ",\n"
+         "            config: {" + optimizer_config + ", model: {instance_key: model}}}\n";
+}
+
+struct Built {
+  BuiltComponents components;
+  std::unique_ptr<Trainer> trainer;
+};
+
+Built make_trainer(const std::string& yaml, TrainerSettings settings,
+                   std::vector<std::shared_ptr<Callback>> callbacks = {}) {
+  RunContext context;
+  context.seed = 42;
+  seed_everything(context.seed, "cpu");
+  Built b;
+  b.components = testing::build_components(yaml, context);
+  TrainerParts parts;
+  parts.model = testing::built<Model>(b.components, "model");
+  parts.train_data = testing::built<Dataset>(b.components, "train_data");
+  parts.loss = testing::built<Loss>(b.components, "loss");
+  parts.optimizer = testing::built<Optimizer>(b.components, "optimizer");
+  parts.callbacks = std::move(callbacks);
+  b.trainer = std::make_unique<Trainer>(std::move(parts), settings, context);
+  return b;
+}
+
+TrainerSettings settings(std::int64_t accum, std::int64_t micro_batch, std::int64_t max_steps = 1) {
+  TrainerSettings s;
+  s.grad_accum = accum;
+  s.micro_batch_size = micro_batch;
+  s.max_steps = max_steps;
+  return s;
+}
+
+std::vector<at::Tensor> weights(Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : t.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double diff = (a[i] - b[i]).abs().max().item<double>();
+    EXPECT_LE(diff, tol) << "parameter " << i;
+  }
+}
+
+void check_accumulation_matches_big_batch(const std::string& optimizer, const std::string& config) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  auto accumulated = make_trainer(components_yaml(data, optimizer, config), settings(4, 2, 3));
+  auto big = make_trainer(components_yaml(data, optimizer, config), settings(1, 8, 3));
+  expect_close(weights(*accumulated.trainer), weights(*big.trainer), 0.0);  // same init
+
+  for (int step = 0; step < 3; ++step) {
+    StepMetrics a = accumulated.trainer->step();
+    StepMetrics b = big.trainer->step();
+    EXPECT_EQ(a.target_tokens, b.target_tokens);
+    EXPECT_EQ(a.step_tokens, 8 * 16);
+    EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::abs(b.loss)) << "step " << step;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-4 * b.grad_norm) << "step " << step;
+  }
+  expect_close(weights(*accumulated.trainer), weights(*big.trainer), 2e-5);
+}
+
+TEST(Trainer, AccumulationEqualsOneBigBatchWithSgd) { check_accumulation_matches_big_batch("sgd", "lr: 0.5"); }
+
+TEST(Trainer, AccumulationEqualsOneBigBatchWithAdamW) {
+  check_accumulation_matches_big_batch("adamw", "lr: 0.01, weight_decay: 0.1");
+}
+
+TEST(Trainer, LossIsNormalisedByTheStepsTargetTokens) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  auto run = make_trainer(components_yaml(data), settings(4, 2));
+  // Recompute the loss by hand from the same four micro-batches on an identical dataset.
+  auto reference = make_trainer(components_yaml(data), settings(4, 2));
+  auto dataset = testing::built<Dataset>(reference.components, "train_data");
+  auto loss = testing::built<Loss>(reference.components, "loss");
+  dataset->set_shard(0, 1);
+  double sum = 0, mean_of_means = 0;
+  std::int64_t count = 0;
+  std::vector<std::int64_t> counts;
+  for (int i = 0; i < 4; ++i) {
+    Batch b = dataset->next_batch(2);
+    LossSum l = loss->compute(reference.trainer->model().forward(b.input_ids), b.labels);
+    sum += l.sum.item<double>();
+    count += l.count.item<std::int64_t>();
+    counts.push_back(b.num_target_tokens);
+    mean_of_means += l.sum.item<double>() / l.count.item<double>() / 4;
+  }
+  ASSERT_NE(counts[0], counts[1]) << "test data should give uneven micro-batches";
+  StepMetrics m = run.trainer->step();
+  EXPECT_EQ(m.target_tokens, count);
+  EXPECT_NEAR(m.loss, sum / count, 1e-5);
+  EXPECT_GT(std::abs(m.loss - mean_of_means), 1e-4) << "a mean of means would be wrong here";
+}
+
+TEST(Trainer, ClipsByTheGlobalNormAndReportsThePreClipNorm) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  TrainerSettings s = settings(1, 4);
+  s.clip_grad_norm = 0.01;
+  auto run = make_trainer(components_yaml(data, "sgd", "lr: 1.0"), s);
+  auto before = weights(*run.trainer);
+  StepMetrics m = run.trainer->step();
+  auto after = weights(*run.trainer);
+  double squared = 0;
+  for (size_t i = 0; i < before.size(); ++i) squared += (after[i] - before[i]).pow(2).sum().item<double>();
+  // With plain SGD at lr 1 the update is the clipped gradient: its norm is the clip value.
+  EXPECT_GT(m.grad_norm, 0.01);
+  EXPECT_NEAR(std::sqrt(squared), 0.01, 1e-5);
+}
+
+// A test's own callback: records events and can ask the loop for things.
+struct Recorder : Callback {
+  std::vector<std::string> events;
+  std::int64_t stop_at = 0, skip_at = 0, signal_at = 0;
+  void on_train_begin(CallbackContext&) override { events.push_back("begin"); }
+  void on_step_begin(CallbackContext& c) override { events.push_back("step_begin " + std::to_string(c.progress.step + 1)); }
+  void on_before_optimizer_step(CallbackContext& c, const at::Tensor&) override {
+    events.push_back("before_optimizer");
+    if (c.progress.step + 1 == skip_at) c.control.request_skip_step("test");
+  }
+  void on_step_end(CallbackContext& c, const StepMetrics& m) override {
+    events.push_back("step_end " + std::to_string(m.step) + (m.skipped ? " skipped" : ""));
+    if (m.step == stop_at) c.control.request_stop("test asked");
+    if (m.step == signal_at) std::raise(SIGTERM);
+  }
+  void on_train_end(CallbackContext&) override { events.push_back("end"); }
+};
+
+TEST(Trainer, CallsCallbacksInOrderAndHonoursStopAndSkip) {
+  TempDir dir;
+  auto recorder = std::make_shared<Recorder>();
+  recorder->stop_at = 2;
+  recorder->skip_at = 1;
+  auto run = make_trainer(components_yaml(uneven_token_file(dir)), settings(1, 2, 10), {recorder});
+  auto before = weights(*run.trainer);
+  TrainResult r = run.trainer->fit();
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_NE(r.stop_reason.find("test asked"), std::string::npos) << r.stop_reason;
+  const std::vector<std::string> expected = {"begin", "step_begin 1", "before_optimizer", "step_end 1 skipped",
+                                             "step_begin 2", "before_optimizer", "step_end 2", "end"};
+  EXPECT_EQ(recorder->events, expected);
+}
+
+TEST(Trainer, SkippedStepLeavesWeightsUnchanged) {
+  TempDir dir;
+  auto recorder = std::make_shared<Recorder>();
+  recorder->skip_at = 1;
+  auto run = make_trainer(components_yaml(uneven_token_file(dir)), settings(1, 2, 1), {recorder});
+  auto before = weights(*run.trainer);
+  run.trainer->fit();
+  expect_close(weights(*run.trainer), before, 0.0);
+}
+
+TEST(Trainer, StopsAtMaxTokens) {
+  TempDir dir;
+  TrainerSettings s = settings(2, 2, 0);
+  s.max_tokens = 200;  // 64 input tokens a step: stops after the 4th step (256 >= 200)
+  auto run = make_trainer(components_yaml(uneven_token_file(dir)), s);
+  TrainResult r = run.trainer->fit();
+  EXPECT_EQ(r.steps, 4);
+  EXPECT_EQ(r.tokens, 256);
+  EXPECT_NE(r.stop_reason.find("max_tokens"), std::string::npos);
+}
+
+TEST(Trainer, SigtermStopsCleanlyAfterTheCurrentStep) {
+  TempDir dir;
+  install_stop_signal_handlers();
+  auto recorder = std::make_shared<Recorder>();
+  recorder->signal_at = 3;
+  auto run = make_trainer(components_yaml(uneven_token_file(dir)), settings(1, 2, 100), {recorder});
+  TrainResult r = run.trainer->fit();
+  reset_stop_signal();
+  std::signal(SIGTERM, SIG_DFL);
+  EXPECT_EQ(r.steps, 3);
+  EXPECT_EQ(r.stop_reason, "received SIGTERM");
+  EXPECT_EQ(recorder->events.back(), "end");
+}
+
+TEST(Trainer, SameSeedGivesTheSameLosses) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  auto a = make_trainer(components_yaml(data, "adamw", "lr: 0.01"), settings(2, 2));
+  std::vector<double> first;
+  for (int i = 0; i < 3; ++i) first.push_back(a.trainer->step().loss);
+  auto b = make_trainer(components_yaml(data, "adamw", "lr: 0.01"), settings(2, 2));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b.trainer->step().loss, first[i]) << "step " << i;
+}
+
+}  // namespace
+}  // namespace tessera::core
