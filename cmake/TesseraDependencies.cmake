@@ -6,6 +6,18 @@
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(TORCH_CUDA_ARCH_LIST "9.0" CACHE STRING "CUDA architectures for LibTorch (H100/H200)")
 endif()
+# Without a hint, use the project's own virtual environment (tools/setup.sh creates it).
+if(NOT Torch_DIR AND NOT "${CMAKE_PREFIX_PATH}" MATCHES "torch")
+  foreach(_python ${PROJECT_SOURCE_DIR}/.venv/bin/python3 python3)
+    execute_process(COMMAND ${_python} -c "import torch; print(torch.utils.cmake_prefix_path)"
+                    OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _torch_found ERROR_QUIET)
+    if(_torch_found EQUAL 0 AND EXISTS "${_torch_prefix}")
+      list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+      break()
+    endif()
+  endforeach()
+endif()
 find_package(Torch REQUIRED)
 # TorchConfig appends its own flags (e.g. -D_GLIBCXX_USE_CXX11_ABI) to CMAKE_CXX_FLAGS; keep them.
 set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} ${TORCH_CXX_FLAGS}")

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine for Tessera; safe to run again (each step checks first):
+#   1. the Debian packages the build needs,
+#   2. .venv/ with the torch wheel, whose bundled LibTorch we build against,
+#   3. the CMake configure of build/ (preset "default").
+# Falls back to Debian's libtorch-dev + libgloo-dev (LibTorch 1.13, CPU) only when the wheel
+# cannot be installed, and says so.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+TORCH_VERSION=2.11.0
+
+packages=(build-essential cmake ninja-build ccache git python3 python3-venv
+          libboost-dev libboost-program-options-dev libboost-filesystem-dev libyaml-cpp-dev
+          libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev protobuf-compiler
+          libprotobuf-dev fortunes)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python3 ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python3 -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION into .venv (its LibTorch is what Tessera links)"
+  if ! .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION"; then
+    echo "setup: NOTE: the torch wheel could not be installed; falling back to Debian's"
+    echo "setup: libtorch-dev + libgloo-dev (LibTorch 1.13, CPU only). This path is not what CI uses."
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libtorch-dev libgloo-dev >/dev/null
+  fi
+fi
+
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake --preset default >/dev/null
+  echo "setup: configured build/ (cmake --preset default)"
+fi
