@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -77,6 +78,67 @@ TEST_F(Cli, DescribeShowsTheSchema) {
   EXPECT_NE(out.find("model (component) required [kind model]"), std::string::npos) << out;
   EXPECT_EQ(run_command(tessera("describe optimizer/adamx"), out), 2);
   EXPECT_NE(out.find("did you mean 'optimizer/adamw'"), std::string::npos) << out;
+}
+
+TEST_F(Cli, ComponentsJsonCarriesEverySchema) {
+  std::string out;
+  ASSERT_EQ(run_command(tessera("components --json --kind optimizer") + " 2>/dev/null", out), 0) << out;
+  const auto list = nlohmann::json::parse(out);
+  ASSERT_EQ(list.size(), 2u);
+  const auto& adamw = list[0]["variant"] == "adamw" ? list[0] : list[1];
+  EXPECT_NE(adamw["plugin"].get<std::string>().find("libtessera_optimizer_adamw.so"), std::string::npos);
+  bool saw_lr = false;
+  for (const auto& f : adamw["fields"]) {
+    if (f["name"] == "lr") {
+      saw_lr = true;
+      EXPECT_EQ(f["type"], "float");
+      EXPECT_EQ(f["default"], 0.001);
+      EXPECT_EQ(f["greater_than"], 0.0);
+      EXPECT_FALSE(f["doc"].get<std::string>().empty());
+    }
+  }
+  EXPECT_TRUE(saw_lr);
+}
+
+TEST_F(Cli, SchemaIsAJsonSchemaOfTheWholeRunSpec) {
+  std::string out;
+  ASSERT_EQ(run_command(tessera("schema") + " 2>/dev/null", out), 0) << out;
+  const auto schema = nlohmann::json::parse(out);
+  EXPECT_EQ(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
+  const auto& defs = schema["$defs"];
+  const auto& adamw = defs["component_optimizer_adamw"];
+  EXPECT_EQ(adamw["properties"]["variant_key"]["const"], "adamw");
+  EXPECT_EQ(adamw["properties"]["config"]["additionalProperties"], false);
+  EXPECT_EQ(adamw["properties"]["config"]["required"], nlohmann::json({"model"}));
+  EXPECT_EQ(adamw["properties"]["config"]["properties"]["model"]["$ref"], "#/$defs/kind_model");
+  EXPECT_TRUE(defs.contains("kind_scheduler"));
+  EXPECT_EQ(schema["properties"]["components"]["properties"]["optimizer"]["$ref"], "#/$defs/kind_optimizer");
+  EXPECT_TRUE(schema["properties"]["trainer"]["properties"].contains("grad_accum"));
+}
+
+TEST_F(Cli, FactoryExceptionExitsTwoWithTheComponentPath) {
+  std::string out;
+  // gpt throws from its factory (n_embd not divisible by n_head): one line, exit 2, no crash.
+  EXPECT_EQ(run_command(tessera("train " + tiny() + data_set() + " --set components.model.config.n_head=3" +
+                                " --run-dir " + dir_.file("x")), out), 2)
+      << out;
+  EXPECT_NE(out.find("components.model.config.n_embd: n_embd (32) must be divisible by n_head (3)"),
+            std::string::npos)
+      << out;
+}
+
+TEST_F(Cli, NewPluginRefusesUnknownKindsAndTakenNames) {
+  std::string out;
+  EXPECT_EQ(run_command(tessera("new-plugin schedular x --dir " + dir_.path().string()), out), 2);
+  EXPECT_NE(out.find("did you mean 'scheduler'"), std::string::npos) << out;
+  EXPECT_EQ(run_command(tessera("new-plugin scheduler constant --dir " + dir_.path().string()), out), 2);
+  EXPECT_NE(out.find("already registered"), std::string::npos) << out;
+  ASSERT_EQ(run_command(tessera("new-plugin loss my_loss --dir " + dir_.path().string()), out), 0) << out;
+  for (const char* f : {"my_loss.cpp", "CMakeLists.txt", "README.md", "my_loss_test.yaml"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir_.path() / "my_loss" / f)) << f;
+  }
+  EXPECT_EQ(run_command(tessera("new-plugin loss my_loss --dir " + dir_.path().string()), out), 2);
+  EXPECT_NE(out.find("already exists"), std::string::npos) << out;
 }
 
 TEST_F(Cli, ValidateAcceptsAGoodSpecAndRejectsMistakesWithPositions) {

@@ -20,5 +20,7 @@ int train_command(const Args& args);
 int validate_command(const Args& args);
 int components_command(const Args& args);
 int describe_command(const Args& args);
+int schema_command(const Args& args);
+int new_plugin_command(const Args& args);
 
 }  // namespace tessera::cli

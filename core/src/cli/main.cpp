@@ -21,6 +21,9 @@ const char* kUsage =
     "  components         list the registered components and the plugin files they come from\n"
     "  describe KIND/VARIANT\n"
     "                     show a component's config schema (also: describe trainer|settings)\n"
+    "  schema             print a JSON Schema of the run spec (for editors)\n"
+    "  new-plugin KIND NAME [--dir D]\n"
+    "                     scaffold a plugin that builds against the installed SDK\n"
     "\n"
     "options:\n"
     "  --version          print the version\n"
@@ -43,6 +46,8 @@ int main(int argc, char** argv) {
       {"validate", cli::validate_command},
       {"components", cli::components_command},
       {"describe", cli::describe_command},
+      {"schema", cli::schema_command},
+      {"new-plugin", cli::new_plugin_command},
   };
   auto it = commands.find(argv[1]);
   if (it == commands.end()) {

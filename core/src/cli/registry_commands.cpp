@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "tessera/core/plugin_host.hpp"
+#include "tessera/core/registry_export.hpp"
 #include "tessera/core/run_spec.hpp"
 #include "tessera/core/suggest.hpp"
 
@@ -19,6 +20,8 @@ struct RegistryArgs {
   std::string positional;
   std::string kind;
   bool help = false;
+  bool json = false;
+  bool markdown = false;
 };
 
 RegistryArgs parse(const Args& args, const std::string& usage, bool with_kind, const char* positional_name) {
@@ -28,7 +31,12 @@ RegistryArgs parse(const Args& args, const std::string& usage, bool with_kind, c
       ("plugin-path", po::value<std::vector<std::string>>(&parsed.plugin_paths)->composing(),
        "also search DIR for plugins")
       ("help,h", "show this help");
-  if (with_kind) visible.add_options()("kind", po::value<std::string>(&parsed.kind), "only this kind");
+  if (with_kind) {
+    visible.add_options()
+        ("kind", po::value<std::string>(&parsed.kind), "only this kind")
+        ("json", po::bool_switch(&parsed.json), "print JSON: every component with its schema")
+        ("markdown", po::bool_switch(&parsed.markdown), "print the Markdown of docs/components.md");
+  }
   po::options_description all;
   all.add(visible);
   po::positional_options_description positional;
@@ -76,11 +84,19 @@ int components_command(const Args& args) {
   if (parsed.help) return 0;
   core::PluginHost host;
   host.load_directories(core::plugin_search_path({}, parsed.plugin_paths));
+  if (parsed.markdown) {
+    std::cout << core::components_markdown(host.registry());
+    return 0;
+  }
   const auto list = host.registry().list(parsed.kind);
   if (list.empty() && !parsed.kind.empty()) {
     throw UsageError("no components of kind '" + parsed.kind + "'" +
                      core::did_you_mean(parsed.kind, host.registry().kinds()) +
                      "; loaded kinds: " + core::join(host.registry().kinds()));
+  }
+  if (parsed.json) {
+    std::cout << core::components_json(host.registry(), parsed.kind).dump(2) << "\n";
+    return 0;
   }
   for (const auto* info : list) {
     std::cout << std::left << std::setw(28) << (info->kind + "/" + info->variant) << " "
@@ -114,6 +130,17 @@ int describe_command(const Args& args) {
   std::cout << info->kind << "/" << info->variant << ": " << info->doc << "\n"
             << "  from " << info->origin << "\n\nconfig:\n";
   print_schema(info->schema);
+  return 0;
+}
+
+int schema_command(const Args& args) {
+  RegistryArgs parsed = parse(args, "usage: tessera schema [--plugin-path DIR]...\n"
+                                    "Prints a JSON Schema of the run spec with every loaded component's config.",
+                              false, nullptr);
+  if (parsed.help) return 0;
+  core::PluginHost host;
+  host.load_directories(core::plugin_search_path({}, parsed.plugin_paths));
+  std::cout << core::run_spec_json_schema(host.registry()).dump(2) << "\n";
   return 0;
 }
 

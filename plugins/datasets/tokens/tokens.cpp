@@ -1,4 +1,4 @@
-// Dataset `tokens`: fixed-length windows over a flat binary file of token ids (uint16 or uint32,
+// Dataset `tokens`: fixed-length windows over a flat binary file of token ids (uint8, uint16 or uint32,
 // little-endian, as numpy's tofile writes them), memory-mapped read-only. Each sample is a window
 // of seq_len + 1 tokens: the first seq_len are the input, the last seq_len the labels.
 #include <ATen/ops/empty.h>
@@ -88,7 +88,7 @@ class TokenWindowDataset final : public tessera::Dataset {
   explicit TokenWindowDataset(const tessera::ComponentConfig& config)
       : path_(config.string("path")),
         file_(path_),
-        token_bytes_(config.string("dtype") == "uint32" ? 4 : 2),
+        token_bytes_(config.string("dtype") == "uint32" ? 4 : config.string("dtype") == "uint8" ? 1 : 2),
         seq_len_(config.integer("seq_len")),
         stride_(config.integer("stride") == 0 ? seq_len_ : config.integer("stride")),
         ignore_token_(config.integer("ignore_token")),
@@ -184,6 +184,7 @@ class TokenWindowDataset final : public tessera::Dataset {
   }
 
   std::int64_t token(std::int64_t i) const {
+    if (token_bytes_ == 1) return static_cast<const std::uint8_t*>(file_.data())[i];
     if (token_bytes_ == 2) return static_cast<const std::uint16_t*>(file_.data())[i];
     return static_cast<const std::uint32_t*>(file_.data())[i];
   }
@@ -209,9 +210,10 @@ class TokenWindowDataset final : public tessera::Dataset {
 void register_components(tessera::Registrar& registrar) {
   tessera::Schema schema;
   schema.string("path", "flat binary file of token ids");
-  schema.string("dtype", "width of one token id in the file")
+  // uint8 reads any file as byte-level tokens (a text file is its own token file).
+  schema.string("dtype", "width of one token id in the file (uint8: raw bytes)")
       .default_to("uint16")
-      .one_of({"uint16", "uint32"});
+      .one_of({"uint8", "uint16", "uint32"});
   schema.integer("seq_len", "tokens per sample (each sample reads seq_len + 1)").at_least(1);
   schema.integer("stride", "tokens between window starts; 0 means seq_len (no overlap)")
       .default_to(0)
