@@ -1,0 +1,187 @@
+// callback/jsonl_metrics built through the real loader and factory and driven directly: one
+// parseable JSON object per step with the step's metrics, null for NaN/Inf, rank 0 only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/callback.hpp"
+#include "tessera/model.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Harness {
+  testing::TempDir dir;
+  RunContext run;
+  TrainProgress progress;
+  TrainerControl control;
+  core::BuiltComponents components;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Callback> metrics;
+
+  explicit Harness(const std::string& config, std::int64_t rank = 0) {
+    run.run_dir = (dir.path() / "run").string();
+    run.rank = rank;
+    run.world_size = 2;
+    components = testing::build_components(
+        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 4}}\n"
+        "metrics: {component_key: callback, variant_key: jsonl_metrics, config: " + config + "}\n",
+        run);
+    model = testing::built<Model>(components, "model");
+    metrics = testing::built<Callback>(components, "metrics");
+  }
+
+  CallbackContext context() { return CallbackContext{run, progress, *model, control}; }
+  void begin() {
+    CallbackContext ctx = context();
+    metrics->on_train_begin(ctx);
+  }
+  void step_end(const StepMetrics& m) {
+    progress.step = m.step;
+    CallbackContext ctx = context();
+    metrics->on_step_end(ctx, m);
+  }
+  void end() {
+    CallbackContext ctx = context();
+    metrics->on_train_end(ctx);
+  }
+};
+
+StepMetrics metrics_of(std::int64_t step) {
+  StepMetrics m;
+  m.step = step;
+  m.loss = 3.0 - 0.25 * static_cast<double>(step);
+  m.grad_norm = 0.125 * static_cast<double>(step);
+  m.lr = 6e-4;
+  m.tokens = 512 * step;
+  m.step_tokens = 512;
+  m.target_tokens = 500;
+  m.tokens_per_s = 1024.5;
+  m.step_time_s = 0.5;
+  m.elapsed_s = 0.5 * static_cast<double>(step);
+  return m;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(JsonlMetrics, WritesOneJsonObjectPerStep) {
+  Harness h("{}");
+  const std::string path = h.run.run_dir + "/metrics.jsonl";
+  h.begin();
+  for (std::int64_t step = 1; step <= 3; ++step) h.step_end(metrics_of(step));
+  h.end();
+  const auto lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 3u);
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const nlohmann::json j = nlohmann::json::parse(lines[step - 1]);
+    ASSERT_TRUE(j.is_object());
+    const StepMetrics m = metrics_of(step);
+    EXPECT_EQ(j.at("step").get<std::int64_t>(), step);
+    EXPECT_DOUBLE_EQ(j.at("loss").get<double>(), m.loss);
+    EXPECT_DOUBLE_EQ(j.at("grad_norm").get<double>(), m.grad_norm);
+    EXPECT_DOUBLE_EQ(j.at("lr").get<double>(), m.lr);
+    EXPECT_EQ(j.at("tokens").get<std::int64_t>(), m.tokens);
+    EXPECT_DOUBLE_EQ(j.at("tokens_per_s").get<double>(), m.tokens_per_s);
+    EXPECT_DOUBLE_EQ(j.at("step_time_s").get<double>(), m.step_time_s);
+    EXPECT_EQ(j.at("step_tokens").get<std::int64_t>(), 512);
+    EXPECT_EQ(j.at("target_tokens").get<std::int64_t>(), 500);
+    EXPECT_DOUBLE_EQ(j.at("elapsed_s").get<double>(), m.elapsed_s);
+    EXPECT_EQ(j.at("skipped").get<bool>(), false);
+  }
+}
+
+TEST(JsonlMetrics, NonFiniteValuesAreNullAndExtrasAreWritten) {
+  Harness h("{}");
+  h.begin();
+  StepMetrics m = metrics_of(1);
+  m.loss = std::numeric_limits<double>::quiet_NaN();
+  m.grad_norm = std::numeric_limits<double>::infinity();
+  m.skipped = true;
+  m.extra["mfu"] = 0.25;
+  m.extra["router_entropy"] = std::numeric_limits<double>::quiet_NaN();
+  h.step_end(m);
+  h.end();
+  const auto lines = read_lines(h.run.run_dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  const nlohmann::json j = nlohmann::json::parse(lines[0]);  // throws if NaN leaked into the text
+  EXPECT_TRUE(j.at("loss").is_null());
+  EXPECT_TRUE(j.at("grad_norm").is_null());
+  EXPECT_DOUBLE_EQ(j.at("lr").get<double>(), 6e-4);
+  EXPECT_TRUE(j.at("skipped").get<bool>());
+  EXPECT_DOUBLE_EQ(j.at("mfu").get<double>(), 0.25);
+  EXPECT_TRUE(j.at("router_entropy").is_null());
+}
+
+TEST(JsonlMetrics, EachLineIsOnDiskAfterItsStep) {
+  Harness h("{}");  // flush_every: 1
+  h.begin();
+  h.step_end(metrics_of(1));
+  EXPECT_EQ(read_lines(h.run.run_dir + "/metrics.jsonl").size(), 1u);
+  h.step_end(metrics_of(2));
+  EXPECT_EQ(read_lines(h.run.run_dir + "/metrics.jsonl").size(), 2u);
+}
+
+TEST(JsonlMetrics, FlushesOnException) {
+  Harness h("{flush_every: 1000}");
+  h.begin();
+  h.step_end(metrics_of(1));
+  h.step_end(metrics_of(2));
+  CallbackContext ctx = h.context();
+  h.metrics->on_exception(ctx, "boom");
+  EXPECT_EQ(read_lines(h.run.run_dir + "/metrics.jsonl").size(), 2u);
+}
+
+TEST(JsonlMetrics, TrainBeginStartsAFreshFile) {
+  Harness h("{}");
+  fs::create_directories(h.run.run_dir);
+  std::ofstream(h.run.run_dir + "/metrics.jsonl") << "{\"step\": 99}\n{\"step\": 100}\n";
+  h.begin();
+  h.step_end(metrics_of(1));
+  h.end();
+  const auto lines = read_lines(h.run.run_dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0]).at("step").get<int>(), 1);
+}
+
+TEST(JsonlMetrics, RelativePathIsUnderTheRunDirAbsoluteIsKept) {
+  {
+    Harness h("{path: logs/train.jsonl}");
+    h.begin();
+    h.step_end(metrics_of(1));
+    h.end();
+    EXPECT_EQ(read_lines(h.run.run_dir + "/logs/train.jsonl").size(), 1u);
+  }
+  testing::TempDir elsewhere;
+  const std::string absolute = elsewhere.file("abs/m.jsonl");
+  Harness h("{path: " + absolute + "}");
+  h.begin();
+  h.step_end(metrics_of(1));
+  h.end();
+  EXPECT_EQ(read_lines(absolute).size(), 1u);
+  EXPECT_FALSE(fs::exists(h.run.run_dir + "/metrics.jsonl"));
+}
+
+TEST(JsonlMetrics, OnlyRankZeroWrites) {
+  Harness h("{}", /*rank=*/1);
+  h.begin();
+  h.step_end(metrics_of(1));
+  h.end();
+  EXPECT_FALSE(fs::exists(h.run.run_dir + "/metrics.jsonl"));
+}
+
+}  // namespace
+}  // namespace tessera
