@@ -61,7 +61,8 @@ TEST_F(Cli, ComponentsListsEveryPluginFromItsFile) {
   ASSERT_EQ(run_command(tessera("components"), out), 0) << out;
   for (const char* name : {"model/gpt", "dataset/tokens", "loss/cross_entropy", "optimizer/adamw", "optimizer/sgd",
                            "scheduler/constant", "scheduler/warmup_cosine", "scheduler/linear",
-                           "callback/console_logger", "callback/jsonl_metrics"}) {
+                           "callback/console_logger", "callback/jsonl_metrics", "callback/sample_text",
+                           "tokenizer/bytes"}) {
     EXPECT_NE(out.find(name), std::string::npos) << name;
   }
   EXPECT_NE(out.find("libtessera_optimizer_sgd.so"), std::string::npos);

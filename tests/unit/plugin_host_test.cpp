@@ -33,7 +33,7 @@ TEST(PluginHost, LoadsEveryBundledPluginFromItsOwnFile) {
       {"model", "gpt"},          {"dataset", "tokens"},       {"loss", "cross_entropy"},
       {"optimizer", "adamw"},    {"optimizer", "sgd"},        {"scheduler", "constant"},
       {"scheduler", "warmup_cosine"}, {"scheduler", "linear"}, {"callback", "console_logger"},
-      {"callback", "jsonl_metrics"}, {"callback", "sample_text"}};
+      {"callback", "jsonl_metrics"}, {"callback", "sample_text"}, {"tokenizer", "bytes"}};
   std::set<std::string> files;
   for (const auto& [kind, variant] : expected) {
     const ComponentInfo* info = host.registry().find(kind, variant);

@@ -1,5 +1,6 @@
-// Callback `sample_text`: generates text from the model with a byte-level tokenizer (token id =
-// byte value), logs it and appends it to RUN_DIR/samples.txt. Rank 0 only.
+// Callback `sample_text`: generates text from the model, encoding the prompt and decoding the
+// sample with a component of the plugin-defined kind `tokenizer`, logs it and appends it to
+// RUN_DIR/samples.txt. Rank 0 only.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
@@ -15,24 +16,12 @@
 #include <vector>
 
 #include "tessera/callback.hpp"
+#include "tessera/kinds/tokenizer.hpp"
 #include "tessera/log.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
-
-// Token ids outside a byte (a model with vocab_size > 256) are shown as <id>.
-std::string decode(const std::vector<std::int64_t>& tokens) {
-  std::string text;
-  for (std::int64_t t : tokens) {
-    if (t >= 0 && t < 256) {
-      text += static_cast<char>(t);
-    } else {
-      text += "<" + std::to_string(t) + ">";
-    }
-  }
-  return text;
-}
 
 // One log line per sample: newlines and other non-printable bytes become escapes.
 std::string escape(const std::string& text) {
@@ -75,7 +64,8 @@ class EvalModeGuard {
 class SampleText final : public tessera::Callback {
  public:
   explicit SampleText(const tessera::ComponentConfig& config)
-      : prompt_(config.string("prompt")),
+      : tokenizer_(config.component<tessera::kinds::Tokenizer>("tokenizer")),
+        prompt_(config.string("prompt")),
         max_new_tokens_(config.integer("max_new_tokens")),
         temperature_(config.number("temperature")),
         top_k_(config.integer("top_k")),
@@ -99,11 +89,10 @@ class SampleText final : public tessera::Callback {
  private:
   void sample(tessera::Model& model, std::int64_t step) {
     last_sampled_step_ = step;
-    std::vector<std::int64_t> tokens;
-    for (unsigned char byte : prompt_) tokens.push_back(byte);
+    std::vector<std::int64_t> tokens = tokenizer_->encode(prompt_);
     for (std::int64_t t : tokens) {
-      if (t >= model.vocab_size()) {
-        tessera::log::warn("sample_text: prompt byte ", t, " is outside the model's vocabulary (",
+      if (t < 0 || t >= model.vocab_size()) {
+        tessera::log::warn("sample_text: prompt token ", t, " is outside the model's vocabulary (",
                            model.vocab_size(), "); no sample");
         return;
       }
@@ -113,7 +102,7 @@ class SampleText final : public tessera::Callback {
       c10::NoGradGuard no_grad;
       generate(model, step, tokens);
     }
-    const std::string text = decode(tokens);
+    const std::string text = tokenizer_->decode(tokens);
     tessera::log::info("sample: ", escape(text));
     append_to_file(step, text);
   }
@@ -153,6 +142,7 @@ class SampleText final : public tessera::Callback {
     if (!out) tessera::log::warn("sample_text: cannot write ", samples_path_.string());
   }
 
+  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer_;
   std::string prompt_;
   std::int64_t max_new_tokens_;
   double temperature_;
@@ -165,7 +155,8 @@ class SampleText final : public tessera::Callback {
 
 void register_components(tessera::Registrar& registrar) {
   tessera::Schema schema;
-  schema.string("prompt", "text the sample starts from (one token per byte)").default_to("The ");
+  schema.component("tokenizer", "tokenizer", "turns the prompt into token ids and the sample back into text");
+  schema.string("prompt", "text the sample starts from").default_to("The ");
   schema.integer("max_new_tokens", "tokens to generate").default_to(200).at_least(1);
   schema.number("temperature", "divides the logits; lower is more conservative")
       .default_to(0.8)
@@ -180,7 +171,7 @@ void register_components(tessera::Registrar& registrar) {
       .default_to(-1)
       .at_least(-1);
   registrar.add<tessera::Callback>(
-      "sample_text", "generates byte-level text from the model and logs it, rank 0 only", schema,
+      "sample_text", "generates text from the model and logs it, rank 0 only", schema,
       [](const tessera::ComponentConfig& c) { return std::make_shared<SampleText>(c); });
 }
 

@@ -39,8 +39,13 @@ struct Sampler {
     run.run_dir = (dir.path() / "run").string();
     run.seed = 21;
     run.rank = rank;
+    // The tokenizer is a shared instance the sampler references, as a run spec would write it.
+    const std::string body = config.substr(1, config.size() - 2);
     components = testing::build_components(
-        "sampler: {component_key: callback, variant_key: sample_text, config: " + config + "}\n", run);
+        "tok: {component_key: tokenizer, variant_key: bytes}\n"
+        "sampler: {component_key: callback, variant_key: sample_text, config: {tokenizer: {instance_key: tok}" +
+            (body.find_first_not_of(' ') == std::string::npos ? "" : ", " + body) + "}}\n",
+        run);
     sampler = testing::built<Callback>(components, "sampler");
   }
 
