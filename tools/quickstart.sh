@@ -7,6 +7,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 tools/setup.sh
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
+# Paths relative to the checkout, so every clone (and CI) hits the same cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 cmake --build --preset default --target tessera tessera_plugins
 if [ ! -f data/fortunes/train.bin ]; then
   .venv/bin/python3 tools/data/text_to_tokens.py /usr/share/games/fortunes \

@@ -40,6 +40,8 @@ if ! .venv/bin/python3 -c "import torch, sys; sys.exit(torch.__version__.split('
 fi
 
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
+# Paths relative to the checkout, so every clone (and CI) hits the same cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 if [ ! -f build/CMakeCache.txt ]; then
   cmake --preset default >/dev/null
   echo "setup: configured build/ (cmake --preset default)"

@@ -6,6 +6,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 tools/setup.sh
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
+# Paths relative to the checkout, so every clone (and CI) hits the same cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 start=$(date +%s)
 cmake --build --preset default
 echo "build: $(( $(date +%s) - start )) s"

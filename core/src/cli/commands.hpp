@@ -2,6 +2,8 @@
 // 1 failure at run time. Errors are thrown; main() turns them into one line and a code.
 #pragma once
 
+#include <boost/program_options.hpp>
+
 #include <string>
 #include <vector>
 
@@ -15,6 +17,13 @@ struct UsageError : std::exception {
 };
 
 using Args = std::vector<std::string>;
+
+// Parses `args` against `visible` (what --help shows) and `hidden` (the positional arguments,
+// bound in `positional`). Prints the help and returns false for --help; throws UsageError for
+// anything it cannot parse.
+bool parse_command_line(const Args& args, const boost::program_options::options_description& visible,
+                        const boost::program_options::options_description& hidden,
+                        const boost::program_options::positional_options_description& positional);
 
 int train_command(const Args& args);
 int validate_command(const Args& args);

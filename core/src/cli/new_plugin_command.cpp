@@ -19,21 +19,11 @@ int new_plugin_command(const Args& args) {
       "Writes D/NAME/ (source, CMakeLists.txt, README.md, a test run spec) for a plugin of KIND\n"
       "(" + core::join(core::scaffold_kinds()) + ") that builds with find_package(Tessera).\n\noptions");
   visible.add_options()("dir", po::value<std::string>(&dir), "parent folder (default: .)")("help,h", "show this help");
-  po::options_description all;
-  all.add(visible).add_options()("kind", po::value<std::string>(&kind))("name", po::value<std::string>(&name));
+  po::options_description hidden;
+  hidden.add_options()("kind", po::value<std::string>(&kind))("name", po::value<std::string>(&name));
   po::positional_options_description positional;
   positional.add("kind", 1).add("name", 1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << visible << "\n";
-    return 0;
-  }
+  if (!parse_command_line(args, visible, hidden, positional)) return 0;
   if (kind.empty() || name.empty()) throw UsageError("expected KIND and NAME");
   // A name the loaded plugins already register would be refused as a duplicate at load time.
   core::PluginHost host;

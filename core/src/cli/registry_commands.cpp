@@ -37,24 +37,13 @@ RegistryArgs parse(const Args& args, const std::string& usage, bool with_kind, c
         ("json", po::bool_switch(&parsed.json), "print JSON: every component with its schema")
         ("markdown", po::bool_switch(&parsed.markdown), "print the Markdown of docs/components.md");
   }
-  po::options_description all;
-  all.add(visible);
+  po::options_description hidden;
   po::positional_options_description positional;
   if (positional_name) {
-    all.add_options()(positional_name, po::value<std::string>(&parsed.positional));
+    hidden.add_options()(positional_name, po::value<std::string>(&parsed.positional));
     positional.add(positional_name, 1);
   }
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << visible << "\n";
-    parsed.help = true;
-  }
+  parsed.help = !parse_command_line(args, visible, hidden, positional);
   return parsed;
 }
 

@@ -31,10 +31,24 @@ Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) 
     visible.add_options()("run-dir", po::value<std::string>(&parsed.options.run_dir),
                           "write the run here instead of settings.run_dir");
   }
-  po::options_description all;
-  all.add(visible).add_options()("config", po::value<std::string>(&parsed.options.config_path));
+  po::options_description hidden;
+  hidden.add_options()("config", po::value<std::string>(&parsed.options.config_path));
   po::positional_options_description positional;
   positional.add("config", 1);
+  if (!parse_command_line(args, visible, hidden, positional)) {
+    parsed.help = true;
+  } else if (parsed.options.config_path.empty()) {
+    throw UsageError("missing CONFIG (a run spec YAML file)");
+  }
+  return parsed;
+}
+
+}  // namespace
+
+bool parse_command_line(const Args& args, const po::options_description& visible,
+                        const po::options_description& hidden, const po::positional_options_description& positional) {
+  po::options_description all;
+  all.add(visible).add(hidden);
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
@@ -44,14 +58,10 @@ Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) 
   }
   if (vm.count("help")) {
     std::cout << visible << "\n";
-    parsed.help = true;
-  } else if (parsed.options.config_path.empty()) {
-    throw UsageError("missing CONFIG (a run spec YAML file)");
+    return false;
   }
-  return parsed;
+  return true;
 }
-
-}  // namespace
 
 int train_command(const Args& args) {
   Parsed parsed = parse_run_args(args, "train", true);

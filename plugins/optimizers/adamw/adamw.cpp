@@ -9,36 +9,15 @@
 #include <tuple>
 #include <vector>
 
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "../torch_optimizer.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
 
-// Keys of one parameter's saved state: "param.<index>.<field>", index in parameters() order.
-std::string state_key(std::size_t index, const char* field) {
-  return "param." + std::to_string(index) + "." + field;
-}
-
-const at::Tensor& saved_tensor(const tessera::StateDict& state, const std::string& key) {
-  auto it = state.find(key);
-  if (it == state.end()) throw tessera::Error("optimizer/adamw state: missing " + key);
-  return it->second;
-}
-
-// A copy of a saved moment, placed like the parameter it belongs to.
-at::Tensor restore_like(const at::Tensor& saved, const at::Tensor& param, const std::string& key) {
-  if (saved.sizes() != param.sizes()) {
-    throw tessera::Error("optimizer/adamw state: " + key + " has shape " + c10::str(saved.sizes()) +
-                         " but the parameter has " + c10::str(param.sizes()));
-  }
-  return saved.to(param.options(), /*non_blocking=*/false, /*copy=*/true);
-}
-
-class AdamWOptimizer final : public tessera::Optimizer {
+class AdamWOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim::AdamW> {
  public:
   explicit AdamWOptimizer(const tessera::ComponentConfig& config)
-      : model_(config.component<tessera::Model>("model")), base_lr_(config.number("lr")) {
+      : TorchOptimizer(config.component<tessera::Model>("model"), config.number("lr"), "optimizer/adamw") {
     auto options = torch::optim::AdamWOptions(base_lr_)
                        .betas(std::make_tuple(config.number("beta1"), config.number("beta2")))
                        .eps(config.number("eps"))
@@ -62,64 +41,38 @@ class AdamWOptimizer final : public tessera::Optimizer {
       no_decay.weight_decay(0.0);
       groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(no_decay));
     }
-    optimizer_ = std::make_unique<torch::optim::AdamW>(groups, options);
-    for (const auto& group : optimizer_->param_groups()) {
-      params_.insert(params_.end(), group.params().begin(), group.params().end());
-    }
+    adopt(std::make_unique<torch::optim::AdamW>(groups, options));
   }
-
-  void step() override { optimizer_->step(); }
-  void zero_grad() override { optimizer_->zero_grad(/*set_to_none=*/true); }
-  double base_lr() const override { return base_lr_; }
-  void set_lr(double lr) override {
-    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  }
-  std::vector<at::Tensor> parameters() const override { return params_; }
 
   // Copies, so a later step cannot change a state dict already handed to a checkpoint.
   tessera::StateDict state_dict() const override {
     tessera::StateDict state;
-    const auto& torch_state = optimizer_->state();
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      auto it = torch_state.find(params_[i].unsafeGetTensorImpl());
-      if (it == torch_state.end()) continue;  // never stepped
-      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-      state[state_key(i, "step")] = at::scalar_tensor(s.step(), at::kLong);
-      state[state_key(i, "exp_avg")] = s.exp_avg().clone();
-      state[state_key(i, "exp_avg_sq")] = s.exp_avg_sq().clone();
+      const auto* s = state_of<torch::optim::AdamWParamState>(i);
+      if (!s) continue;  // never stepped
+      state[state_key(i, "step")] = at::scalar_tensor(s->step(), at::kLong);
+      state[state_key(i, "exp_avg")] = s->exp_avg().clone();
+      state[state_key(i, "exp_avg_sq")] = s->exp_avg_sq().clone();
     }
     return state;
   }
 
   void load_state_dict(const tessera::StateDict& state) override {
-    std::size_t used_keys = 0;
-    auto& torch_state = optimizer_->state();
-    torch_state.clear();
+    std::size_t used = 0;
+    clear_state();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const std::string step_key = state_key(i, "step");
       if (state.count(step_key) == 0) continue;  // never stepped when saved
-      const std::string avg_key = state_key(i, "exp_avg");
-      const std::string sq_key = state_key(i, "exp_avg_sq");
+      const std::string avg_key = state_key(i, "exp_avg"), sq_key = state_key(i, "exp_avg_sq");
       auto s = std::make_unique<torch::optim::AdamWParamState>();
-      s->step(saved_tensor(state, step_key).item<std::int64_t>());
-      s->exp_avg(restore_like(saved_tensor(state, avg_key), params_[i], avg_key));
-      s->exp_avg_sq(restore_like(saved_tensor(state, sq_key), params_[i], sq_key));
-      torch_state[params_[i].unsafeGetTensorImpl()] = std::move(s);
-      used_keys += 3;
+      s->step(saved(state, step_key).item<std::int64_t>());
+      s->exp_avg(restore_like(saved(state, avg_key), i, avg_key));
+      s->exp_avg_sq(restore_like(saved(state, sq_key), i, sq_key));
+      set_state(i, std::move(s));
+      used += 3;
     }
-    // Every key must have been used: anything else belongs to another optimizer or model.
-    if (used_keys != state.size()) {
-      throw tessera::Error("optimizer/adamw state: " + std::to_string(state.size() - used_keys) +
-                           " keys are not moments of this optimizer's " +
-                           std::to_string(params_.size()) + " parameters");
-    }
+    check_all_used(state, used, "moments");
   }
-
- private:
-  std::shared_ptr<tessera::Model> model_;  // keeps the parameters alive
-  double base_lr_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::vector<at::Tensor> params_;  // every optimised parameter, in param-group order
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -6,92 +6,58 @@
 #include <string>
 #include <vector>
 
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "../torch_optimizer.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
 
-// Key of one parameter's momentum buffer, index in parameters() order.
-std::string momentum_key(std::size_t index) {
-  return "param." + std::to_string(index) + ".momentum_buffer";
-}
-
-class SgdOptimizer final : public tessera::Optimizer {
+class SgdOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim::SGD> {
  public:
   explicit SgdOptimizer(const tessera::ComponentConfig& config)
-      : model_(config.component<tessera::Model>("model")), base_lr_(config.number("lr")) {
+      : TorchOptimizer(config.component<tessera::Model>("model"), config.number("lr"), "optimizer/sgd") {
     const double momentum = config.number("momentum");
     const bool nesterov = config.boolean("nesterov");
     if (nesterov && momentum <= 0) {
       throw tessera::ConfigError("nesterov needs momentum > 0", "nesterov");
     }
+    std::vector<at::Tensor> trainable;
     for (const at::Tensor& p : model_->parameters()) {
-      if (p.requires_grad()) params_.push_back(p);
+      if (p.requires_grad()) trainable.push_back(p);
     }
-    if (params_.empty()) {
+    if (trainable.empty()) {
       throw tessera::ConfigError("the model has no trainable parameters", "model");
     }
     auto options =
         torch::optim::SGDOptions(base_lr_).momentum(momentum).nesterov(nesterov).weight_decay(
             config.number("weight_decay"));
-    optimizer_ = std::make_unique<torch::optim::SGD>(params_, options);
+    adopt(std::make_unique<torch::optim::SGD>(trainable, options));
   }
-
-  void step() override { optimizer_->step(); }
-  void zero_grad() override { optimizer_->zero_grad(/*set_to_none=*/true); }
-  double base_lr() const override { return base_lr_; }
-  void set_lr(double lr) override {
-    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  }
-  std::vector<at::Tensor> parameters() const override { return params_; }
 
   // Copies, so a later step cannot change a state dict already handed to a checkpoint.
   // Without momentum SGD has no state and the dict is empty.
   tessera::StateDict state_dict() const override {
     tessera::StateDict state;
-    const auto& torch_state = optimizer_->state();
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      auto it = torch_state.find(params_[i].unsafeGetTensorImpl());
-      if (it == torch_state.end()) continue;
-      const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
-      state[momentum_key(i)] = s.momentum_buffer().clone();
+      if (const auto* s = state_of<torch::optim::SGDParamState>(i)) {
+        state[state_key(i, "momentum_buffer")] = s->momentum_buffer().clone();
+      }
     }
     return state;
   }
 
   void load_state_dict(const tessera::StateDict& state) override {
-    std::size_t restored = 0;
-    auto& torch_state = optimizer_->state();
-    torch_state.clear();
+    std::size_t used = 0;
+    clear_state();
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      const std::string key = momentum_key(i);
-      auto it = state.find(key);
-      if (it == state.end()) continue;
-      const at::Tensor& param = params_[i];
-      if (it->second.sizes() != param.sizes()) {
-        throw tessera::Error("optimizer/sgd state: " + key + " has shape " +
-                             c10::str(it->second.sizes()) + " but the parameter has " +
-                             c10::str(param.sizes()));
-      }
+      const std::string key = state_key(i, "momentum_buffer");
+      if (state.count(key) == 0) continue;
       auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(it->second.to(param.options(), /*non_blocking=*/false, /*copy=*/true));
-      torch_state[param.unsafeGetTensorImpl()] = std::move(s);
-      ++restored;
+      s->momentum_buffer(restore_like(saved(state, key), i, key));
+      set_state(i, std::move(s));
+      ++used;
     }
-    // Every key must have been used: anything else belongs to another optimizer or model.
-    if (restored != state.size()) {
-      throw tessera::Error("optimizer/sgd state: " + std::to_string(state.size() - restored) +
-                           " keys are not momentum buffers of this optimizer's " +
-                           std::to_string(params_.size()) + " parameters");
-    }
+    check_all_used(state, used, "momentum buffers");
   }
-
- private:
-  std::shared_ptr<tessera::Model> model_;  // keeps the parameters alive
-  double base_lr_;
-  std::vector<at::Tensor> params_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
 };
 
 void register_components(tessera::Registrar& registrar) {
