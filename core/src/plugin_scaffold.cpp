@@ -110,7 +110,7 @@ class @CLASS@ : public tessera::Loss {
     at::Tensor target = labels.reshape({-1});
     at::Tensor keep = target.ne(tessera::kIgnoreIndex);
     at::Tensor log_p = at::log_softmax(flat, -1).gather(1, target.clamp_min(0).unsqueeze(1)).squeeze(1);
-    return {-(log_p * keep).sum() * scale_, keep.sum()};
+    return {log_p.mul(keep).sum().mul(-scale_), keep.sum()};
   }
 
  private:

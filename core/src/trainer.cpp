@@ -89,6 +89,12 @@ TrainResult Trainer::fit() {
       if (metrics.step == 1) result.first_loss = metrics.loss;
       result.last_loss = metrics.loss;
       for (auto& cb : parts_.callbacks) cb->on_step_end(ctx, metrics);
+      if (control_.save_requested()) {
+        // Nothing in this loop writes checkpoints yet; say so rather than drop the request silently.
+        log::warn("a callback asked for a checkpoint at step ", progress_.step,
+                  ", but this trainer has no checkpoint writer; nothing was saved");
+        control_.clear_save();
+      }
     }
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
     for (auto& cb : parts_.callbacks) cb->on_train_end(ctx);
@@ -165,9 +171,11 @@ StepMetrics Trainer::step() {
 
   StepMetrics m;
   m.step = progress_.step;
-  // The one host synchronisation of the step: the values the sinks log.
-  m.loss = (loss_sum * inv_tokens).item<double>();
-  m.grad_norm = grad_norm.item<double>();
+  // The one host synchronisation of the step: the values the sinks log, in one copy.
+  const at::Tensor logged =
+      at::stack({loss_sum * inv_tokens, grad_norm.to(loss_sum.device())}).to(at::kCPU, at::kDouble);
+  m.loss = logged[0].item<double>();
+  m.grad_norm = logged[1].item<double>();
   const auto t_end = Clock::now();
   m.lr = lr;
   m.tokens = progress_.tokens;

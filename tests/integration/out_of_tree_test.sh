@@ -46,12 +46,17 @@ YAML
 grep -q '"lr":0.01,' <(sed -n 2p "$tmp/run/metrics.jsonl") || fail "step 2 lr: $(sed -n 2p "$tmp/run/metrics.jsonl")"
 grep -q '"lr":0.005,' <(sed -n 3p "$tmp/run/metrics.jsonl") || fail "step 3 lr: $(sed -n 3p "$tmp/run/metrics.jsonl")"
 
-# A scaffolded plugin builds and passes its generated tests as generated.
-"$bin" new-plugin callback my_logger --dir "$tmp" >/dev/null
-cmake -S "$tmp/my_logger" -B "$tmp/my_logger/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null 2>&1 || fail "configure scaffold"
-cmake --build "$tmp/my_logger/build" >"$tmp/scaffold.log" 2>&1 || { cat "$tmp/scaffold.log"; fail "build scaffold"; }
-(cd "$tmp/my_logger/build" && PATH="$tmp/prefix/bin:$PATH" ctest --output-on-failure >"$tmp/scaffold.ctest.log" 2>&1) \
-  || { cat "$tmp/scaffold.ctest.log"; fail "scaffold tests"; }
+# A scaffolded plugin of every kind builds and passes its generated tests as generated.
+for kind in model dataset loss optimizer scheduler callback; do
+  name=my_$kind
+  "$bin" new-plugin "$kind" "$name" --dir "$tmp" >/dev/null
+  cmake -S "$tmp/$name" -B "$tmp/$name/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null 2>&1 \
+    || fail "configure scaffold $kind"
+  cmake --build "$tmp/$name/build" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "build scaffold $kind"; }
+  (cd "$tmp/$name/build" && ctest --output-on-failure >"$tmp/$name.ctest.log" 2>&1) \
+    || { cat "$tmp/$name.ctest.log"; fail "scaffold $kind tests"; }
+  grep -q "2 tests passed\|100% tests passed" "$tmp/$name.ctest.log" || fail "scaffold $kind ran no tests"
+done
 
 after=$(sha256sum "$bin" | cut -d' ' -f1)
 [ "$before" = "$after" ] || fail "the tessera binary changed"
