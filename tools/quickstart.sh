@@ -3,12 +3,7 @@
 # byte tokens, and train configs/quickstart.yaml on the CPU. Extra arguments go to
 # `tessera train`, e.g. tools/quickstart.sh --set trainer.max_steps=50
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-tools/setup.sh
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
-# Paths relative to the checkout, so every clone (and CI) hits the same cache.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cmake --build --preset default --target tessera tessera_plugins
 if [ ! -f data/fortunes/train.bin ]; then
   .venv/bin/python3 tools/data/text_to_tokens.py /usr/share/games/fortunes \

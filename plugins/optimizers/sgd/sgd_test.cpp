@@ -14,65 +14,15 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
+#include "../optimizer_test_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
 namespace {
 
-struct Rig {
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Optimizer> optimizer;
-};
+using namespace optimizer_testing;
 
-const char* kModel =
-    "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 2, n_embd: 8, max_seq_len: 4}}\n";
-
-Rig make(const std::string& config, std::uint64_t seed = 1) {
-  core::seed_everything(seed, "cpu");
-  Rig s;
-  s.components = testing::build_components(
-      std::string(kModel) +
-      "optimizer: {component_key: optimizer, variant_key: sgd, config: {" + config + ", model: {instance_key: model}}}\n");
-  s.model = testing::built<Model>(s.components, "model");
-  s.optimizer = testing::built<Optimizer>(s.components, "optimizer");
-  return s;
-}
-
-at::Tensor gradient_for(const at::Tensor& p, int step) { return at::sin(p.detach() * 3.0 + (step + 1)); }
-
-void set_gradients(const std::vector<at::Tensor>& params, int step) {
-  for (const auto& p : params) p.mutable_grad() = gradient_for(p, step);
-}
-
-void run_steps(Rig& s, int from, int to) {
-  for (int k = from; k < to; ++k) {
-    set_gradients(s.model->parameters(), k);
-    s.optimizer->step();
-    s.optimizer->zero_grad();
-  }
-}
-
-std::vector<at::Tensor> snapshot(const Model& model) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
-void copy_weights(Model& model, const std::vector<at::Tensor>& weights) {
-  c10::NoGradGuard no_grad;
-  auto params = model.parameters();
-  ASSERT_EQ(params.size(), weights.size());
-  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(weights[i]);
-}
-
-bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].equal(b[i])) return false;
-  }
-  return true;
-}
+Rig make(const std::string& config, std::uint64_t seed = 1) { return make_rig("sgd", config, seed); }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
