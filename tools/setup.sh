@@ -13,7 +13,7 @@ TORCH_VERSION=2.11.0
 packages=(build-essential cmake ninja-build ccache git python3 python3-venv
           libboost-dev libboost-program-options-dev libboost-filesystem-dev libyaml-cpp-dev
           libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev protobuf-compiler
-          libprotobuf-dev fortunes)
+          libprotobuf-dev libgloo-dev fortunes)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

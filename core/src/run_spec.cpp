@@ -48,6 +48,9 @@ Schema settings_schema() {
   s.string("device", "cpu, cuda or cuda:N; CUDA is touched only when asked for").default_to("cpu");
   s.boolean("deterministic", "use only deterministic LibTorch kernels").default_to(false);
   s.integer("num_threads", "intra-op CPU threads (0: LibTorch's default)").default_to(0).at_least(0);
+  s.number("collective_timeout_s", "a collective waiting longer for another rank fails the run")
+      .default_to(300.0)
+      .greater_than(0);
   s.string("log_level", "trace, debug, info, warn or error").default_to("info").one_of(
       {"trace", "debug", "info", "warn", "error"});
   return s;
@@ -113,6 +116,7 @@ RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& o
   spec.deterministic = value_as<bool>(settings, "deterministic");
   spec.num_threads = value_as<std::int64_t>(settings, "num_threads");
   spec.log_level = value_as<std::string>(settings, "log_level");
+  spec.collective_timeout_s = value_as<double>(settings, "collective_timeout_s");
 
   const ConfigNode* trainer_node = root.find("trainer");
   auto trainer = read_section(trainer_schema(), trainer_node, top, "trainer");

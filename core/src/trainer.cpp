@@ -2,6 +2,8 @@
 
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/Device.h>
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <csignal>
 
+#include "tessera/communicator.hpp"
 #include "tessera/core/stop_signal.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
@@ -38,6 +41,24 @@ std::vector<at::Tensor> present_grads(const std::vector<at::Tensor>& parameters)
   return grads;
 }
 
+// Sums the gradients and the loss over ranks in one collective. Each rank divided its loss by the
+// global token count, so the sum is the gradient of the whole global batch.
+void all_reduce_gradients(Communicator& comm, std::vector<at::Tensor>& grads, at::Tensor& loss_sum) {
+  std::vector<at::Tensor> pieces;
+  std::vector<std::int64_t> sizes;
+  for (const auto& g : grads) {
+    pieces.push_back(g.reshape({-1}).to(at::kFloat));
+    sizes.push_back(g.numel());
+  }
+  pieces.push_back(loss_sum.reshape({-1}).to(at::kFloat));
+  sizes.push_back(1);
+  at::Tensor buffer = at::cat(pieces);
+  comm.all_reduce(buffer);
+  std::vector<at::Tensor> parts = buffer.split_with_sizes(sizes);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i].copy_(parts[i].view_as(grads[i]));
+  loss_sum.copy_(parts.back().view_as(loss_sum));
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext context)
@@ -48,6 +69,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
+  if (!context_.communicator) throw Error("trainer: the run context has no communicator");
   parts_.model->to(device_);
   parts_.model->train();
   parameters_ = parts_.optimizer->parameters();
@@ -130,6 +152,15 @@ StepMetrics Trainer::step() {
     target_tokens += batches.back().num_target_tokens;
     input_tokens += batches.back().input_ids.numel();
   }
+  Communicator& comm = *context_.communicator;
+  if (comm.world_size() > 1) {
+    // The loss divisor is the target-token count of the step over all ranks. Counted on the host
+    // (a CPU tensor: Gloo), so no device synchronisation.
+    at::Tensor counts = at::tensor({target_tokens, input_tokens}, at::kLong);
+    comm.all_reduce(counts);
+    target_tokens = counts[0].item<std::int64_t>();
+    input_tokens = counts[1].item<std::int64_t>();
+  }
   const auto t_data = Clock::now();
 
   // Dividing every micro-batch's summed loss by the step's token count makes the accumulated
@@ -148,6 +179,7 @@ StepMetrics Trainer::step() {
   const auto t_backward = Clock::now();
 
   std::vector<at::Tensor> grads = present_grads(parameters_);
+  if (comm.world_size() > 1) all_reduce_gradients(comm, grads, loss_sum);
   at::Tensor grad_norm = global_grad_norm(grads);
   for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, grad_norm);
 

@@ -9,6 +9,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/core/component_factory.hpp"
+#include "tessera/core/distributed.hpp"
 #include "tessera/log.hpp"
 
 namespace fs = std::filesystem;
@@ -56,9 +57,13 @@ void seed_everything(std::uint64_t seed, const std::string& device) {
 }
 
 TrainingRun::TrainingRun(const RunOptions& options)
-    : spec_(load_run_spec(options.config_path, options.overrides, options.run_dir)) {
+    : spec_(load_run_spec(options.config_path, options.overrides, options.run_dir)),
+      env_(read_distributed_env()) {
   log::Level level = log::Level::info;
   if (log::parse_level(spec_.log_level, level)) log::set_level(level);
+  spec_.context.rank = env_.rank;
+  spec_.context.world_size = env_.world_size;
+  if (env_.world_size > 1) log::set_prefix("[rank " + std::to_string(env_.rank) + "] ");
   ensure_metrics_sink(spec_.root);
   host_.load_directories(plugin_search_path(spec_.plugin_paths, options.plugin_paths));
   ComponentFactory(host_.registry(), spec_.context).validate(spec_.components());
@@ -68,6 +73,11 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   if (spec_.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   if (spec_.num_threads > 0) at::set_num_threads(static_cast<int>(spec_.num_threads));
   seed_everything(spec_.context.seed, spec_.context.device);
+  spec_.context.communicator =
+      env_.world_size > 1
+          ? make_gloo_communicator(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
+                                             spec_.collective_timeout_s * 1000)))
+          : make_local_communicator();
 
   BuiltComponents built = ComponentFactory(host_.registry(), spec_.context).build(spec_.components());
   TrainerParts parts;
@@ -85,7 +95,7 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
 TrainResult TrainingRun::train() {
   fs::create_directories(spec_.context.run_dir);
   const fs::path resolved = fs::path(spec_.context.run_dir) / "config.yaml";
-  {
+  if (env_.rank == 0) {
     std::ofstream out(resolved);
     out << "# Resolved from " << spec_.source << " (includes, --set overrides and ${...} applied)\n"
         << spec_.root.to_yaml();

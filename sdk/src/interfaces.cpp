@@ -3,6 +3,7 @@
 #include <torch/nn/module.h>
 
 #include "tessera/callback.hpp"
+#include "tessera/communicator.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
@@ -30,6 +31,7 @@ Loss::~Loss() = default;
 Optimizer::~Optimizer() = default;
 Scheduler::~Scheduler() = default;
 Callback::~Callback() = default;
+Communicator::~Communicator() = default;
 
 std::int64_t Model::num_parameters() const {
   std::int64_t n = 0;

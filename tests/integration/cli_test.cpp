@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 #include "test_support.hpp"
 
@@ -225,6 +226,65 @@ TEST_F(Cli, SigtermStopsAfterTheCurrentStep) {
   text << log.rdbuf();
   EXPECT_NE(text.str().find("received SIGTERM"), std::string::npos) << text.str();
   EXPECT_EQ(text.str().find("error"), std::string::npos) << text.str();
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+TEST_F(Cli, TwoRanksOnGlooMatchOneRankWithTwiceTheAccumulation) {
+  std::string out;
+  const std::string common = data_set() + " --set trainer.max_steps=5 --set trainer.micro_batch_size=4";
+  ASSERT_EQ(run_command(tessera("train " + tiny() + common + " --set trainer.grad_accum=2 --run-dir " +
+                                dir_.file("one")), out), 0)
+      << out;
+  // Two processes as torchrun would start them: same command, RANK 0 and 1, one rendezvous.
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const std::string rank_cmd = tessera("train " + tiny() + common + " --set trainer.grad_accum=1" +
+                                       " --set settings.collective_timeout_s=60 --run-dir " + dir_.file("two"));
+  const std::string script = "export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "; RANK=1 " + rank_cmd +
+                             " > " + dir_.file("rank1.log") + " 2>&1 & p=$!; RANK=0 " + rank_cmd + " > " +
+                             dir_.file("rank0.log") + " 2>&1; r0=$?; wait $p; echo rc=$r0,$?";
+  ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
+  std::string log0, log1;
+  run_command("cat " + dir_.file("rank0.log"), log0);
+  run_command("cat " + dir_.file("rank1.log"), log1);
+  ASSERT_NE(out.find("rc=0,0"), std::string::npos) << out << log0 << log1;
+  EXPECT_NE(log1.find("[rank 1]"), std::string::npos) << log1;
+
+  const auto one = read_metrics(dir_.file("one") + "/metrics.jsonl");
+  const auto two = read_metrics(dir_.file("two") + "/metrics.jsonl");
+  ASSERT_EQ(one.size(), 5u);
+  ASSERT_EQ(two.size(), 5u) << "rank 0 alone writes the metrics";
+  for (size_t i = 0; i < one.size(); ++i) {
+    const double l1 = one[i]["loss"], l2 = two[i]["loss"], g1 = one[i]["grad_norm"], g2 = two[i]["grad_norm"];
+    EXPECT_NEAR(l2, l1, 1e-5 * l1) << "step " << i + 1;
+    EXPECT_NEAR(g2, g1, 1e-4 * g1) << "step " << i + 1;
+    EXPECT_EQ(two[i]["tokens"], one[i]["tokens"]) << "tokens are counted over both ranks";
+    EXPECT_EQ(two[i]["target_tokens"], one[i]["target_tokens"]);
+  }
+}
+
+TEST_F(Cli, ARankWhosePeerNeverComesFailsWithinTheTimeout) {
+  std::string out;
+  const std::string port = std::to_string(40000 + ::getpid() % 20000);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_command("WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " +
+                            tessera("train " + tiny() + data_set() + " --set settings.collective_timeout_s=3" +
+                                    " --run-dir " + dir_.file("alone")),
+                        out), 1)
+      << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_NE(out.find("rendezvous at 127.0.0.1:" + port + " failed"), std::string::npos) << out;
+}
+
+TEST_F(Cli, BadRankVariablesAreAConfigError) {
+  std::string out;
+  EXPECT_EQ(run_command("WORLD_SIZE=2 RANK=5 " + tessera("validate " + tiny() + data_set()), out), 2);
+  EXPECT_NE(out.find("RANK 5 is not in a world of WORLD_SIZE 2"), std::string::npos) << out;
 }
 
 }  // namespace

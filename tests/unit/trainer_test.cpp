@@ -5,6 +5,7 @@
 
 #include <csignal>
 
+#include "tessera/core/distributed.hpp"
 #include "tessera/core/stop_signal.hpp"
 #include "tessera/core/training_run.hpp"
 #include "test_support.hpp"
@@ -49,6 +50,7 @@ Built make_trainer(const std::string& yaml, TrainerSettings settings,
                    std::vector<std::shared_ptr<Callback>> callbacks = {}) {
   RunContext context;
   context.seed = 42;
+  context.communicator = make_local_communicator();
   seed_everything(context.seed, "cpu");
   Built b;
   b.components = testing::build_components(yaml, context);

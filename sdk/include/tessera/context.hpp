@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tessera {
+
+class Communicator;
 
 struct RunContext {
   std::string name;      // the run's name (spec key `name`)
@@ -13,6 +16,8 @@ struct RunContext {
   std::string device = "cpu";  // "cpu" or "cuda:N"
   std::int64_t rank = 0;
   std::int64_t world_size = 1;
+  // The other ranks (tessera/communicator.hpp); set by the host for every run, also of one rank.
+  std::shared_ptr<Communicator> communicator;
 };
 
 }  // namespace tessera

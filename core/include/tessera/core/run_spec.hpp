@@ -30,6 +30,7 @@ struct RunSpec {
   std::string log_level = "info";
   bool deterministic = false;
   std::int64_t num_threads = 0;
+  double collective_timeout_s = 300;
   TrainerSettings trainer;
 
   const ConfigNode& components() const;

@@ -1,11 +1,13 @@
-// One run from its spec: resolve the YAML, load the plugins, validate every component, then
-// (for `train`) seed, build, write the resolved config and run the loop. Teardown order is
+// One run from its spec: resolve the YAML, read this process's rank from the environment, load
+// the plugins, validate every component, then (for `train`) join the process group, seed, build,
+// write the resolved config and run the loop. Teardown order is
 // fixed: components, then the registry, then the plugin libraries.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "tessera/core/distributed.hpp"
 #include "tessera/core/plugin_host.hpp"
 #include "tessera/core/run_spec.hpp"
 #include "tessera/core/trainer.hpp"
@@ -34,6 +36,7 @@ class TrainingRun {
 
  private:
   RunSpec spec_;
+  DistributedEnv env_;
   PluginHost host_;
 };
 

@@ -1,0 +1,33 @@
+// The process group of a run: which rank this process is, read from torchrun-compatible
+// variables (or Slurm's), and a Communicator over LibTorch's c10d with TCPStore rendezvous.
+// A world of one needs no variables and makes no connection.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/communicator.hpp"
+
+namespace tessera::core {
+
+struct DistributedEnv {
+  std::int64_t rank = 0;
+  std::int64_t local_rank = 0;
+  std::int64_t world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else SLURM_PROCID, SLURM_LOCALID,
+// SLURM_NTASKS; else a world of one. Throws tessera::ConfigError for inconsistent values.
+DistributedEnv read_distributed_env();
+
+// A world of one: every collective returns at once.
+std::shared_ptr<Communicator> make_local_communicator();
+// Rendezvous through a TCPStore at master_addr:master_port (rank 0 serves it), then a Gloo
+// process group. Every collective throws once `timeout` passes without the other ranks.
+std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout);
+
+}  // namespace tessera::core

@@ -1,0 +1,125 @@
+// The c10d-backed communicator: two ranks as two threads of this process, rendezvous over a real
+// TCPStore on loopback and a real Gloo process group; and reading ranks from the environment.
+#include "tessera/core/distributed.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <cstdlib>
+#include <thread>
+
+#include "tessera/error.hpp"
+
+namespace tessera::core {
+namespace {
+
+struct RankResult {
+  std::vector<at::Tensor> gathered;
+  at::Tensor scattered, broadcast, maxed;
+  std::string error;
+};
+
+void run_rank(DistributedEnv env, RankResult& out) {
+  try {
+    auto comm = make_gloo_communicator(env, std::chrono::seconds(30));
+    ASSERT_EQ(comm->rank(), env.rank);
+    ASSERT_EQ(comm->world_size(), 2);
+    const double r = static_cast<double>(env.rank);
+    at::Tensor mine = at::full({3}, r + 1);
+    out.gathered = {at::zeros({3}), at::zeros({3})};
+    comm->all_gather(out.gathered, mine);
+    // inputs[j] = (rank + 1) * (j + 1): rank j receives the sum over ranks, 3 * (j + 1).
+    std::vector<at::Tensor> inputs = {at::full({2}, (r + 1) * 1), at::full({2}, (r + 1) * 2)};
+    out.scattered = at::zeros({2});
+    comm->reduce_scatter(out.scattered, inputs);
+    out.broadcast = env.rank == 1 ? at::arange(4).to(at::kFloat) : at::zeros({4});
+    comm->broadcast(out.broadcast, 1);
+    out.maxed = at::full({1}, r * 10);
+    comm->all_reduce(out.maxed, ReduceOp::max);
+    comm->barrier();
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+}
+
+TEST(Distributed, GlooCollectivesAcrossTwoRanks) {
+  DistributedEnv env;
+  env.world_size = 2;
+  env.master_port = 30000 + ::getpid() % 20000;
+  RankResult results[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    DistributedEnv e = env;
+    e.rank = r;
+    ranks[r] = std::thread(run_rank, e, std::ref(results[r]));
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_EQ(results[r].error, "");
+    EXPECT_TRUE(results[r].gathered[0].equal(at::full({3}, 1.0)));
+    EXPECT_TRUE(results[r].gathered[1].equal(at::full({3}, 2.0)));
+    EXPECT_TRUE(results[r].scattered.equal(at::full({2}, 3.0 * (r + 1))));
+    EXPECT_TRUE(results[r].broadcast.equal(at::arange(4).to(at::kFloat)));
+    EXPECT_EQ(results[r].maxed.item<double>(), 10.0);
+  }
+}
+
+TEST(Distributed, LocalCommunicatorIsAWorldOfOne) {
+  auto comm = make_local_communicator();
+  EXPECT_EQ(comm->world_size(), 1);
+  at::Tensor t = at::full({2}, 5.0);
+  comm->all_reduce(t);
+  EXPECT_TRUE(t.equal(at::full({2}, 5.0)));
+  std::vector<at::Tensor> out = {at::zeros({2})};
+  comm->all_gather(out, t);
+  EXPECT_TRUE(out[0].equal(t));
+}
+
+class DistributedEnvironment : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* n : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+                          "SLURM_NTASKS", "SLURM_LOCALID"}) {
+      ::unsetenv(n);
+    }
+  }
+};
+
+TEST_F(DistributedEnvironment, TorchrunVariables) {
+  ::setenv("RANK", "3", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  ::setenv("MASTER_ADDR", "10.1.2.3", 1);
+  ::setenv("MASTER_PORT", "1234", 1);
+  DistributedEnv env = read_distributed_env();
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.master_addr, "10.1.2.3");
+  EXPECT_EQ(env.master_port, 1234);
+}
+
+TEST_F(DistributedEnvironment, SlurmVariablesWhenTorchrunsAreAbsent) {
+  ::setenv("SLURM_PROCID", "2", 1);
+  ::setenv("SLURM_NTASKS", "3", 1);
+  ::setenv("SLURM_LOCALID", "0", 1);
+  DistributedEnv env = read_distributed_env();
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.world_size, 3);
+}
+
+TEST_F(DistributedEnvironment, NothingSetIsAWorldOfOneAndBadValuesAreErrors) {
+  EXPECT_EQ(read_distributed_env().world_size, 1);
+  ::setenv("WORLD_SIZE", "two", 1);
+  EXPECT_THROW(read_distributed_env(), ConfigError);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "2", 1);
+  EXPECT_THROW(read_distributed_env(), ConfigError);
+}
+
+}  // namespace
+}  // namespace tessera::core
