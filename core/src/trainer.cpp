@@ -100,13 +100,25 @@ std::string Trainer::stop_reason() const {
   return {};
 }
 
+std::string Trainer::agreed_stop_reason() {
+  std::string reason = stop_reason();
+  Communicator& comm = *context_.communicator;
+  if (comm.world_size() == 1) return reason;
+  // A signal, a callback or the clock may stop one rank before the others; every rank must stop
+  // after the same step, or the others would wait in a collective for it.
+  at::Tensor stop = at::tensor({static_cast<std::int64_t>(reason.empty() ? 0 : 1)}, at::kLong);
+  comm.all_reduce(stop, ReduceOp::max);
+  if (reason.empty() && stop.item<std::int64_t>() != 0) reason = "another rank stopped";
+  return reason;
+}
+
 TrainResult Trainer::fit() {
   started_ = Clock::now();
   auto ctx = callback_context();
   TrainResult result;
   try {
     for (auto& cb : parts_.callbacks) cb->on_train_begin(ctx);
-    while ((result.stop_reason = stop_reason()).empty()) {
+    while ((result.stop_reason = agreed_stop_reason()).empty()) {
       StepMetrics metrics = step();
       if (metrics.step == 1) result.first_loss = metrics.loss;
       result.last_loss = metrics.loss;

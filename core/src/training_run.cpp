@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/Device.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -63,7 +64,10 @@ TrainingRun::TrainingRun(const RunOptions& options)
   if (log::parse_level(spec_.log_level, level)) log::set_level(level);
   spec_.context.rank = env_.rank;
   spec_.context.world_size = env_.world_size;
-  if (env_.world_size > 1) log::set_prefix("[rank " + std::to_string(env_.rank) + "] ");
+  // Under `tessera launch` the launcher prefixes every line; under torchrun or srun, do it here.
+  if (env_.world_size > 1 && !std::getenv("TESSERA_LAUNCHER")) {
+    log::set_prefix("[rank " + std::to_string(env_.rank) + "] ");
+  }
   ensure_metrics_sink(spec_.root);
   host_.load_directories(plugin_search_path(spec_.plugin_paths, options.plugin_paths));
   ComponentFactory(host_.registry(), spec_.context).validate(spec_.components());

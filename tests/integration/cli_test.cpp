@@ -281,6 +281,39 @@ TEST_F(Cli, ARankWhosePeerNeverComesFailsWithinTheTimeout) {
   EXPECT_NE(out.find("rendezvous at 127.0.0.1:" + port + " failed"), std::string::npos) << out;
 }
 
+TEST_F(Cli, LaunchStartsRanksPrefixesOutputAndForwardsSigterm) {
+  const std::string run_dir = dir_.file("launched");
+  const std::string metrics = run_dir + "/metrics.jsonl";
+  // SIGTERM to the launcher reaches both ranks; they agree on the step to stop after and exit 0.
+  const std::string script =
+      tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() +
+              " --set trainer.max_steps=100000 --run-dir " + run_dir) + " > " + dir_.file("launch.log") +
+      " 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
+      ") -ge 3 ] && break; sleep 0.1; done; kill -TERM $p; wait $p; echo rc=$?";
+  std::string out;
+  ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
+  std::string log;
+  run_command("cat " + dir_.file("launch.log"), log);
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out << log;
+  EXPECT_NE(log.find("[rank 0] "), std::string::npos) << log;
+  EXPECT_NE(log.find("[rank 1] "), std::string::npos) << log;
+  EXPECT_NE(log.find("received SIGTERM"), std::string::npos) << log;
+}
+
+TEST_F(Cli, LaunchStopsEveryRankWhenOneFails) {
+  // Only rank 0's data file exists: rank 1 fails while building, and rank 0 must not hang.
+  std::filesystem::copy_file(data_, data_ + "0");
+  std::string out;
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = run_command(tessera("launch --nproc-per-node 2 --grace-s 2 -- train " + tiny() +
+                                     " '--set' 'components.train_data.config.path=" + data_ + "${env:RANK}'" +
+                                     " --set settings.collective_timeout_s=60 --run-dir " + dir_.file("fail")),
+                             out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_NE(out.find("stopping the other ranks"), std::string::npos) << out;
+}
+
 TEST_F(Cli, BadRankVariablesAreAConfigError) {
   std::string out;
   EXPECT_EQ(run_command("WORLD_SIZE=2 RANK=5 " + tessera("validate " + tiny() + data_set()), out), 2);

@@ -31,5 +31,6 @@ int components_command(const Args& args);
 int describe_command(const Args& args);
 int schema_command(const Args& args);
 int new_plugin_command(const Args& args);
+int launch_command(const Args& args);
 
 }  // namespace tessera::cli

@@ -22,6 +22,8 @@ const char* kUsage =
     "  describe KIND/VARIANT\n"
     "                     show a component's config schema (also: describe trainer|settings)\n"
     "  schema             print a JSON Schema of the run spec (for editors)\n"
+    "  launch --nproc-per-node N -- COMMAND ...\n"
+    "                     start N ranks of COMMAND (e.g. train CONFIG) with torchrun's variables\n"
     "  new-plugin KIND NAME [--dir D]\n"
     "                     scaffold a plugin that builds against the installed SDK\n"
     "\n"
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
       {"describe", cli::describe_command},
       {"schema", cli::schema_command},
       {"new-plugin", cli::new_plugin_command},
+      {"launch", cli::launch_command},
   };
   auto it = commands.find(argv[1]);
   if (it == commands.end()) {

@@ -51,6 +51,8 @@ class Trainer {
 
  private:
   std::string stop_reason() const;
+  // stop_reason(), agreed by all ranks: if one stops, all stop after this step.
+  std::string agreed_stop_reason();
   CallbackContext callback_context();
   double elapsed_s() const;
 

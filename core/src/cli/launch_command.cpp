@@ -1,0 +1,193 @@
+// `tessera launch --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
+//  -- COMMAND ARGS...`: starts N ranks of this binary on this node with torchrun's variables,
+// prefixes every line they print with their rank, forwards SIGINT/SIGTERM, and when one rank
+// fails stops the others (SIGTERM, then SIGKILL after a grace period) and exits non-zero.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+
+#include "commands.hpp"
+#include "tessera/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace tessera::cli {
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+extern "C" void remember_signal(int sig) { g_forward_signal.store(sig); }
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  int out = -1;          // read end of the rank's stdout+stderr
+  std::string pending;   // a line not yet finished
+  bool running = true;
+  int exit_code = 0;
+};
+
+// A port the OS says is free now, for a single-node run that names none.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 29500;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+void flush_lines(Rank& r, bool all) {
+  size_t start = 0;
+  for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::cout << "[rank " << r.rank << "] " << r.pending.substr(start, nl - start) << "\n";
+  }
+  r.pending.erase(0, start);
+  if (all && !r.pending.empty()) {
+    std::cout << "[rank " << r.rank << "] " << r.pending << "\n";
+    r.pending.clear();
+  }
+  std::cout.flush();
+}
+
+}  // namespace
+
+int launch_command(const Args& all_args) {
+  // Everything after "--" is the command each rank runs.
+  auto dash = std::find(all_args.begin(), all_args.end(), "--");
+  const Args args(all_args.begin(), dash);
+  const Args command(dash == all_args.end() ? dash : dash + 1, all_args.end());
+
+  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
+  std::string master_addr = "127.0.0.1";
+  double grace_s = 5;
+  po::options_description visible(
+      "usage: tessera launch --nproc-per-node N [options] -- COMMAND [ARGS...]\n"
+      "e.g.   tessera launch --nproc-per-node 2 -- train configs/quickstart.yaml\n\noptions");
+  visible.add_options()
+      ("nproc-per-node", po::value<int>(&nproc), "ranks to start on this node")
+      ("nnodes", po::value<int>(&nnodes), "nodes in the run (default 1)")
+      ("node-rank", po::value<int>(&node_rank), "this node's index (default 0)")
+      ("master-addr", po::value<std::string>(&master_addr), "address of rank 0 (default 127.0.0.1)")
+      ("master-port", po::value<int>(&master_port), "port of rank 0's store (default: a free port; required with --nnodes > 1)")
+      ("grace-s", po::value<double>(&grace_s), "seconds between SIGTERM and SIGKILL when stopping ranks (default 5)")
+      ("help,h", "show this help");
+  if (!parse_command_line(args, visible, po::options_description{}, po::positional_options_description{})) return 0;
+  if (command.empty()) throw UsageError("expected -- COMMAND, e.g. -- train CONFIG");
+  if (nproc < 1 || nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
+    throw UsageError("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes");
+  }
+  if (master_port == 0) {
+    if (nnodes > 1) throw UsageError("--master-port is required with --nnodes > 1");
+    master_port = free_port();
+  }
+  const std::string self = boost::dll::program_location().string();
+  const int world = nproc * nnodes;
+
+  std::vector<Rank> ranks(static_cast<size_t>(nproc));
+  for (int local = 0; local < nproc; ++local) {
+    Rank& r = ranks[static_cast<size_t>(local)];
+    r.rank = node_rank * nproc + local;
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) throw Error(std::string("launch: pipe failed: ") + std::strerror(errno));
+    r.pid = ::fork();
+    if (r.pid < 0) throw Error(std::string("launch: fork failed: ") + std::strerror(errno));
+    if (r.pid == 0) {
+      ::dup2(pipe_fds[1], STDOUT_FILENO);
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      ::setenv("RANK", std::to_string(r.rank).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
+      ::setenv("TESSERA_LAUNCHER", "1", 1);  // the launcher prefixes lines; ranks need not
+      std::vector<char*> argv{const_cast<char*>(self.c_str())};
+      for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(self.c_str(), argv.data());
+      std::perror("launch: exec");
+      ::_exit(127);
+    }
+    ::close(pipe_fds[1]);
+    r.out = pipe_fds[0];
+  }
+
+  std::signal(SIGINT, remember_signal);
+  std::signal(SIGTERM, remember_signal);
+  int first_failure = 0;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto signal_all = [&](int sig) {
+    for (auto& r : ranks) {
+      if (r.running) ::kill(r.pid, sig);
+    }
+  };
+
+  size_t open_pipes = ranks.size();
+  while (open_pipes > 0 || std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; })) {
+    if (int sig = g_forward_signal.exchange(0)) {
+      std::cerr << "launch: forwarding signal " << sig << " to every rank\n";
+      signal_all(sig);
+    }
+    std::vector<pollfd> fds;
+    for (auto& r : ranks) {
+      if (r.out >= 0) fds.push_back({r.out, POLLIN, 0});
+    }
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+    else ::usleep(100 * 1000);
+    for (auto& r : ranks) {
+      if (r.out < 0) continue;
+      pollfd p{r.out, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::read(r.out, buffer, sizeof buffer);
+      if (n > 0) {
+        r.pending.append(buffer, static_cast<size_t>(n));
+        flush_lines(r, false);
+      } else {
+        flush_lines(r, true);
+        ::close(r.out);
+        r.out = -1;
+        --open_pipes;
+      }
+    }
+    for (auto& r : ranks) {
+      int status = 0;
+      if (!r.running || ::waitpid(r.pid, &status, WNOHANG) != r.pid) continue;
+      r.running = false;
+      r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (r.exit_code != 0 && first_failure == 0 && !stopping) {
+        first_failure = r.exit_code;
+        std::cerr << "launch: rank " << r.rank << " exited with " << r.exit_code << "; stopping the other ranks\n";
+        stopping = true;
+        signal_all(SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(grace_s * 1000));
+      }
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
+      signal_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::time_point::max();
+    }
+  }
+  return first_failure;
+}
+
+}  // namespace tessera::cli
