@@ -75,4 +75,34 @@ inline bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Te
   return true;
 }
 
+// The resume contract every optimizer keeps: the state after 2 of 5 steps is a copy (a later
+// step does not change it), and a freshly built optimizer on another init, given the saved
+// weights and state, ends bit for bit where the uninterrupted run does, while the same weights
+// without the state do not. Returns the saved state for per-optimizer key checks.
+inline StateDict expect_exact_resume(const std::string& variant, const std::string& config) {
+  Rig uninterrupted = make_rig(variant, config, 1);
+  run_steps(uninterrupted, 0, 5);
+
+  Rig first = make_rig(variant, config, 1);
+  run_steps(first, 0, 2);
+  const StateDict state = first.optimizer->state_dict();
+  StateDict saved;
+  for (const auto& [key, value] : state) saved[key] = value.clone();
+  const auto weights = snapshot(*first.model);
+  run_steps(first, 2, 3);
+  for (const auto& [key, value] : state) EXPECT_TRUE(value.equal(saved.at(key))) << key << " is not a copy";
+
+  Rig resumed = make_rig(variant, config, 99);
+  copy_weights(*resumed.model, weights);
+  resumed.optimizer->load_state_dict(state);
+  run_steps(resumed, 2, 5);
+  EXPECT_TRUE(all_equal(snapshot(*resumed.model), snapshot(*uninterrupted.model)));
+
+  Rig without_state = make_rig(variant, config, 99);
+  copy_weights(*without_state.model, weights);
+  run_steps(without_state, 2, 5);
+  EXPECT_FALSE(all_equal(snapshot(*without_state.model), snapshot(*uninterrupted.model)));
+  return state;
+}
+
 }  // namespace tessera::optimizer_testing
