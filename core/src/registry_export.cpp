@@ -135,8 +135,6 @@ nlohmann::json run_spec_json_schema(const Registry& registry) {
     }
   }
   components["properties"] = properties;
-  Schema plugin_schema;
-  plugin_schema.strings("paths", "directories searched for plugins first").default_to(std::vector<std::string>{});
   return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
           {"title", std::string("Tessera run spec (SDK ABI ") + std::to_string(kSdkAbiVersion) + ")"},
           {"type", "object"},
@@ -144,7 +142,7 @@ nlohmann::json run_spec_json_schema(const Registry& registry) {
            {{"name", {{"type", "string"}, {"description", "the run's name"}}},
             {"include", {{"anyOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}}}},
                          {"description", "files merged first; this file wins"}}},
-            {"plugins", section_schema(plugin_schema)},
+            {"plugins", section_schema(plugins_schema())},
             {"settings", section_schema(settings_schema())},
             {"trainer", section_schema(trainer_schema())},
             {"components", components}}},

@@ -41,6 +41,12 @@ const std::vector<ComponentRole>& trainer_roles() {
   return roles;
 }
 
+Schema plugins_schema() {
+  Schema s;
+  s.strings("paths", "directories searched for plugins first").default_to(std::vector<std::string>{});
+  return s;
+}
+
 Schema settings_schema() {
   Schema s;
   s.integer("seed", "the one seed every RNG derives from").default_to(1234).at_least(0);
@@ -93,9 +99,7 @@ RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& o
   }
 
   if (const ConfigNode* plugins = root.find("plugins")) {
-    Schema plugin_schema;
-    plugin_schema.strings("paths", "directories searched for plugins first").default_to(std::vector<std::string>{});
-    auto values = read_section(plugin_schema, plugins, plugins->pos(), "plugins");
+    auto values = read_section(plugins_schema(), plugins, plugins->pos(), "plugins");
     spec.plugin_paths = value_as<std::vector<std::string>>(values, "paths");
   }
 

@@ -46,6 +46,7 @@ struct ComponentRole {
 };
 const std::vector<ComponentRole>& trainer_roles();
 
+Schema plugins_schema();
 Schema settings_schema();
 Schema trainer_schema();
 
