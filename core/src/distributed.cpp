@@ -2,6 +2,10 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 
@@ -28,19 +32,30 @@ std::int64_t integer_env(std::initializer_list<const char*> names, std::int64_t 
   return n;
 }
 
+class DoneCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
 class LocalCommunicator final : public Communicator {
  public:
   std::int64_t rank() const override { return 0; }
   std::int64_t world_size() const override { return 1; }
-  void all_reduce(at::Tensor&, ReduceOp) override {}
-  void all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
+  std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor&, ReduceOp) override { return done(); }
+  std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
     outputs.at(0).copy_(input);
+    return done();
   }
-  void reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, ReduceOp) override {
+  std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
+                                                          ReduceOp) override {
     output.copy_(inputs.at(0));
+    return done();
   }
   void broadcast(at::Tensor&, std::int64_t) override {}
   void barrier() override {}
+
+ private:
+  static std::shared_ptr<PendingCollective> done() { return std::make_shared<DoneCollective>(); }
 };
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
@@ -52,46 +67,109 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
-// Every call waits for its work: the trainer's steps are synchronous points anyway, and a lost
-// rank then surfaces as an exception (the process group's timeout) instead of a hang.
+// A c10d work item. NCCL only takes device tensors, so host tensors given to an NCCL group travel
+// through device copies (`staged`): copied back to the caller's tensors once the work is done.
+class C10dCollective final : public PendingCollective {
+ public:
+  C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::vector<std::pair<at::Tensor, at::Tensor>> staged = {})
+      : work_(std::move(work)), staged_(std::move(staged)) {}
+  void wait() override {
+    if (!work_) return;
+    work_->wait();
+    work_.reset();
+    for (auto& [host, device] : staged_) host.copy_(device);
+    staged_.clear();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
+};
+
+// A lost rank surfaces as an exception from wait() (the process group's timeout), not a hang.
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world)
-      : backend_(std::move(backend)), rank_(rank), world_(world) {}
+  // `device`: where an NCCL group needs its tensors; CPU for Gloo, which takes them as they are.
+  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world, c10::Device device)
+      : backend_(std::move(backend)), rank_(rank), world_(world), device_(device) {}
 
   std::int64_t rank() const override { return rank_; }
   std::int64_t world_size() const override { return world_; }
 
-  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
-    std::vector<at::Tensor> tensors{tensor};
+  std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    Staging staging(device_);
+    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
-    backend_->allreduce(tensors, options)->wait();
+    return staging.pending(backend_->allreduce(tensors, options));
   }
-  void all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
-    std::vector<std::vector<at::Tensor>> out{outputs};
-    std::vector<at::Tensor> in{input};
-    backend_->allgather(out, in)->wait();
+  std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
+    Staging staging(device_);
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (auto& o : outputs) out[0].push_back(staging.in_out(o));
+    std::vector<at::Tensor> in{staging.in(input)};
+    return staging.pending(backend_->allgather(out, in));
   }
-  void reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, ReduceOp op) override {
-    std::vector<at::Tensor> out{output};
-    std::vector<std::vector<at::Tensor>> in{inputs};
+  std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
+                                                          ReduceOp op) override {
+    Staging staging(device_);
+    std::vector<at::Tensor> out{staging.in_out(output)};
+    std::vector<std::vector<at::Tensor>> in(1);
+    for (auto& i : inputs) in[0].push_back(staging.in(i));
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op);
-    backend_->reduce_scatter(out, in, options)->wait();
+    return staging.pending(backend_->reduce_scatter(out, in, options));
   }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
-    std::vector<at::Tensor> tensors{tensor};
+    Staging staging(device_);
+    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    backend_->broadcast(tensors, options)->wait();
+    staging.pending(backend_->broadcast(tensors, options))->wait();
   }
   void barrier() override { backend_->barrier()->wait(); }
 
  private:
+  // Moves host tensors to an NCCL group's device and remembers which to copy back.
+  class Staging {
+   public:
+    explicit Staging(c10::Device device) : device_(device) {}
+    at::Tensor in(const at::Tensor& t) { return needs_copy(t) ? t.to(device_) : t; }
+    at::Tensor in_out(const at::Tensor& t) {
+      if (!needs_copy(t)) return t;
+      at::Tensor d = t.to(device_);
+      staged_.emplace_back(t, d);
+      return d;
+    }
+    std::shared_ptr<PendingCollective> pending(c10::intrusive_ptr<c10d::Work> work) {
+      return std::make_shared<C10dCollective>(std::move(work), std::move(staged_));
+    }
+
+   private:
+    bool needs_copy(const at::Tensor& t) const { return !device_.is_cpu() && t.device() != device_; }
+    c10::Device device_;
+    std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
+  };
+
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::int64_t rank_, world_;
+  c10::Device device_;
 };
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const DistributedEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
+  store_options.waitWorkers = true;
+  store_options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
+                std::to_string(env.master_port) + " failed: " + e.what());
+  }
+}
 
 }  // namespace
 
@@ -115,23 +193,39 @@ DistributedEnv read_distributed_env() {
 std::shared_ptr<Communicator> make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
 
 std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
-  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
-  store_options.waitWorkers = true;
-  store_options.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const std::exception& e) {
-    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
-                std::to_string(env.master_port) + " failed: " + e.what());
-  }
+  auto store = rendezvous(env, timeout);
   auto options = c10d::ProcessGroupGloo::Options::create_default(timeout);
   auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank),
                                                              static_cast<int>(env.world_size), options);
-  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size);
+  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, c10::Device(c10::kCPU));
+}
+
+bool nccl_available() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
+                                                     c10::Device device) {
+#ifdef USE_C10D_NCCL
+  if (!device.is_cuda() || !device.has_index()) {
+    throw Error("NCCL needs a CUDA device with an index, got " + device.str());
+  }
+  // One device per local rank: the group's communicators and streams belong to this device.
+  c10::cuda::set_device(device.index());
+  auto store = rendezvous(env, timeout);
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(env.rank),
+                                                             static_cast<int>(env.world_size), options);
+  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device);
+#else
+  (void)env, (void)timeout;
+  throw Error("this Tessera was built without NCCL (LibTorch without USE_C10D_NCCL); cannot use " + device.str());
+#endif
 }
 
 }  // namespace tessera::core

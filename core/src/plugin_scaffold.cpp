@@ -36,12 +36,15 @@ class @CLASS@ : public tessera::Model {
         embed_(register_module("embed", torch::nn::Embedding(vocab_, dim_))),
         head_(register_module("head", torch::nn::Linear(dim_, vocab_))) {}
 
-  at::Tensor forward(const at::Tensor& input_ids) override {
-    return head_->forward(embed_->forward(input_ids));
-  }
   std::int64_t vocab_size() const override { return vocab_; }
   std::int64_t max_seq_len() const override { return std::int64_t{1} << 30; }
   double flops_per_token(std::int64_t) const override { return 6.0 * double(dim_) * double(vocab_); }
+
+ protected:
+  // Callers use forward(), which runs this between a sharding strategy's hooks.
+  at::Tensor compute(const at::Tensor& input_ids) override {
+    return head_->forward(embed_->forward(input_ids));
+  }
 
  private:
   std::int64_t vocab_, dim_;

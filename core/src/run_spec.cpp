@@ -36,6 +36,8 @@ const std::vector<ComponentRole>& trainer_roles() {
       {"loss", "loss", true, false, "the training loss"},
       {"optimizer", "optimizer", true, false, "updates the model's parameters"},
       {"scheduler", "scheduler", false, false, "learning-rate multiplier per step (default: constant 1)"},
+      {"parallel", "parallel", false, false,
+       "how the ranks share a step: ddp, zero1, zero2 or fsdp (default: ddp when there are several ranks)"},
       {"callbacks", "callback", false, true, "called at the loop's events, in list order"},
   };
   return roles;

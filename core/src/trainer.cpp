@@ -15,6 +15,7 @@
 #include "tessera/core/stop_signal.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
+#include "tessera/parallel.hpp"
 
 namespace tessera::core {
 namespace {
@@ -41,22 +42,10 @@ std::vector<at::Tensor> present_grads(const std::vector<at::Tensor>& parameters)
   return grads;
 }
 
-// Sums the gradients and the loss over ranks in one collective. Each rank divided its loss by the
-// global token count, so the sum is the gradient of the whole global batch.
-void all_reduce_gradients(Communicator& comm, std::vector<at::Tensor>& grads, at::Tensor& loss_sum) {
-  std::vector<at::Tensor> pieces;
-  std::vector<std::int64_t> sizes;
-  for (const auto& g : grads) {
-    pieces.push_back(g.reshape({-1}).to(at::kFloat));
-    sizes.push_back(g.numel());
-  }
-  pieces.push_back(loss_sum.reshape({-1}).to(at::kFloat));
-  sizes.push_back(1);
-  at::Tensor buffer = at::cat(pieces);
-  comm.all_reduce(buffer);
-  std::vector<at::Tensor> parts = buffer.split_with_sizes(sizes);
-  for (size_t i = 0; i < grads.size(); ++i) grads[i].copy_(parts[i].view_as(grads[i]));
-  loss_sum.copy_(parts.back().view_as(loss_sum));
+std::int64_t bytes_of(const StateDict& state) {
+  std::int64_t n = 0;
+  for (const auto& [key, t] : state) n += static_cast<std::int64_t>(t.nbytes());
+  return n;
 }
 
 }  // namespace
@@ -73,8 +62,30 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   parts_.model->to(device_);
   parts_.model->train();
   parameters_ = parts_.optimizer->parameters();
+  if (parts_.parallel) {
+    parts_.parallel->setup(*parts_.model, *parts_.optimizer, *context_.communicator);
+  } else if (context_.world_size > 1) {
+    throw Error("trainer: a run of " + std::to_string(context_.world_size) +
+                " ranks needs a parallel strategy (components.parallel)");
+  }
   parts_.train_data->set_shard(context_.rank, context_.world_size);
   progress_.max_steps = settings_.max_steps;
+}
+
+MemoryReport Trainer::measure_memory() const {
+  MemoryReport report;
+  if (parts_.parallel) {
+    const ParallelMemory held = parts_.parallel->memory();
+    report.parameters = held.parameters;
+    report.gradients = held.gradients;
+  } else {
+    for (const auto& p : parameters_) {
+      report.parameters += static_cast<std::int64_t>(p.nbytes());
+      if (p.grad().defined()) report.gradients += static_cast<std::int64_t>(p.grad().nbytes());
+    }
+  }
+  report.optimizer_state = bytes_of(parts_.optimizer->state_dict());
+  return report;
 }
 
 double Trainer::elapsed_s() const { return seconds_between(started_, Clock::now()); }
@@ -166,8 +177,8 @@ StepMetrics Trainer::step() {
   }
   Communicator& comm = *context_.communicator;
   if (comm.world_size() > 1) {
-    // The loss divisor is the target-token count of the step over all ranks. Counted on the host
-    // (a CPU tensor: Gloo), so no device synchronisation.
+    // The loss divisor is the target-token count of the step over all ranks. Counted on the host,
+    // so no device synchronisation (an NCCL group stages the two numbers through the device).
     at::Tensor counts = at::tensor({target_tokens, input_tokens}, at::kLong);
     comm.all_reduce(counts);
     target_tokens = counts[0].item<std::int64_t>();
@@ -179,7 +190,9 @@ StepMetrics Trainer::step() {
   // gradient exactly that of one big batch, however unevenly tokens fall across micro-batches.
   const double inv_tokens = 1.0 / static_cast<double>(std::max<std::int64_t>(target_tokens, 1));
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  for (auto& batch : batches) {
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    Batch& batch = batches[i];
+    if (parts_.parallel) parts_.parallel->begin_micro_batch(static_cast<std::int64_t>(i), settings_.grad_accum);
     at::Tensor inputs = batch.input_ids.to(device_, /*non_blocking=*/true);
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);
     at::Tensor logits = parts_.model->forward(inputs);
@@ -190,9 +203,20 @@ StepMetrics Trainer::step() {
   batches.clear();
   const auto t_backward = Clock::now();
 
-  std::vector<at::Tensor> grads = present_grads(parameters_);
-  if (comm.world_size() > 1) all_reduce_gradients(comm, grads, loss_sum);
-  at::Tensor grad_norm = global_grad_norm(grads);
+  std::vector<at::Tensor> grads;
+  at::Tensor grad_norm;
+  if (parts_.parallel) {
+    parts_.parallel->finish_gradients();
+    grads = parts_.parallel->gradients();
+    // The loss and the squared norm summed over ranks in one collective (a no-op for one rank).
+    at::Tensor sums = at::stack({loss_sum, parts_.parallel->grad_norm_squared_share().to(loss_sum.device(), at::kFloat)});
+    comm.all_reduce(sums);
+    loss_sum = sums[0];
+    grad_norm = sums[1].sqrt();
+  } else {
+    grads = present_grads(parameters_);
+    grad_norm = global_grad_norm(grads);
+  }
   for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, grad_norm);
 
   const double lr = parts_.optimizer->base_lr() *
@@ -205,9 +229,17 @@ StepMetrics Trainer::step() {
       at::_foreach_mul_(grads, coef.to(grads.front().scalar_type()));
     }
     parts_.optimizer->set_lr(lr);
-    parts_.optimizer->step();
+    if (parts_.parallel) {
+      parts_.parallel->optimizer_step(*parts_.optimizer);
+    } else {
+      parts_.optimizer->step();
+    }
   }
-  parts_.optimizer->zero_grad();
+  if (parts_.parallel) {
+    parts_.parallel->zero_grad(*parts_.optimizer);
+  } else {
+    parts_.optimizer->zero_grad();
+  }
   const auto t_optimizer = Clock::now();
 
   progress_.step += 1;
@@ -233,6 +265,13 @@ StepMetrics Trainer::step() {
   m.extra["time_data_s"] = seconds_between(t_begin, t_data);
   m.extra["time_forward_backward_s"] = seconds_between(t_data, t_backward);
   m.extra["time_optimizer_s"] = seconds_between(t_backward, t_optimizer);
+  // Optimizer state exists from the first update on (LibTorch optimizers create it lazily).
+  if (progress_.step == 1) {
+    memory_ = measure_memory();
+    log::info("memory held by rank ", context_.rank, " between steps: parameters ", memory_.parameters,
+              " B, gradients ", memory_.gradients, " B, optimizer state ", memory_.optimizer_state, " B, total ",
+              memory_.total(), " B");
+  }
   return m;
 }
 

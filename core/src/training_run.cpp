@@ -12,6 +12,7 @@
 #include "tessera/core/component_factory.hpp"
 #include "tessera/core/distributed.hpp"
 #include "tessera/log.hpp"
+#include "tessera/parallel.hpp"
 
 namespace fs = std::filesystem;
 
@@ -34,6 +35,17 @@ void ensure_metrics_sink(ConfigNode& root) {
   sink.set("component_key", ConfigNode::make_scalar("callback", true, pos));
   sink.set("variant_key", ConfigNode::make_scalar("jsonl_metrics", true, pos));
   callbacks->items().push_back(std::move(sink));
+}
+
+// A run of several ranks needs a strategy: ddp unless the spec names one.
+void ensure_parallel_strategy(ConfigNode& root, std::int64_t world_size) {
+  ConfigNode* components = root.find("components");
+  if (world_size == 1 || !components || !components->is_map() || components->find("parallel")) return;
+  const SourcePos pos{"(default parallel strategy for " + std::to_string(world_size) + " ranks)"};
+  ConfigNode ddp = ConfigNode::make_map(pos);
+  ddp.set("component_key", ConfigNode::make_scalar("parallel", true, pos));
+  ddp.set("variant_key", ConfigNode::make_scalar("ddp", true, pos));
+  components->set("parallel", std::move(ddp));
 }
 
 template <class T>
@@ -64,11 +76,14 @@ TrainingRun::TrainingRun(const RunOptions& options)
   if (log::parse_level(spec_.log_level, level)) log::set_level(level);
   spec_.context.rank = env_.rank;
   spec_.context.world_size = env_.world_size;
+  // One GPU per local rank: "cuda" means cuda:LOCAL_RANK.
+  if (spec_.context.device == "cuda") spec_.context.device = "cuda:" + std::to_string(env_.local_rank);
   // Under `tessera launch` the launcher prefixes every line; under torchrun or srun, do it here.
   if (env_.world_size > 1 && !std::getenv("TESSERA_LAUNCHER")) {
     log::set_prefix("[rank " + std::to_string(env_.rank) + "] ");
   }
   ensure_metrics_sink(spec_.root);
+  ensure_parallel_strategy(spec_.root, env_.world_size);
   host_.load_directories(plugin_search_path(spec_.plugin_paths, options.plugin_paths));
   ComponentFactory(host_.registry(), spec_.context).validate(spec_.components());
 }
@@ -77,11 +92,14 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   if (spec_.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   if (spec_.num_threads > 0) at::set_num_threads(static_cast<int>(spec_.num_threads));
   seed_everything(spec_.context.seed, spec_.context.device);
-  spec_.context.communicator =
-      env_.world_size > 1
-          ? make_gloo_communicator(env_, std::chrono::milliseconds(static_cast<std::int64_t>(
-                                             spec_.collective_timeout_s * 1000)))
-          : make_local_communicator();
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(spec_.collective_timeout_s * 1000));
+  if (env_.world_size == 1) {
+    spec_.context.communicator = make_local_communicator();
+  } else if (c10::Device(spec_.context.device).is_cuda()) {
+    spec_.context.communicator = make_nccl_communicator(env_, timeout, c10::Device(spec_.context.device));
+  } else {
+    spec_.context.communicator = make_gloo_communicator(env_, timeout);
+  }
 
   BuiltComponents built = ComponentFactory(host_.registry(), spec_.context).build(spec_.components());
   TrainerParts parts;
@@ -90,6 +108,7 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   parts.loss = instance<Loss>(built, "loss");
   parts.optimizer = instance<Optimizer>(built, "optimizer");
   parts.scheduler = instance<Scheduler>(built, "scheduler");
+  parts.parallel = instance<ParallelStrategy>(built, "parallel");
   for (const auto& handle : built.lists["callbacks"]) {
     parts.callbacks.push_back(std::static_pointer_cast<Callback>(handle.object));
   }

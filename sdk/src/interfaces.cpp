@@ -10,6 +10,7 @@
 #include "tessera/loss.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
+#include "tessera/parallel.hpp"
 #include "tessera/scheduler.hpp"
 #include "tessera/stateful.hpp"
 #include "tessera/version.hpp"
@@ -26,12 +27,36 @@ ConfigError::~ConfigError() = default;
 
 Stateful::~Stateful() = default;
 Model::~Model() = default;
+ForwardHooks::~ForwardHooks() = default;
+ParallelStrategy::~ParallelStrategy() = default;
+PendingCollective::~PendingCollective() = default;
+
+at::Tensor Model::forward(const at::Tensor& input_ids) {
+  if (!hooks_) return compute(input_ids);
+  hooks_->before_forward(ForwardHooks::kWholeModel);
+  return hooks_->after_forward(ForwardHooks::kWholeModel, compute(input_ids));
+}
+
+at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
+                           const std::function<at::Tensor(const at::Tensor&)>& body) {
+  if (!hooks_) return body(input);
+  hooks_->before_forward(index);
+  return hooks_->after_forward(index, body(input));
+}
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
 Optimizer::~Optimizer() = default;
 Scheduler::~Scheduler() = default;
 Callback::~Callback() = default;
 Communicator::~Communicator() = default;
+
+void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op)->wait(); }
+void Communicator::all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input) {
+  all_gather_async(outputs, input)->wait();
+}
+void Communicator::reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, ReduceOp op) {
+  reduce_scatter_async(output, inputs, op)->wait();
+}
 
 std::int64_t Model::num_parameters() const {
   std::int64_t n = 0;

@@ -135,7 +135,21 @@ class Gpt final : public tessera::Model {
     flop_params_ = static_cast<double>(num_parameters() - wpe_->weight.numel());
   }
 
-  at::Tensor forward(const at::Tensor& input_ids) override {
+  // fsdp gathers one block at a time; embeddings and the final norm are gathered for the whole pass.
+  std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() override {
+    return {blocks_.begin(), blocks_.end()};
+  }
+
+  std::int64_t vocab_size() const override { return config_.vocab_size; }
+  std::int64_t max_seq_len() const override { return config_.max_seq_len; }
+  double flops_per_token(std::int64_t seq_len) const override {
+    return 6.0 * flop_params_ + 12.0 * static_cast<double>(config_.n_layer) *
+                                    static_cast<double>(config_.n_embd) *
+                                    static_cast<double>(seq_len);
+  }
+
+ protected:
+  at::Tensor compute(const at::Tensor& input_ids) override {
     if (input_ids.dim() != 2) {
       throw tessera::Error("model/gpt: input_ids must be [batch, seq], got " +
                            std::to_string(input_ids.dim()) + " dimensions");
@@ -149,17 +163,11 @@ class Gpt final : public tessera::Model {
     const at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong));
     at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), config_.dropout,
                                is_training());
-    for (const auto& block : blocks_) x = block->forward(x);
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      x = run_unit(i, x, [&](const at::Tensor& h) { return blocks_[i]->forward(h); });
+    }
     // Tied head: the token embedding matrix is the output projection, no extra parameter.
     return at::linear(ln_f_->forward(x), wte_->weight);
-  }
-
-  std::int64_t vocab_size() const override { return config_.vocab_size; }
-  std::int64_t max_seq_len() const override { return config_.max_seq_len; }
-  double flops_per_token(std::int64_t seq_len) const override {
-    return 6.0 * flop_params_ + 12.0 * static_cast<double>(config_.n_layer) *
-                                    static_cast<double>(config_.n_embd) *
-                                    static_cast<double>(seq_len);
   }
 
  private:

@@ -1,28 +1,66 @@
 // Kind `model`: a LibTorch module that maps token ids to next-token logits, and says how much
 // compute a token costs so the host can report MFU.
+//
+// Sharding support: a model names its wrapping units (a GPT's blocks) in sharding_units() and
+// runs each one through run_unit(). A sharding strategy (fsdp) then gathers a unit's parameters
+// just before it runs and frees them after; the parameters outside every unit are gathered for
+// the whole forward pass. Models that name no units still train under every strategy.
 #pragma once
 
 #include <torch/nn/module.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "tessera/export.hpp"
 
 namespace tessera {
+
+// What a strategy does around the forward pass. Installed by the strategy, called by Model.
+class TESSERA_API ForwardHooks {
+ public:
+  // The unit index of the whole model (the parameters outside every unit).
+  static constexpr std::size_t kWholeModel = static_cast<std::size_t>(-1);
+  virtual ~ForwardHooks();
+  virtual void before_forward(std::size_t unit) = 0;
+  // Gets what the unit computed and returns it; a strategy may attach a backward hook to it.
+  virtual at::Tensor after_forward(std::size_t unit, const at::Tensor& output) = 0;
+};
 
 class TESSERA_API Model : public torch::nn::Module {
  public:
   static constexpr const char* kKind = "model";
   ~Model() override;
 
-  // input_ids [batch, seq] int64 -> logits [batch, seq, vocab_size()].
-  virtual at::Tensor forward(const at::Tensor& input_ids) = 0;
+  // input_ids [batch, seq] int64 -> logits [batch, seq, vocab_size()]. Runs compute() between
+  // the installed hooks; callers (the trainer, callbacks, tests) always come through here.
+  at::Tensor forward(const at::Tensor& input_ids);
+
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t max_seq_len() const = 0;
   // Training FLOPs (forward + backward) per token at this sequence length.
   virtual double flops_per_token(std::int64_t seq_len) const = 0;
   // Number of trainable parameter elements.
   std::int64_t num_parameters() const;
+
+  // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
+  // Empty (the default): the model is one unit.
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() { return {}; }
+  // Set by a strategy at setup; null (the default) runs compute() bare.
+  void set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { hooks_ = std::move(hooks); }
+
+ protected:
+  // The model's computation: what forward() used to be.
+  virtual at::Tensor compute(const at::Tensor& input_ids) = 0;
+  // compute() calls unit `index` of sharding_units() through this.
+  at::Tensor run_unit(std::size_t index, const at::Tensor& input,
+                      const std::function<at::Tensor(const at::Tensor&)>& body);
+
+ private:
+  std::shared_ptr<ForwardHooks> hooks_;
 };
 
 }  // namespace tessera

@@ -1,7 +1,10 @@
 // The process group of a run: which rank this process is, read from torchrun-compatible
-// variables (or Slurm's), and a Communicator over LibTorch's c10d with TCPStore rendezvous.
+// variables (or Slurm's), and a Communicator over LibTorch's c10d with TCPStore rendezvous:
+// Gloo for CPU runs, NCCL for CUDA runs.
 // A world of one needs no variables and makes no connection.
 #pragma once
+
+#include <c10/core/Device.h>
 
 #include <chrono>
 #include <cstdint>
@@ -29,5 +32,11 @@ std::shared_ptr<Communicator> make_local_communicator();
 // Rendezvous through a TCPStore at master_addr:master_port (rank 0 serves it), then a Gloo
 // process group. Every collective throws once `timeout` passes without the other ranks.
 std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout);
+// The same rendezvous, then an NCCL process group on `device` (cuda:LOCAL_RANK), which becomes
+// this process's current device. Host tensors handed to it are staged through the device.
+std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
+                                                     c10::Device device);
+// Whether this build has ProcessGroupNCCL (LibTorch built with CUDA and NCCL).
+bool nccl_available();
 
 }  // namespace tessera::core

@@ -15,6 +15,7 @@
 #include "tessera/loss.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
+#include "tessera/parallel.hpp"
 #include "tessera/scheduler.hpp"
 
 namespace tessera::core {
@@ -26,6 +27,16 @@ struct TrainerParts {
   std::shared_ptr<Optimizer> optimizer;
   std::shared_ptr<Scheduler> scheduler;  // null: constant learning rate
   std::vector<std::shared_ptr<Callback>> callbacks;
+  // How the ranks share a step; null only for a run of one rank (plain single-process step).
+  std::shared_ptr<ParallelStrategy> parallel;
+};
+
+// Bytes this rank holds between steps; measured after the first step, when optimizer state exists.
+struct MemoryReport {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer_state = 0;
+  std::int64_t total() const { return parameters + gradients + optimizer_state; }
 };
 
 struct TrainResult {
@@ -48,6 +59,8 @@ class Trainer {
 
   const TrainProgress& progress() const { return progress_; }
   Model& model() { return *parts_.model; }
+  // Set by the first step.
+  const MemoryReport& memory() const { return memory_; }
 
  private:
   std::string stop_reason() const;
@@ -55,6 +68,7 @@ class Trainer {
   std::string agreed_stop_reason();
   CallbackContext callback_context();
   double elapsed_s() const;
+  MemoryReport measure_memory() const;
 
   TrainerParts parts_;
   TrainerSettings settings_;
@@ -64,6 +78,7 @@ class Trainer {
   TrainerControl control_;
   std::vector<at::Tensor> parameters_;
   std::chrono::steady_clock::time_point started_;
+  MemoryReport memory_;
 };
 
 }  // namespace tessera::core

@@ -1,0 +1,309 @@
+#include "data_parallel.hpp"
+
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <set>
+
+#include "tessera/error.hpp"
+#include "tessera/log.hpp"
+#include "tessera/optimizer.hpp"
+
+namespace tessera_plugins {
+namespace {
+
+// Tells the strategy that autograd finished accumulating a parameter's gradient. Holds the
+// strategy weakly: parameters (which own the hook) must not keep it alive.
+class GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradReadyHook(std::weak_ptr<DataParallel> owner, std::size_t unit) : owner_(std::move(owner)), unit_(unit) {}
+  void operator()(const torch::autograd::Variable&) override {
+    if (auto owner = owner_.lock()) owner->on_grad_ready(unit_);
+  }
+
+ private:
+  std::weak_ptr<DataParallel> owner_;
+  std::size_t unit_;
+};
+
+}  // namespace
+
+void DataParallel::check_setup(const char* what) const {
+  if (!comm_) throw tessera::Error("parallel/" + options_.name + ": " + what + " before setup()");
+}
+
+void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, tessera::Communicator& comm) {
+  if (comm_) throw tessera::Error("parallel/" + options_.name + ": setup() runs once per run");
+  comm_ = &comm;
+  broadcast_from_rank0(model);
+  const std::vector<at::Tensor> params = optimizer.parameters();
+  if (params.empty()) throw tessera::Error("parallel/" + options_.name + ": the optimizer has no parameters");
+  if (options_.shard_parameters) {
+    build_fsdp_units(model, params);
+  } else {
+    build_buckets(params);
+  }
+  ready_.assign(units_.size(), false);
+  install_grad_hooks();
+  if (options_.shard_parameters) model.set_forward_hooks(shared_from_this());
+  std::int64_t numel = 0;
+  for (const auto& u : units_) numel += u->numel();
+  tessera::log::info("parallel/", options_.name, ": ", params.size(), " parameters (", numel, " elements) in ",
+                     units_.size(), options_.shard_parameters ? " units" : " buckets", " over ",
+                     comm.world_size(), comm.world_size() == 1 ? " rank" : " ranks");
+}
+
+void DataParallel::broadcast_from_rank0(tessera::Model& model) {
+  // Every rank starts from rank 0's weights, whatever each rank's initialisation did.
+  if (comm_->world_size() == 1) return;
+  c10::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) comm_->broadcast(p, 0);
+  for (auto& b : model.buffers()) comm_->broadcast(b, 0);
+}
+
+void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
+  // Backward produces gradients roughly in reverse order of the parameters, so buckets are cut
+  // from the end: the first bucket fills first and its reduction overlaps the rest of backward.
+  std::vector<at::Tensor> bucket;
+  std::int64_t bytes = 0;
+  auto close = [&] {
+    if (bucket.empty()) return;
+    units_.push_back(std::make_unique<FlatUnit>(bucket, *comm_, options_.reduction, false));
+    bucket.clear();
+    bytes = 0;
+  };
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const bool other_kind = !bucket.empty() && (it->scalar_type() != bucket.front().scalar_type() ||
+                                                it->device() != bucket.front().device());
+    if (other_kind) close();
+    bucket.push_back(*it);
+    bytes += static_cast<std::int64_t>(it->nbytes());
+    if (bytes >= options_.bucket_bytes) close();
+  }
+  close();
+}
+
+void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at::Tensor>& params) {
+  std::set<const c10::TensorImpl*> optimized;
+  for (const auto& p : params) optimized.insert(p.unsafeGetTensorImpl());
+  std::set<const c10::TensorImpl*> claimed;
+  std::vector<std::vector<at::Tensor>> per_unit;
+  for (const auto& module : model.sharding_units()) {
+    std::vector<at::Tensor> mine;
+    for (const auto& p : module->parameters()) {
+      const auto* impl = p.unsafeGetTensorImpl();
+      if (optimized.count(impl) && claimed.insert(impl).second) mine.push_back(p);
+    }
+    per_unit.push_back(std::move(mine));
+  }
+  std::vector<at::Tensor> rest;
+  for (const auto& p : params) {
+    if (!claimed.count(p.unsafeGetTensorImpl())) rest.push_back(p);
+  }
+  // Backward runs the units last to first and finishes with the root (embeddings come first in
+  // the forward pass), so reductions start in that order.
+  forward_units_.assign(per_unit.size(), 0);
+  for (std::size_t i = per_unit.size(); i-- > 0;) {
+    if (per_unit[i].empty()) {
+      forward_units_[i] = static_cast<std::size_t>(-1);
+      continue;
+    }
+    forward_units_[i] = units_.size();
+    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *comm_, options_.reduction, true));
+  }
+  if (!rest.empty()) {
+    units_.push_back(std::make_unique<FlatUnit>(rest, *comm_, options_.reduction, true));
+    root_ = units_.back().get();
+  }
+}
+
+void DataParallel::install_grad_hooks() {
+  std::weak_ptr<DataParallel> self = weak_from_this();
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    for (const auto& p : units_[u]->params()) {
+      torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<GradReadyHook>(self, u));
+    }
+  }
+}
+
+void DataParallel::begin_micro_batch(std::int64_t index, std::int64_t count) {
+  check_setup("begin_micro_batch");
+  if (in_backward_) complete_backward();
+  last_micro_batch_ = index + 1 == count;
+  for (auto& u : units_) u->reset_ready();
+  ready_.assign(units_.size(), false);
+  next_launch_ = 0;
+  in_backward_ = true;
+}
+
+void DataParallel::on_grad_ready(std::size_t unit) {
+  if (!in_backward_) return;  // a backward outside the trainer's steps: nothing to reduce
+  if (units_[unit]->mark_ready()) {
+    ready_[unit] = true;
+    launch_ready_units();
+  }
+}
+
+void DataParallel::launch_ready_units() {
+  // Strictly in unit order, so every rank starts the same collectives in the same order.
+  while (next_launch_ < units_.size() && ready_[next_launch_]) {
+    FlatUnit& unit = *units_[next_launch_++];
+    unit.launch_reduction(last_micro_batch_);
+    // fsdp: every operation that reads these parameters has run its backward.
+    release(unit);
+  }
+}
+
+void DataParallel::complete_backward() {
+  for (std::size_t u = next_launch_; u < units_.size(); ++u) ready_[u] = true;
+  launch_ready_units();
+  for (auto& u : units_) u->wait_reduction();
+  in_backward_ = false;
+}
+
+void DataParallel::finish_gradients() {
+  check_setup("finish_gradients");
+  if (in_backward_) complete_backward();
+}
+
+std::vector<at::Tensor> DataParallel::gradients() {
+  std::vector<at::Tensor> grads;
+  for (const auto& u : units_) grads.push_back(u->owned_gradient());
+  return grads;
+}
+
+at::Tensor DataParallel::grad_norm_squared_share() {
+  std::vector<at::Tensor> grads = gradients();
+  // ddp: every rank holds the same whole gradient, so rank 0 alone counts it.
+  if (grads.empty() || (options_.reduction == GradReduction::all_reduce && comm_->rank() != 0)) {
+    return at::zeros({}, grads.empty() ? at::TensorOptions() : grads.front().options().dtype(at::kFloat));
+  }
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  for (auto& n : norms) n = n.to(at::kFloat);
+  return at::stack(norms).pow(2).sum();
+}
+
+void DataParallel::optimizer_step(tessera::Optimizer& optimizer) {
+  check_setup("optimizer_step");
+  if (options_.reduction == GradReduction::all_reduce) {
+    optimizer.step();
+    return;
+  }
+  // The optimizer sees each parameter as its part of this rank's shard (with the matching part of
+  // the gradient), so it creates and updates state for that part only.
+  for (auto& u : units_) u->point_at_shard();
+  try {
+    optimizer.step();
+  } catch (...) {
+    for (auto& u : units_) u->point_at_full();
+    throw;
+  }
+  for (auto& u : units_) u->point_at_full();
+  if (options_.shard_parameters) return;  // fsdp gathers each unit when it next runs
+  std::vector<std::shared_ptr<tessera::PendingCollective>> gathers;
+  for (auto& u : units_) gathers.push_back(u->start_gather());
+  for (auto& g : gathers) g->wait();
+}
+
+void DataParallel::zero_grad(tessera::Optimizer&) {
+  for (auto& u : units_) u->zero_grad();
+}
+
+tessera::ParallelMemory DataParallel::memory() const {
+  tessera::ParallelMemory m;
+  for (const auto& u : units_) {
+    m.parameters += u->parameter_bytes();
+    m.gradients += u->gradient_bytes();
+  }
+  return m;
+}
+
+tessera::StateDict DataParallel::full_parameters(tessera::Model& model) {
+  check_setup("full_parameters");
+  c10::NoGradGuard no_grad;
+  std::vector<bool> was_gathered;
+  for (auto& u : units_) {
+    was_gathered.push_back(u->gathered());
+    if (!u->gathered()) ensure_gathered(*u);
+  }
+  tessera::StateDict state;
+  for (const auto& item : model.named_parameters()) state[item.key()] = item.value().detach().clone();
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    if (!was_gathered[i]) release(*units_[i]);
+  }
+  return state;
+}
+
+FlatUnit* DataParallel::forward_unit(std::size_t unit) {
+  if (unit == kWholeModel) return root_;
+  if (unit >= forward_units_.size()) {
+    throw tessera::Error("parallel/" + options_.name + ": the model ran unit " + std::to_string(unit) +
+                         " but named only " + std::to_string(forward_units_.size()) + " in sharding_units()");
+  }
+  const std::size_t index = forward_units_[unit];
+  return index == static_cast<std::size_t>(-1) ? nullptr : units_[index].get();
+}
+
+void DataParallel::ensure_gathered(FlatUnit& unit) {
+  auto it = gathering_.find(&unit);
+  if (it != gathering_.end()) {
+    it->second->wait();
+    gathering_.erase(it);
+  } else if (!unit.gathered()) {
+    unit.gather();
+  }
+}
+
+void DataParallel::release(FlatUnit& unit) {
+  // A gather still in flight would write into freed memory: let it land first.
+  auto it = gathering_.find(&unit);
+  if (it != gathering_.end()) {
+    it->second->wait();
+    gathering_.erase(it);
+  }
+  unit.free_full();
+}
+
+void DataParallel::prefetch(FlatUnit* unit) {
+  if (!options_.prefetch || !unit || unit->gathered() || gathering_.count(unit)) return;
+  gathering_[unit] = unit->start_gather();
+}
+
+void DataParallel::before_forward(std::size_t unit) {
+  FlatUnit* u = forward_unit(unit);
+  if (u) ensure_gathered(*u);
+  // The next unit's gather overlaps this one's computation.
+  if (unit == kWholeModel) {
+    if (!forward_units_.empty()) prefetch(forward_unit(0));
+  } else if (unit + 1 < forward_units_.size()) {
+    prefetch(forward_unit(unit + 1));
+  }
+}
+
+at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& output) {
+  FlatUnit* u = forward_unit(unit);
+  if (!u) return output;
+  const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
+  if (!backward_follows) {
+    release(*u);
+    return output;
+  }
+  // The root stays gathered until its backward; a unit is freed now and gathered again when the
+  // gradient of its output arrives, just before its own backward runs.
+  if (unit == kWholeModel) return output;
+  release(*u);
+  std::weak_ptr<DataParallel> self = weak_from_this();
+  output.register_hook([self, unit](const at::Tensor&) {
+    auto strategy = self.lock();
+    if (!strategy) return;
+    if (FlatUnit* mine = strategy->forward_unit(unit)) strategy->ensure_gathered(*mine);
+    if (unit > 0) strategy->prefetch(strategy->forward_unit(unit - 1));
+  });
+  return output;
+}
+
+}  // namespace tessera_plugins

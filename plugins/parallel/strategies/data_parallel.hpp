@@ -1,0 +1,90 @@
+// The data-parallel strategies (kind `parallel`): one class, configured four ways.
+//
+//   ddp    whole parameters, gradients and optimizer state on every rank; gradient buckets are
+//          all-reduced as soon as backward fills them, on the step's last micro-batch only.
+//   zero1  as ddp, but the optimizer state is sharded: the last backward reduce-scatters each
+//          bucket, each rank updates its shard, and the parameters are all-gathered.
+//   zero2  zero1 with gradients sharded too: every backward reduce-scatters each bucket as it
+//          fills and keeps only the shard.
+//   fsdp   parameters sharded at rest as well, in the model's wrapping units (a GPT's blocks):
+//          each unit is gathered just before its forward and again before its backward, and
+//          freed after each; gradients are reduce-scattered per unit as in zero2.
+//
+// Collectives start from autograd hooks while backward still runs (overlap), always in the same
+// unit order on every rank.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flat_unit.hpp"
+#include "tessera/model.hpp"
+#include "tessera/parallel.hpp"
+
+namespace tessera_plugins {
+
+struct DataParallelOptions {
+  std::string name;  // for messages: ddp, zero1, zero2, fsdp
+  GradReduction reduction = GradReduction::all_reduce;
+  bool shard_parameters = false;      // fsdp
+  std::int64_t bucket_bytes = 25 << 20;  // ddp, zero: gradient bucket size
+  bool prefetch = true;               // fsdp: gather the next unit while this one computes
+};
+
+class DataParallel final : public tessera::ParallelStrategy,
+                           public tessera::ForwardHooks,
+                           public std::enable_shared_from_this<DataParallel> {
+ public:
+  explicit DataParallel(DataParallelOptions options) : options_(std::move(options)) {}
+
+  void setup(tessera::Model& model, tessera::Optimizer& optimizer, tessera::Communicator& comm) override;
+  void begin_micro_batch(std::int64_t index, std::int64_t count) override;
+  void finish_gradients() override;
+  std::vector<at::Tensor> gradients() override;
+  at::Tensor grad_norm_squared_share() override;
+  void optimizer_step(tessera::Optimizer& optimizer) override;
+  void zero_grad(tessera::Optimizer& optimizer) override;
+  tessera::ParallelMemory memory() const override;
+  tessera::StateDict full_parameters(tessera::Model& model) override;
+
+  // fsdp: called by the model around its units (ForwardHooks).
+  void before_forward(std::size_t unit) override;
+  at::Tensor after_forward(std::size_t unit, const at::Tensor& output) override;
+
+  // Called from autograd once parameter `index` of unit `unit` has its gradient for this backward.
+  void on_grad_ready(std::size_t unit);
+
+ private:
+  void broadcast_from_rank0(tessera::Model& model);
+  void build_buckets(const std::vector<at::Tensor>& params);
+  void build_fsdp_units(tessera::Model& model, const std::vector<at::Tensor>& params);
+  void install_grad_hooks();
+  void launch_ready_units();
+  // Ends a backward: starts what never got ready (unused parameters) and waits for everything.
+  void complete_backward();
+  // fsdp: the unit behind a forward unit index (kWholeModel: the root, if any).
+  FlatUnit* forward_unit(std::size_t unit);
+  void ensure_gathered(FlatUnit& unit);
+  void prefetch(FlatUnit* unit);
+  // fsdp: frees a unit's whole parameters (no-op for ddp and zero, which keep them).
+  void release(FlatUnit& unit);
+  void check_setup(const char* what) const;
+
+  DataParallelOptions options_;
+  tessera::Communicator* comm_ = nullptr;
+  // In the order their reductions start: reverse of the forward order (backward's order).
+  std::vector<std::unique_ptr<FlatUnit>> units_;
+  std::vector<bool> ready_;
+  std::size_t next_launch_ = 0;
+  bool last_micro_batch_ = true;
+  bool in_backward_ = false;
+  // fsdp: forward unit index -> units_ index; the root holds parameters outside every unit.
+  std::vector<std::size_t> forward_units_;
+  FlatUnit* root_ = nullptr;
+  std::map<FlatUnit*, std::shared_ptr<tessera::PendingCollective>> gathering_;
+};
+
+}  // namespace tessera_plugins

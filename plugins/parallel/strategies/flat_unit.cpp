@@ -1,0 +1,186 @@
+#include "flat_unit.hpp"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
+
+#include <algorithm>
+
+#include "tessera/error.hpp"
+
+namespace tessera_plugins {
+
+FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, GradReduction reduction,
+                   bool shard_parameters)
+    : comm_(comm),
+      reduction_(reduction),
+      shard_parameters_(shard_parameters),
+      rank_(comm.rank()),
+      world_(comm.world_size()),
+      params_(std::move(params)) {
+  if (params_.empty()) throw tessera::Error("parallel: a unit with no parameters");
+  const auto options = params_.front().options();
+  for (const auto& p : params_) {
+    if (p.scalar_type() != options.dtype().toScalarType() || p.device() != options.device()) {
+      throw tessera::Error("parallel: the parameters of one unit must share dtype and device, got " +
+                           std::string(c10::toString(p.scalar_type())) + " on " + p.device().str() + " and " +
+                           std::string(c10::toString(options.dtype().toScalarType())) + " on " +
+                           options.device().str());
+    }
+    offsets_.push_back(numel_);
+    numel_ += p.numel();
+  }
+  shard_numel_ = (numel_ + world_ - 1) / world_;
+
+  // The parameters' values move into one padded buffer; each parameter becomes a view of it.
+  c10::NoGradGuard no_grad;
+  full_ = at::zeros({shard_numel_ * world_}, options);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor view = full_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
+    view.copy_(params_[i].detach());
+    params_[i].set_data(view);
+    full_views_.push_back(view);
+  }
+  if (reduction_ != GradReduction::all_reduce) {
+    grad_shard_ = at::zeros({shard_numel_}, options);
+    // zero keeps whole parameters, so its shard is a slice of them; fsdp keeps the shard alone.
+    param_shard_ = full_.narrow(0, shard_begin(), shard_numel_);
+    if (shard_parameters_) {
+      param_shard_ = param_shard_.clone();
+      free_full();
+    }
+  }
+  if (reduction_ != GradReduction::reduce_scatter_each) {
+    grad_flat_ = at::zeros({reduction_ == GradReduction::all_reduce ? numel_ : shard_numel_ * world_}, options);
+  }
+  zero_grad();
+}
+
+std::vector<at::Tensor> FlatUnit::chunks(const at::Tensor& flat) const {
+  std::vector<at::Tensor> out;
+  for (std::int64_t r = 0; r < world_; ++r) out.push_back(flat.narrow(0, r * shard_numel_, shard_numel_));
+  return out;
+}
+
+std::pair<std::int64_t, std::int64_t> FlatUnit::shard_range(std::size_t i) const {
+  const std::int64_t begin = std::max(offsets_[i], shard_begin());
+  const std::int64_t end = std::min(offsets_[i] + params_[i].numel(), shard_begin() + shard_numel_);
+  if (end <= begin) return {0, 0};
+  return {begin - shard_begin(), end - shard_begin()};
+}
+
+void FlatUnit::zero_grad() {
+  if (grad_flat_.defined()) {
+    grad_flat_.zero_();
+    // Autograd adds into a .grad that exists: backward accumulates straight into the bucket.
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      params_[i].mutable_grad() = grad_flat_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
+    }
+  } else {
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  }
+  if (grad_shard_.defined()) grad_shard_.zero_();
+}
+
+bool FlatUnit::mark_ready() { return ++ready_ == params_.size(); }
+
+void FlatUnit::reset_ready() {
+  ready_ = 0;
+  launched_ = false;
+}
+
+void FlatUnit::launch_reduction(bool last_micro_batch) {
+  launched_ = true;
+  switch (reduction_) {
+    case GradReduction::all_reduce:
+      if (last_micro_batch) pending_ = comm_.all_reduce_async(grad_flat_);
+      break;
+    case GradReduction::reduce_scatter_final:
+      if (last_micro_batch) {
+        std::vector<at::Tensor> inputs = chunks(grad_flat_);
+        pending_ = comm_.reduce_scatter_async(grad_shard_, inputs);
+      }
+      break;
+    case GradReduction::reduce_scatter_each: {
+      // This backward's gradients leave the parameters for a flat buffer in flight; only the
+      // reduced shard is kept, so whole gradients never outlive their unit's backward.
+      scatter_in_ = at::zeros({shard_numel_ * world_}, grad_shard_.options());
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        at::Tensor& g = params_[i].mutable_grad();
+        if (g.defined()) scatter_in_.narrow(0, offsets_[i], params_[i].numel()).copy_(g.reshape({-1}));
+        g = at::Tensor();
+      }
+      scatter_out_ = at::empty({shard_numel_}, grad_shard_.options());
+      std::vector<at::Tensor> inputs = chunks(scatter_in_);
+      pending_ = comm_.reduce_scatter_async(scatter_out_, inputs);
+      break;
+    }
+  }
+}
+
+void FlatUnit::wait_reduction() {
+  if (!pending_) return;
+  pending_->wait();
+  pending_.reset();
+  if (reduction_ == GradReduction::reduce_scatter_each) {
+    grad_shard_.add_(scatter_out_);
+    scatter_in_ = at::Tensor();
+    scatter_out_ = at::Tensor();
+  }
+}
+
+at::Tensor FlatUnit::owned_gradient() const { return grad_shard_.defined() ? grad_shard_ : grad_flat_; }
+
+std::shared_ptr<tessera::PendingCollective> FlatUnit::start_gather() {
+  c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
+  const std::size_t bytes = static_cast<std::size_t>(shard_numel_ * world_) * full_.element_size();
+  if (storage->nbytes() != bytes) {
+    // Freed (fsdp): the same storage object gets memory again, so every view of it (the
+    // parameters', and those autograd saved for backward) sees the gathered values.
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+  }
+  gathered_ = true;
+  std::vector<at::Tensor> outputs = chunks(full_);
+  // zero's shard is a slice of full_ itself: send a copy so input and output never alias.
+  return comm_.all_gather_async(outputs, shard_parameters_ ? param_shard_ : param_shard_.clone());
+}
+
+void FlatUnit::free_full() {
+  if (!shard_parameters_) return;
+  c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, full_.device()));
+  storage->set_nbytes(0);
+  gathered_ = false;
+}
+
+void FlatUnit::point_at_shard() {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto [begin, end] = shard_range(i);
+    params_[i].set_data(param_shard_.narrow(0, begin, end - begin));
+    params_[i].mutable_grad() = grad_shard_.narrow(0, begin, end - begin);
+  }
+}
+
+void FlatUnit::point_at_full() {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].set_data(full_views_[i]);
+    params_[i].mutable_grad() = at::Tensor();  // zero_grad() points it at the bucket again
+  }
+}
+
+std::int64_t FlatUnit::parameter_bytes() const {
+  const std::int64_t element = static_cast<std::int64_t>(full_.element_size());
+  return (shard_parameters_ ? shard_numel_ : shard_numel_ * world_) * element;
+}
+
+std::int64_t FlatUnit::gradient_bytes() const {
+  std::int64_t n = 0;
+  if (grad_flat_.defined()) n += static_cast<std::int64_t>(grad_flat_.nbytes());
+  if (grad_shard_.defined()) n += static_cast<std::int64_t>(grad_shard_.nbytes());
+  return n;
+}
+
+}  // namespace tessera_plugins

@@ -1,0 +1,95 @@
+// One group of parameters laid out end to end in a flat buffer: a DDP bucket, a ZeRO bucket or
+// an FSDP wrapping unit. The buffer is padded to a multiple of the world size, and rank r owns
+// the contiguous slice [r * shard, (r + 1) * shard) of it: its shard. Each parameter keeps its
+// tensor identity throughout (the optimizer and autograd hold it); only what it points at moves:
+// a view of the flat buffer normally, a view of this rank's slice during the optimizer step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tessera/communicator.hpp"
+
+namespace tessera_plugins {
+
+// How a unit's gradients reach the ranks that need them.
+enum class GradReduction {
+  all_reduce,            // ddp: every rank gets the whole summed gradient
+  reduce_scatter_final,  // zero1: whole gradients accumulate locally; scattered once per step
+  reduce_scatter_each,   // zero2, fsdp: scattered after every backward; only the shard is kept
+};
+
+class FlatUnit {
+ public:
+  // `shard_parameters`: whether the parameters are sharded at rest (fsdp) or every rank keeps
+  // them whole (ddp, zero). Moves the parameters' data into the unit's buffer.
+  FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, GradReduction reduction,
+           bool shard_parameters);
+
+  const std::vector<at::Tensor>& params() const { return params_; }
+  std::int64_t numel() const { return numel_; }
+
+  // --- Gradients -------------------------------------------------------------------------------
+  // Points each parameter's .grad at the unit's flat gradient buffer (ddp, zero1), zeroed.
+  void zero_grad();
+  // Counts a parameter whose gradient is complete; true when the whole unit is.
+  bool mark_ready();
+  bool launched() const { return pending_ != nullptr || launched_; }
+  // Starts the unit's reduction. `last_micro_batch`: whether this backward ends the step (ddp and
+  // zero1 reduce only then; the others reduce every backward).
+  void launch_reduction(bool last_micro_batch);
+  // Waits for a started reduction and folds it into the gradient this rank keeps.
+  void wait_reduction();
+  // After each backward: forget which parameters were ready.
+  void reset_ready();
+  // Gradients the optimizer step reads: the whole flat gradient (ddp) or this rank's shard.
+  at::Tensor owned_gradient() const;
+
+  // --- Parameters ------------------------------------------------------------------------------
+  bool gathered() const { return gathered_; }
+  // Brings every rank's shard into the whole buffer (allocating it again if freed).
+  std::shared_ptr<tessera::PendingCollective> start_gather();
+  void gather() { start_gather()->wait(); }
+  // Releases the whole buffer's memory (fsdp); the parameters' views stay, pointing at nothing.
+  void free_full();
+  // Points every parameter (and its .grad) at its part of this rank's shard, for the optimizer.
+  void point_at_shard();
+  // Points every parameter back at its whole view (and .grad at the flat gradient, or nothing).
+  void point_at_full();
+  // The parameter i whole (gathering if need be is the caller's business).
+  at::Tensor full_view(std::size_t i) const { return full_views_[i]; }
+
+  std::int64_t parameter_bytes() const;
+  std::int64_t gradient_bytes() const;
+
+ private:
+  std::int64_t shard_begin() const { return rank_ * shard_numel_; }
+  // Parameter i's elements inside this rank's shard, as [begin, end) offsets into the shard.
+  std::pair<std::int64_t, std::int64_t> shard_range(std::size_t i) const;
+  std::vector<at::Tensor> chunks(const at::Tensor& flat) const;
+
+  tessera::Communicator& comm_;
+  GradReduction reduction_;
+  bool shard_parameters_;
+  std::int64_t rank_, world_;
+  std::vector<at::Tensor> params_;
+  std::vector<std::int64_t> offsets_;
+  std::int64_t numel_ = 0, shard_numel_ = 0;
+
+  at::Tensor full_;                    // flat, padded; fsdp frees its storage between uses
+  std::vector<at::Tensor> full_views_; // per parameter, shaped like it, into full_
+  at::Tensor param_shard_;             // zero: a view of full_; fsdp: its own storage
+  bool gathered_ = true;
+
+  at::Tensor grad_flat_;   // ddp: flat summed gradient; zero1: flat padded local gradient
+  at::Tensor grad_shard_;  // zero, fsdp: this rank's summed gradient shard
+  at::Tensor scatter_in_, scatter_out_;  // reduce_scatter_each: one backward's gradient in flight
+  std::shared_ptr<tessera::PendingCollective> pending_;
+  bool launched_ = false;
+  std::size_t ready_ = 0;
+};
+
+}  // namespace tessera_plugins
