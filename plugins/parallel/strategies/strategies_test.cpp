@@ -1,0 +1,330 @@
+// The strategies on real Gloo process groups (ranks as threads of this process, rendezvous over a
+// real TCPStore on loopback), driving the real trainer with the real gpt, tokens, cross_entropy
+// and adamw plugins. N ranks with A micro-batches each must match one rank with N*A micro-batches:
+// per-step loss and grad norm, and the final weights.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/ones.h>
+#include <c10/core/GradMode.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "tessera/communicator.hpp"
+#include "tessera/core/distributed.hpp"
+#include "tessera/core/trainer.hpp"
+#include "tessera/core/training_run.hpp"
+#include "tessera/parallel.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using core::Trainer;
+using testing::TempDir;
+
+constexpr std::int64_t kSteps = 3;
+constexpr std::int64_t kMicroBatch = 2;
+constexpr std::int64_t kAccumPerRank = 2;
+
+// Token 0 is padding (ignored as a label) in runs of varying length: ranks and micro-batches
+// carry different numbers of target tokens, which the global normalisation must absorb.
+std::string uneven_token_file(const TempDir& dir) {
+  std::vector<std::uint16_t> tokens;
+  std::uint32_t state = 11;
+  for (int doc = 0; tokens.size() < 6000; ++doc) {
+    const int text = 3 + doc * 7 % 29, pad = doc * 11 % 23;
+    for (int i = 0; i < text; ++i) tokens.push_back(static_cast<std::uint16_t>(1 + (state = state * 1103515245u + 12345u) % 31));
+    for (int i = 0; i < pad; ++i) tokens.push_back(0);
+  }
+  const std::string path = dir.file("uneven.bin");
+  testing::write_token_file(path, tokens);
+  return path;
+}
+
+// Three blocks so fsdp has several units besides the root; bucket_mb small enough for ddp and
+// zero to cut several buckets.
+std::string components_yaml(const std::string& data, const std::string& strategy) {
+  std::string yaml =
+      "model: {component_key: model, variant_key: gpt,\n"
+      "        config: {vocab_size: 32, n_layer: 3, n_head: 2, n_embd: 16, max_seq_len: 16}}\n"
+      "train_data: {component_key: dataset, variant_key: tokens,\n"
+      "             config: {path: " + data + ", seq_len: 16, ignore_token: 0}}\n"
+      "loss: {component_key: loss, variant_key: cross_entropy}\n"
+      "optimizer: {component_key: optimizer, variant_key: adamw,\n"
+      "            config: {lr: 0.01, weight_decay: 0.1, model: {instance_key: model}}}\n";
+  if (!strategy.empty()) {
+    yaml += "parallel: {component_key: parallel, variant_key: " + strategy + ", config: {" +
+            (strategy == "fsdp" ? std::string("prefetch: true") : std::string("bucket_mb: 0.005")) + "}}\n";
+  }
+  return yaml;
+}
+
+struct RankRun {
+  std::vector<double> losses, grad_norms;
+  StateDict weights;  // full parameters after the last step
+  core::MemoryReport memory;
+  bool blocks_freed_between_steps = false;  // fsdp: a block's parameters hold no memory at rest
+  at::Tensor eval_logits;                   // a no-grad forward after training
+  std::string error;
+};
+
+std::mutex build_mutex;  // the global RNG seeds each rank's build in turn
+
+void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std::int64_t accum, RankRun& out) {
+  try {
+    RunContext context;
+    context.seed = 42;
+    context.rank = comm->rank();
+    context.world_size = comm->world_size();
+    context.communicator = comm;
+    core::BuiltComponents built;
+    {
+      std::lock_guard<std::mutex> lock(build_mutex);
+      // Ranks other than 0 start from other weights: the strategy must broadcast rank 0's.
+      core::seed_everything(context.seed + 1000 * static_cast<std::uint64_t>(context.rank), "cpu");
+      built = testing::build_components(yaml, context);
+    }
+    core::TrainerParts parts;
+    parts.model = testing::built<Model>(built, "model");
+    parts.train_data = testing::built<Dataset>(built, "train_data");
+    parts.loss = testing::built<Loss>(built, "loss");
+    parts.optimizer = testing::built<Optimizer>(built, "optimizer");
+    if (built.instances.count("parallel")) parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+    core::TrainerSettings settings;
+    settings.grad_accum = accum;
+    settings.micro_batch_size = kMicroBatch;
+    settings.max_steps = kSteps;
+    settings.clip_grad_norm = 0.5;
+    auto strategy = parts.parallel;
+    Trainer trainer(std::move(parts), settings, context);
+    for (std::int64_t s = 0; s < kSteps; ++s) {
+      StepMetrics m = trainer.step();
+      out.losses.push_back(m.loss);
+      out.grad_norms.push_back(m.grad_norm);
+    }
+    out.memory = trainer.memory();
+    const auto block_weight = trainer.model().named_parameters()["h.1.mlp.c_fc.weight"];
+    out.blocks_freed_between_steps = block_weight.storage().nbytes() == 0;
+    out.weights = strategy ? strategy->full_parameters(trainer.model()) : StateDict{};
+    if (!strategy) {
+      for (const auto& item : trainer.model().named_parameters()) out.weights[item.key()] = item.value().detach().clone();
+    }
+    c10::NoGradGuard no_grad;
+    out.eval_logits = trainer.model().forward(at::ones({1, 8}, at::kLong));
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+}
+
+int next_port() {
+  static std::atomic<int> offset{0};
+  return 21000 + (::getpid() * 7 + offset++ * 101) % 30000;
+}
+
+// N ranks as threads, each with its own TCPStore client and Gloo process group.
+std::vector<RankRun> run_ranks(const std::string& yaml, std::int64_t world, std::int64_t accum) {
+  std::vector<RankRun> runs(static_cast<std::size_t>(world));
+  if (world == 1) {
+    train_rank(yaml, core::make_local_communicator(), accum, runs[0]);
+    return runs;
+  }
+  core::DistributedEnv env;
+  env.world_size = world;
+  env.master_port = next_port();
+  std::vector<std::thread> threads;
+  for (std::int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      core::DistributedEnv mine = env;
+      mine.rank = r;
+      std::shared_ptr<Communicator> comm;
+      try {
+        comm = core::make_gloo_communicator(mine, std::chrono::seconds(60));
+      } catch (const std::exception& e) {
+        runs[static_cast<std::size_t>(r)].error = e.what();
+        return;
+      }
+      train_rank(yaml, comm, accum, runs[static_cast<std::size_t>(r)]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return runs;
+}
+
+struct Case {
+  std::string strategy;
+  std::int64_t world;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.strategy << " on " << c.world << " ranks"; }
+
+class Strategies : public ::testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() { at::set_num_threads(1); }
+};
+
+// Bytes within a few percent: each unit pads to a multiple of the world size, and AdamW keeps an
+// 8-byte step count per parameter on every rank.
+void expect_about(std::int64_t actual, double expected, const char* what) {
+  EXPECT_NEAR(static_cast<double>(actual), expected, 0.03 * expected + 512) << what;
+}
+
+TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
+  const Case c = GetParam();
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  const RankRun reference = run_ranks(components_yaml(data, ""), 1, kAccumPerRank * c.world).front();
+  ASSERT_EQ(reference.error, "");
+  const std::vector<RankRun> ranks = run_ranks(components_yaml(data, c.strategy), c.world, kAccumPerRank);
+
+  const double full_bytes = static_cast<double>(reference.memory.parameters);
+  const double optimizer_bytes = static_cast<double>(reference.memory.optimizer_state);
+  const double n = static_cast<double>(c.world);
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    SCOPED_TRACE(c.strategy + " rank " + std::to_string(r) + " of " + std::to_string(c.world));
+    const RankRun& run = ranks[r];
+    ASSERT_EQ(run.error, "");
+    ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
+    for (std::size_t s = 0; s < run.losses.size(); ++s) {
+      EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * reference.losses[s]) << "step " << s + 1;
+      EXPECT_NEAR(run.grad_norms[s], reference.grad_norms[s], 1e-4 * reference.grad_norms[s]) << "step " << s + 1;
+    }
+    ASSERT_EQ(run.weights.size(), reference.weights.size());
+    for (const auto& [name, w] : reference.weights) {
+      ASSERT_TRUE(run.weights.count(name)) << name;
+      EXPECT_TRUE(run.weights.at(name).allclose(w, /*rtol=*/1e-4, /*atol=*/2e-5))
+          << name << " differs by " << (run.weights.at(name) - w).abs().max().item<double>();
+    }
+    EXPECT_TRUE(run.eval_logits.allclose(reference.eval_logits, 1e-4, 1e-4));
+
+    // What each rank holds between steps: ddp everything, zero1 1/N of the optimizer state,
+    // zero2 also 1/N of the gradients, fsdp also 1/N of the parameters.
+    const bool sharded_optimizer = c.strategy != "ddp";
+    const bool sharded_grads = c.strategy == "zero2" || c.strategy == "fsdp";
+    const bool sharded_params = c.strategy == "fsdp";
+    expect_about(run.memory.optimizer_state, sharded_optimizer ? optimizer_bytes / n : optimizer_bytes,
+                 "optimizer state");
+    expect_about(run.memory.parameters, sharded_params ? full_bytes / n : full_bytes, "parameters");
+    // zero1 keeps whole gradients to accumulate into, plus the reduced shard.
+    const double grads = sharded_grads ? full_bytes / n : c.strategy == "zero1" ? full_bytes * (1 + 1 / n) : full_bytes;
+    expect_about(run.memory.gradients, grads, "gradients");
+    EXPECT_EQ(run.blocks_freed_between_steps, sharded_params);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GlooRanks, Strategies,
+                         ::testing::Values(Case{"ddp", 2}, Case{"ddp", 3}, Case{"zero1", 2}, Case{"zero1", 3},
+                                           Case{"zero2", 2}, Case{"zero2", 3}, Case{"fsdp", 2}, Case{"fsdp", 3}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.strategy + "_" + std::to_string(info.param.world) + "_ranks";
+                         });
+
+// Forwards to a real communicator and counts what the strategy starts, so a test can see when
+// collectives happen relative to backward.
+class CountingCommunicator final : public Communicator {
+ public:
+  explicit CountingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  std::int64_t rank() const override { return inner_->rank(); }
+  std::int64_t world_size() const override { return inner_->world_size(); }
+  std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& t, ReduceOp op) override {
+    ++all_reduces;
+    return inner_->all_reduce_async(t, op);
+  }
+  std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& out, const at::Tensor& in) override {
+    ++all_gathers;
+    return inner_->all_gather_async(out, in);
+  }
+  std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& out, std::vector<at::Tensor>& in,
+                                                          ReduceOp op) override {
+    ++reduce_scatters;
+    return inner_->reduce_scatter_async(out, in, op);
+  }
+  void broadcast(at::Tensor& t, std::int64_t root) override { inner_->broadcast(t, root); }
+  void barrier() override { inner_->barrier(); }
+  int all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
+
+ private:
+  std::shared_ptr<Communicator> inner_;
+};
+
+struct Driven {
+  core::BuiltComponents built;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<ParallelStrategy> strategy;
+  std::shared_ptr<CountingCommunicator> comm;
+  at::Tensor batch = at::ones({2, 8}, at::kLong);
+  void backward() { model->forward(batch).sum().backward(); }
+};
+
+Driven drive(const std::string& strategy) {
+  TempDir dir;
+  Driven d;
+  d.comm = std::make_shared<CountingCommunicator>(core::make_local_communicator());
+  RunContext context;
+  context.communicator = d.comm;
+  core::seed_everything(42, "cpu");
+  d.built = testing::build_components(components_yaml(uneven_token_file(dir), strategy), context);
+  d.model = testing::built<Model>(d.built, "model");
+  d.strategy = testing::built<ParallelStrategy>(d.built, "parallel");
+  d.strategy->setup(*d.model, *testing::built<Optimizer>(d.built, "optimizer"), *d.comm);
+  return d;
+}
+
+TEST(StrategyCommunication, DdpReducesOnlyOnTheLastMicroBatchAndDuringBackward) {
+  Driven d = drive("ddp");
+  for (std::int64_t i = 0; i < 2; ++i) {
+    d.strategy->begin_micro_batch(i, 3);
+    d.backward();
+  }
+  d.strategy->finish_gradients();
+  EXPECT_EQ(d.comm->all_reduces, 0) << "no communication on micro-batches that do not end the step";
+  d.strategy->begin_micro_batch(2, 3);
+  d.backward();
+  const int buckets = static_cast<int>(d.strategy->gradients().size());
+  EXPECT_GT(buckets, 2);
+  // Every bucket's all-reduce has started from autograd hooks before backward returned.
+  EXPECT_EQ(d.comm->all_reduces, buckets);
+  d.strategy->finish_gradients();
+  EXPECT_EQ(d.comm->all_reduces, buckets);
+}
+
+TEST(StrategyCommunication, Zero1ScattersOnceAndZero2EveryBackward) {
+  Driven zero1 = drive("zero1"), zero2 = drive("zero2");
+  for (std::int64_t i = 0; i < 3; ++i) {
+    zero1.strategy->begin_micro_batch(i, 3);
+    zero1.backward();
+    zero2.strategy->begin_micro_batch(i, 3);
+    zero2.backward();
+  }
+  const int buckets = static_cast<int>(zero1.strategy->gradients().size());
+  EXPECT_EQ(zero1.comm->reduce_scatters, buckets);
+  EXPECT_EQ(zero2.comm->reduce_scatters, 3 * buckets);
+  zero1.strategy->finish_gradients();
+  zero2.strategy->finish_gradients();
+  // Both hold the same summed gradient shard.
+  for (int b = 0; b < buckets; ++b) {
+    EXPECT_TRUE(zero1.strategy->gradients()[b].allclose(zero2.strategy->gradients()[b], 1e-5, 1e-6)) << "bucket " << b;
+  }
+}
+
+TEST(StrategyCommunication, FsdpGathersEachUnitForForwardAndAgainForBackward) {
+  Driven d = drive("fsdp");
+  // Three blocks and the root (embeddings, final norm): four units.
+  ASSERT_EQ(d.strategy->gradients().size(), 4u);
+  d.strategy->begin_micro_batch(0, 1);
+  at::Tensor logits = d.model->forward(d.batch);
+  EXPECT_EQ(d.comm->all_gathers, 4) << "root and three blocks, once each";
+  logits.sum().backward();
+  EXPECT_EQ(d.comm->all_gathers, 7) << "each block again for its backward; the root stayed gathered";
+  EXPECT_EQ(d.comm->reduce_scatters, 4);
+  d.strategy->finish_gradients();
+  for (const auto& p : d.model->parameters()) {
+    EXPECT_EQ(p.storage().nbytes(), 0u) << "every unit is freed once its backward is done";
+  }
+}
+
+}  // namespace
+}  // namespace tessera
