@@ -6,6 +6,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -312,6 +314,110 @@ TEST_F(Cli, LaunchStopsEveryRankWhenOneFails) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   EXPECT_NE(out.find("stopping the other ranks"), std::string::npos) << out;
+}
+
+// The bytes one rank logged as held between steps ("memory held by rank R ...: parameters P B,
+// gradients G B, optimizer state O B"), per rank.
+struct HeldBytes {
+  double parameters = -1, gradients = -1, optimizer = -1;
+};
+std::map<int, HeldBytes> held_bytes(const std::string& log) {
+  std::map<int, HeldBytes> out;
+  const std::regex line(R"(memory held by rank (\d+) between steps: parameters (\d+) B, gradients (\d+) B, optimizer state (\d+) B)");
+  for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
+    out[std::stoi((*it)[1])] = {std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4])};
+  }
+  return out;
+}
+
+struct LaunchCase {
+  std::string strategy;
+  int ranks;
+};
+void PrintTo(const LaunchCase& c, std::ostream* os) { *os << c.strategy << " on " << c.ranks << " ranks"; }
+
+class Launch : public Cli, public ::testing::WithParamInterface<LaunchCase> {};
+
+// Separate processes started by `tessera launch`, one Gloo group: the same per-step loss and
+// grad norm as one process with as much accumulation, and the sharding visible in every rank's
+// memory report.
+TEST_P(Launch, RanksMatchOneProcessWithAsMuchAccumulation) {
+  const LaunchCase c = GetParam();
+  const std::string common = data_set() + " --set trainer.max_steps=5 --set trainer.micro_batch_size=4" +
+                             " --set settings.num_threads=1";
+  std::string one_log, log;
+  ASSERT_EQ(run_command(tessera("train " + tiny() + common + " --set trainer.grad_accum=" + std::to_string(c.ranks) +
+                                " --run-dir " + dir_.file("one")), one_log), 0)
+      << one_log;
+  const std::string strategy = " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" +
+                               c.strategy + (c.strategy == "fsdp" ? "" : " --set components.parallel.config.bucket_mb=0.01");
+  ASSERT_EQ(run_command(tessera("launch --nproc-per-node " + std::to_string(c.ranks) + " -- train " + tiny() + common +
+                                " --set trainer.grad_accum=1 --set settings.collective_timeout_s=60" + strategy +
+                                " --run-dir " + dir_.file("many")), log), 0)
+      << log;
+  EXPECT_NE(log.find("parallel/" + c.strategy + ": "), std::string::npos) << log;
+
+  const auto one = read_metrics(dir_.file("one") + "/metrics.jsonl");
+  const auto many = read_metrics(dir_.file("many") + "/metrics.jsonl");
+  ASSERT_EQ(one.size(), 5u);
+  ASSERT_EQ(many.size(), 5u) << log;
+  for (size_t i = 0; i < one.size(); ++i) {
+    const double l1 = one[i]["loss"], ln = many[i]["loss"], g1 = one[i]["grad_norm"], gn = many[i]["grad_norm"];
+    EXPECT_NEAR(ln, l1, 1e-5 * l1) << "step " << i + 1;
+    EXPECT_NEAR(gn, g1, 1e-4 * g1) << "step " << i + 1;
+    EXPECT_EQ(many[i]["tokens"], one[i]["tokens"]);
+  }
+
+  const HeldBytes single = held_bytes(one_log).at(0);
+  const auto per_rank = held_bytes(log);
+  ASSERT_EQ(per_rank.size(), static_cast<size_t>(c.ranks)) << log;
+  const double n = c.ranks;
+  for (const auto& [rank, held] : per_rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    // Within padding to a multiple of the world size and AdamW's 8-byte step counts.
+    auto about = [](double actual, double expected) { return std::abs(actual - expected) <= 0.03 * expected + 512; };
+    const bool opt_sharded = c.strategy != "ddp";
+    const bool grads_sharded = c.strategy == "zero2" || c.strategy == "fsdp";
+    const bool params_sharded = c.strategy == "fsdp";
+    EXPECT_TRUE(about(held.optimizer, opt_sharded ? single.optimizer / n : single.optimizer)) << held.optimizer;
+    EXPECT_TRUE(about(held.parameters, params_sharded ? single.parameters / n : single.parameters)) << held.parameters;
+    if (grads_sharded) EXPECT_TRUE(about(held.gradients, single.parameters / n)) << held.gradients;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Launch,
+                         ::testing::Values(LaunchCase{"ddp", 2}, LaunchCase{"ddp", 3}, LaunchCase{"zero1", 2},
+                                           LaunchCase{"zero1", 3}, LaunchCase{"zero2", 2}, LaunchCase{"zero2", 3},
+                                           LaunchCase{"fsdp", 2}, LaunchCase{"fsdp", 3}),
+                         [](const ::testing::TestParamInfo<LaunchCase>& info) {
+                           return info.param.strategy + "_" + std::to_string(info.param.ranks) + "_ranks";
+                         });
+
+TEST_F(Cli, KillingOneRankMidRunEndsTheOthersWithinTheTimeout) {
+  // Two ranks started as torchrun would (no launcher to stop the survivor); rank 1 is SIGKILLed
+  // once training runs. Rank 0 must fail (non-zero) within the collective timeout, not hang.
+  const std::string port = std::to_string(25000 + ::getpid() % 20000);
+  const std::string metrics = dir_.file("killed") + "/metrics.jsonl";
+  const std::string rank_cmd = tessera("train " + tiny() + data_set() + " --set trainer.max_steps=100000" +
+                                       " --set settings.collective_timeout_s=10 --run-dir " + dir_.file("killed"));
+  const std::string script =
+      "export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "; RANK=1 " + rank_cmd + " > " +
+      dir_.file("rank1.log") + " 2>&1 & p1=$!; RANK=0 " + rank_cmd + " > " + dir_.file("rank0.log") +
+      " 2>&1 & p0=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
+      ") -ge 3 ] && break; sleep 0.1; done; kill -KILL $p1; start=$(date +%s); wait $p0; rc=$?; "
+      "echo rc=$rc seconds=$(( $(date +%s) - start ))";
+  std::string out, log0;
+  ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
+  run_command("cat " + dir_.file("rank0.log"), log0);
+  const std::smatch m = [&] {
+    std::smatch match;
+    std::regex_search(out, match, std::regex(R"(rc=(\d+) seconds=(\d+))"));
+    return match;
+  }();
+  ASSERT_EQ(m.size(), 3u) << out;
+  EXPECT_NE(std::stoi(m[1]), 0) << log0;
+  EXPECT_LE(std::stoi(m[2]), 10 + 5) << "rank 0 must give up within the 10 s collective timeout\n" << log0;
+  EXPECT_NE(log0.find("error"), std::string::npos) << log0;
 }
 
 TEST_F(Cli, BadRankVariablesAreAConfigError) {
