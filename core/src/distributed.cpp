@@ -178,7 +178,8 @@ DistributedEnv read_distributed_env() {
   env.world_size = integer_env({"WORLD_SIZE", "SLURM_NTASKS"}, 1);
   env.rank = integer_env({"RANK", "SLURM_PROCID"}, 0);
   env.local_rank = integer_env({"LOCAL_RANK", "SLURM_LOCALID"}, 0);
-  if (const char* addr = first_env({"MASTER_ADDR"})) env.master_addr = addr;
+  // Under srun without MASTER_ADDR: the node srun was started from, where rank 0 usually runs.
+  if (const char* addr = first_env({"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"})) env.master_addr = addr;
   env.master_port = static_cast<int>(integer_env({"MASTER_PORT"}, 29500));
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
     throw ConfigError("RANK " + std::to_string(env.rank) + " is not in a world of WORLD_SIZE " +

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Device.h>
 
 #include <cstdlib>
@@ -35,6 +36,20 @@ void ensure_metrics_sink(ConfigNode& root) {
   sink.set("component_key", ConfigNode::make_scalar("callback", true, pos));
   sink.set("variant_key", ConfigNode::make_scalar("jsonl_metrics", true, pos));
   callbacks->items().push_back(std::move(sink));
+}
+
+// A CUDA device the machine does not have is a config error, reported before anything is built.
+void check_device_exists(const RunSpec& spec) {
+  const c10::Device device(spec.context.device);
+  if (!device.is_cuda()) return;
+  const auto count = at::globalContext().hasCUDA() ? at::detail::getCUDAHooks().deviceCount() : 0;
+  if (device.index() < count) return;
+  const ConfigNode* settings = spec.root.find("settings");
+  const ConfigNode* node = settings ? settings->find("device") : nullptr;
+  throw ConfigIssue(node ? node->pos() : spec.root.pos(), "settings.device",
+                    "this process needs " + device.str() + " but the machine has " +
+                        (count == 0 ? std::string("no usable CUDA device") : std::to_string(count) + " CUDA devices") +
+                        "; use device: cpu, or one GPU per local rank");
 }
 
 // A run of several ranks needs a strategy: ddp unless the spec names one.
@@ -89,6 +104,8 @@ TrainingRun::TrainingRun(const RunOptions& options)
 }
 
 std::unique_ptr<Trainer> TrainingRun::make_trainer() {
+  // Here rather than at validation: a GPU run's spec may be validated on a machine without one.
+  check_device_exists(spec_);
   if (spec_.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   if (spec_.num_threads > 0) at::set_num_threads(static_cast<int>(spec_.num_threads));
   seed_everything(spec_.context.seed, spec_.context.device);

@@ -393,6 +393,27 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Launch,
                            return info.param.strategy + "_" + std::to_string(info.param.ranks) + "_ranks";
                          });
 
+TEST_F(Cli, FsdpRanksSampleTextTogether) {
+  // Under fsdp a forward pass is a collective: a callback that runs the model (sample_text) must
+  // do so on every rank, or rank 0 would wait for the others until the timeout.
+  const std::string spec = dir_.write("sampled.yaml", "include: [" + tiny() + "]\n"
+      "components:\n"
+      "  parallel: {component_key: parallel, variant_key: fsdp}\n"
+      "  callbacks:\n"
+      "    - {component_key: callback, variant_key: sample_text,\n"
+      "       config: {tokenizer: {component_key: tokenizer, variant_key: bytes}, max_new_tokens: 8, every: 2}}\n");
+  std::string out;
+  ASSERT_EQ(run_command(tessera("launch --nproc-per-node 2 -- train " + spec + data_set() +
+                                " --set trainer.max_steps=5 --set settings.collective_timeout_s=20 --run-dir " +
+                                dir_.file("sampled")), out), 0)
+      << out;
+  std::ifstream samples(dir_.file("sampled") + "/samples.txt");
+  std::stringstream text;
+  text << samples.rdbuf();
+  EXPECT_NE(text.str().find("--- step 4 ---"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("--- step 5 ---"), std::string::npos) << text.str();
+}
+
 TEST_F(Cli, KillingOneRankMidRunEndsTheOthersWithinTheTimeout) {
   // Two ranks started as torchrun would (no launcher to stop the survivor); rank 1 is SIGKILLed
   // once training runs. Rank 0 must fail (non-zero) within the collective timeout, not hang.
@@ -418,6 +439,16 @@ TEST_F(Cli, KillingOneRankMidRunEndsTheOthersWithinTheTimeout) {
   EXPECT_NE(std::stoi(m[1]), 0) << log0;
   EXPECT_LE(std::stoi(m[2]), 10 + 5) << "rank 0 must give up within the 10 s collective timeout\n" << log0;
   EXPECT_NE(log0.find("error"), std::string::npos) << log0;
+}
+
+TEST_F(Cli, AMissingGpuIsAConfigErrorNotACrash) {
+  std::string out;
+  const int rc = run_command(tessera("train " + tiny() + data_set() + " --set settings.device=cuda:7 --run-dir " +
+                                     dir_.file("gpu")), out);
+  if (rc == 0) GTEST_SKIP() << "this machine has a cuda:7";
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("settings.device: this process needs cuda:7 but the machine has"), std::string::npos) << out;
+  EXPECT_EQ(out.find("frame #"), std::string::npos) << "no C++ backtrace in a user-facing error: " << out;
 }
 
 TEST_F(Cli, BadRankVariablesAreAConfigError) {

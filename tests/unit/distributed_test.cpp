@@ -68,6 +68,55 @@ TEST(Distributed, GlooCollectivesAcrossTwoRanks) {
   }
 }
 
+TEST(Distributed, NcclIsBuiltWhenLibTorchHasIt) {
+  // CI has no GPU, but the NCCL process group must compile and link wherever LibTorch has it.
+#ifdef USE_C10D_NCCL
+  EXPECT_TRUE(nccl_available());
+#else
+  EXPECT_FALSE(nccl_available());
+#endif
+  if (!nccl_available()) GTEST_SKIP() << "this LibTorch has no NCCL";
+  // Without a GPU the NCCL path refuses a device that is not CUDA with a clear error.
+  DistributedEnv env;
+  env.world_size = 2;
+  try {
+    make_nccl_communicator(env, std::chrono::seconds(1), c10::Device(c10::kCPU));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL needs a CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Distributed, AsyncCollectivesCompleteInOrder) {
+  DistributedEnv env;
+  env.world_size = 2;
+  env.master_port = 31000 + ::getpid() % 20000;
+  std::string errors[2];
+  at::Tensor results[2][3];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    ranks[r] = std::thread([&, r] {
+      try {
+        DistributedEnv e = env;
+        e.rank = r;
+        auto comm = make_gloo_communicator(e, std::chrono::seconds(30));
+        // Three collectives in flight at once, waited for in reverse.
+        for (int i = 0; i < 3; ++i) results[r][i] = at::full({1000}, static_cast<double>((r + 1) * (i + 1)));
+        std::vector<std::shared_ptr<PendingCollective>> pending;
+        for (int i = 0; i < 3; ++i) pending.push_back(comm->all_reduce_async(results[r][i]));
+        for (int i = 2; i >= 0; --i) pending[static_cast<size_t>(i)]->wait();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[r], "");
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(results[r][i].equal(at::full({1000}, 3.0 * (i + 1)))) << r << " " << i;
+  }
+}
+
 TEST(Distributed, LocalCommunicatorIsAWorldOfOne) {
   auto comm = make_local_communicator();
   EXPECT_EQ(comm->world_size(), 1);
@@ -83,7 +132,7 @@ class DistributedEnvironment : public ::testing::Test {
  protected:
   void TearDown() override {
     for (const char* n : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-                          "SLURM_NTASKS", "SLURM_LOCALID"}) {
+                          "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_LAUNCH_NODE_IPADDR"}) {
       ::unsetenv(n);
     }
   }
@@ -106,10 +155,15 @@ TEST_F(DistributedEnvironment, TorchrunVariables) {
 TEST_F(DistributedEnvironment, SlurmVariablesWhenTorchrunsAreAbsent) {
   ::setenv("SLURM_PROCID", "2", 1);
   ::setenv("SLURM_NTASKS", "3", 1);
-  ::setenv("SLURM_LOCALID", "0", 1);
+  ::setenv("SLURM_LOCALID", "1", 1);
+  ::setenv("SLURM_LAUNCH_NODE_IPADDR", "10.0.0.5", 1);
   DistributedEnv env = read_distributed_env();
   EXPECT_EQ(env.rank, 2);
   EXPECT_EQ(env.world_size, 3);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.master_addr, "10.0.0.5");
+  ::setenv("MASTER_ADDR", "10.0.0.9", 1);
+  EXPECT_EQ(read_distributed_env().master_addr, "10.0.0.9") << "MASTER_ADDR wins";
 }
 
 TEST_F(DistributedEnvironment, NothingSetIsAWorldOfOneAndBadValuesAreErrors) {

@@ -1,5 +1,7 @@
 // `tessera`: the host binary. Dispatches to a subcommand and turns errors into one line on
 // stderr and an exit code (0 ok, 2 bad config or usage, 1 failure at run time).
+#include <c10/util/Exception.h>
+
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -69,6 +71,10 @@ int main(int argc, char** argv) {
   } catch (const core::PluginLoadError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
+  } catch (const c10::Error& e) {
+    // LibTorch's own errors: the message without its C++ backtrace.
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

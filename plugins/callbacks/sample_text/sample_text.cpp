@@ -1,6 +1,7 @@
 // Callback `sample_text`: generates text from the model, encoding the prompt and decoding the
 // sample with a component of the plugin-defined kind `tokenizer`, logs it and appends it to
-// RUN_DIR/samples.txt. Rank 0 only.
+// RUN_DIR/samples.txt. Every rank generates (under fsdp a forward pass is a collective, so all
+// ranks must run it); rank 0 alone logs and writes.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
@@ -77,23 +78,26 @@ class SampleText final : public tessera::Callback {
   }
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
-    if (ctx.run.rank != 0 || every_ == 0 || m.step % every_ != 0) return;
-    sample(ctx.model, m.step);
+    if (every_ == 0 || m.step % every_ != 0) return;
+    sample(ctx.model, m.step, ctx.run.rank == 0);
   }
 
   void on_train_end(tessera::CallbackContext& ctx) override {
-    if (ctx.run.rank != 0 || last_sampled_step_ == ctx.progress.step) return;
-    sample(ctx.model, ctx.progress.step);
+    if (last_sampled_step_ == ctx.progress.step) return;
+    sample(ctx.model, ctx.progress.step, ctx.run.rank == 0);
   }
 
  private:
-  void sample(tessera::Model& model, std::int64_t step) {
+  // Same generator seed and weights on every rank: every rank draws the same tokens.
+  void sample(tessera::Model& model, std::int64_t step, bool report) {
     last_sampled_step_ = step;
     std::vector<std::int64_t> tokens = tokenizer_->encode(prompt_);
     for (std::int64_t t : tokens) {
       if (t < 0 || t >= model.vocab_size()) {
-        tessera::log::warn("sample_text: prompt token ", t, " is outside the model's vocabulary (",
-                           model.vocab_size(), "); no sample");
+        if (report) {
+          tessera::log::warn("sample_text: prompt token ", t, " is outside the model's vocabulary (",
+                             model.vocab_size(), "); no sample");
+        }
         return;
       }
     }
@@ -102,6 +106,7 @@ class SampleText final : public tessera::Callback {
       c10::NoGradGuard no_grad;
       generate(model, step, tokens);
     }
+    if (!report) return;
     const std::string text = tokenizer_->decode(tokens);
     tessera::log::info("sample: ", escape(text));
     append_to_file(step, text);
@@ -171,7 +176,7 @@ void register_components(tessera::Registrar& registrar) {
       .default_to(-1)
       .at_least(-1);
   registrar.add<tessera::Callback>(
-      "sample_text", "generates text from the model and logs it, rank 0 only", schema,
+      "sample_text", "generates text from the model (on every rank) and logs it (rank 0)", schema,
       [](const tessera::ComponentConfig& c) { return std::make_shared<SampleText>(c); });
 }
 

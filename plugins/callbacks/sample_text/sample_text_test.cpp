@@ -191,7 +191,7 @@ TEST(SampleText, RestoresTheModelsModeAndLeavesTheTrainingRngAlone) {
   EXPECT_FALSE(model->is_training());
 }
 
-TEST(SampleText, OnlyRankZeroSamples) {
+TEST(SampleText, OnlyRankZeroWritesSamples) {
   core::BuiltComponents keep;
   auto model = make_model(keep);
   Sampler r("{prompt: ab, max_new_tokens: 4, every: 1}", /*rank=*/1);
