@@ -71,18 +71,30 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // through device copies (`staged`): copied back to the caller's tensors once the work is done.
 class C10dCollective final : public PendingCollective {
  public:
-  C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::vector<std::pair<at::Tensor, at::Tensor>> staged = {})
-      : work_(std::move(work)), staged_(std::move(staged)) {}
+  C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::int64_t rank,
+                 std::vector<std::pair<at::Tensor, at::Tensor>> staged = {})
+      : work_(std::move(work)), rank_(rank), staged_(std::move(staged)) {}
   void wait() override {
     if (!work_) return;
-    work_->wait();
+    try {
+      work_->wait();
+    } catch (const c10::Error& e) {
+      throw Error(failure(e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      throw Error(failure(e.what()));
+    }
     work_.reset();
     for (auto& [host, device] : staged_) host.copy_(device);
     staged_.clear();
   }
 
  private:
+  std::string failure(const std::string& cause) const {
+    return "rank " + std::to_string(rank_) + ": a collective failed (another rank exited, or " +
+           "settings.collective_timeout_s passed without it): " + cause;
+  }
   c10::intrusive_ptr<c10d::Work> work_;
+  std::int64_t rank_;
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
 };
 
@@ -97,14 +109,14 @@ class C10dCommunicator final : public Communicator {
   std::int64_t world_size() const override { return world_; }
 
   std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
-    Staging staging(device_);
+    Staging staging(device_, rank_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     return staging.pending(backend_->allreduce(tensors, options));
   }
   std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
-    Staging staging(device_);
+    Staging staging(device_, rank_);
     std::vector<std::vector<at::Tensor>> out(1);
     for (auto& o : outputs) out[0].push_back(staging.in_out(o));
     std::vector<at::Tensor> in{staging.in(input)};
@@ -112,7 +124,7 @@ class C10dCommunicator final : public Communicator {
   }
   std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                                           ReduceOp op) override {
-    Staging staging(device_);
+    Staging staging(device_, rank_);
     std::vector<at::Tensor> out{staging.in_out(output)};
     std::vector<std::vector<at::Tensor>> in(1);
     for (auto& i : inputs) in[0].push_back(staging.in(i));
@@ -121,19 +133,19 @@ class C10dCommunicator final : public Communicator {
     return staging.pending(backend_->reduce_scatter(out, in, options));
   }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
-    Staging staging(device_);
+    Staging staging(device_, rank_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
     staging.pending(backend_->broadcast(tensors, options))->wait();
   }
-  void barrier() override { backend_->barrier()->wait(); }
+  void barrier() override { C10dCollective(backend_->barrier(), rank_).wait(); }
 
  private:
   // Moves host tensors to an NCCL group's device and remembers which to copy back.
   class Staging {
    public:
-    explicit Staging(c10::Device device) : device_(device) {}
+    Staging(c10::Device device, std::int64_t rank) : device_(device), rank_(rank) {}
     at::Tensor in(const at::Tensor& t) { return needs_copy(t) ? t.to(device_) : t; }
     at::Tensor in_out(const at::Tensor& t) {
       if (!needs_copy(t)) return t;
@@ -142,12 +154,13 @@ class C10dCommunicator final : public Communicator {
       return d;
     }
     std::shared_ptr<PendingCollective> pending(c10::intrusive_ptr<c10d::Work> work) {
-      return std::make_shared<C10dCollective>(std::move(work), std::move(staged_));
+      return std::make_shared<C10dCollective>(std::move(work), rank_, std::move(staged_));
     }
 
    private:
     bool needs_copy(const at::Tensor& t) const { return !device_.is_cpu() && t.device() != device_; }
     c10::Device device_;
+    std::int64_t rank_;
     std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
   };
 
