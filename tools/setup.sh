@@ -39,6 +39,12 @@ if ! .venv/bin/python3 -c "import torch, sys; sys.exit(torch.__version__.split('
   fi
 fi
 
+# Python's safetensors reads Tessera's model exports back in the interop test (skipped without it).
+if ! .venv/bin/python3 -c "import safetensors" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "safetensors==0.4.5" ||
+    echo "setup: NOTE: Python's safetensors could not be installed; the export interop test will be skipped"
+fi
+
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
 # Paths relative to the checkout, so every clone (and CI) hits the same cache.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}

@@ -1,0 +1,15 @@
+// CRC-32C (Castagnoli), the checksum of checkpoint files (and of TFRecord framing).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tessera::core {
+
+// Continues `crc` (0 to start) over `size` bytes.
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
+// The CRC-32C of a whole file; throws tessera::Error when it cannot be read.
+std::uint32_t file_crc32c(const std::string& path);
+
+}  // namespace tessera::core

@@ -1,0 +1,157 @@
+#include "tessera/core/safetensors.hpp"
+
+#include <ATen/ops/empty.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "tessera/core/durable_file.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::core {
+namespace {
+
+// Headers larger than this are refused (the reference implementation's limit is 100 MB).
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+const std::vector<std::pair<const char*, at::ScalarType>>& dtypes() {
+  static const std::vector<std::pair<const char*, at::ScalarType>> d = {
+      {"F64", at::kDouble}, {"F32", at::kFloat},  {"F16", at::kHalf}, {"BF16", at::kBFloat16},
+      {"I64", at::kLong},   {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},
+      {"U8", at::kByte},    {"BOOL", at::kBool}};
+  return d;
+}
+
+const char* dtype_name(at::ScalarType t, const std::string& key) {
+  for (const auto& [name, type] : dtypes()) {
+    if (type == t) return name;
+  }
+  throw Error("safetensors: tensor " + key + " has dtype " + std::string(c10::toString(t)) +
+              ", which the format cannot hold");
+}
+
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const StateDict& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> host;
+  std::uint64_t offset = 0;
+  for (const auto& [key, tensor] : tensors) {
+    if (key == "__metadata__") throw Error("safetensors: __metadata__ is not a tensor name");
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    const std::uint64_t bytes = t.nbytes();
+    header[key] = {{"dtype", dtype_name(t.scalar_type(), key)},
+                   {"shape", t.sizes().vec()},
+                   {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    host.push_back(std::move(t));
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string prefix;
+  put_u64(prefix, text.size());
+  DurableFile file(path);
+  file.append(prefix.data(), prefix.size());
+  file.append(text.data(), text.size());
+  for (const auto& t : host) file.append(t.const_data_ptr(), t.nbytes());
+  file.commit();
+}
+
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name) {
+  auto fail = [&](const std::string& why) { return Error(name + ": not a valid safetensors file: " + why); };
+  if (bytes.size() < 8) throw fail("shorter than its 8-byte header length");
+  std::uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  if (header_size > kMaxHeaderBytes || header_size > bytes.size() - 8) {
+    throw fail("header length " + std::to_string(header_size) + " exceeds the file (" + std::to_string(bytes.size()) +
+               " bytes)");
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_size));
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("header is not JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw fail("header is not a JSON object");
+  const std::uint64_t data_start = 8 + header_size;
+  const std::uint64_t data_size = bytes.size() - data_start;
+
+  SafetensorsFile out;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [key, entry] : header.items()) {
+    if (key == "__metadata__") {
+      if (!entry.is_object()) throw fail("__metadata__ is not an object");
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) throw fail("__metadata__." + k + " is not a string");
+        out.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+      throw fail("entry " + key + " lacks dtype, shape or data_offsets");
+    }
+    const auto& dtype = entry["dtype"];
+    const auto& shape = entry["shape"];
+    const auto& offsets = entry["data_offsets"];
+    if (!dtype.is_string() || !shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
+        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+      throw fail("entry " + key + " has a malformed dtype, shape or data_offsets");
+    }
+    const auto type = std::find_if(dtypes().begin(), dtypes().end(),
+                                   [&](const auto& d) { return dtype.get<std::string>() == d.first; });
+    if (type == dtypes().end()) throw fail("entry " + key + " has unsupported dtype " + dtype.get<std::string>());
+    std::vector<std::int64_t> sizes;
+    std::uint64_t numel = 1;
+    for (const auto& dim : shape) {
+      if (!dim.is_number_unsigned()) throw fail("entry " + key + " has a negative or non-integer dimension");
+      const std::uint64_t d = dim.get<std::uint64_t>();
+      if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+          (d != 0 && numel > std::numeric_limits<std::uint64_t>::max() / d)) {
+        throw fail("entry " + key + " has an impossible shape");
+      }
+      numel *= d;
+      sizes.push_back(static_cast<std::int64_t>(d));
+    }
+    const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
+    const std::uint64_t element = c10::elementSize(type->second);
+    if (begin > end || end > data_size) throw fail("entry " + key + " lies outside the data");
+    if (numel > (end - begin) / element || numel * element != end - begin) {
+      throw fail("entry " + key + " has " + std::to_string(end - begin) + " bytes for " + std::to_string(numel) +
+                 " elements of " + dtype.get<std::string>());
+    }
+    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type->second));
+    if (end > begin) std::memcpy(t.mutable_data_ptr(), bytes.data() + data_start + begin, end - begin);
+    out.tensors[key] = std::move(t);
+    ranges.emplace_back(begin, end);
+  }
+  // The byte buffer is covered exactly: no overlaps, no holes (the format's rule).
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t expected = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin != expected) throw fail("tensor data overlaps or leaves a hole at byte " + std::to_string(expected));
+    expected = end;
+  }
+  if (expected != data_size) throw fail(std::to_string(data_size - expected) + " bytes after the last tensor");
+  return out;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_safetensors(buffer.str(), path);
+}
+
+}  // namespace tessera::core
