@@ -230,6 +230,9 @@ std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, 
   }
   // One device per local rank: the group's communicators and streams belong to this device.
   c10::cuda::set_device(device.index());
+  // Blocking wait: wait() then throws when the timeout expires (as with Gloo), instead of only
+  // making the stream wait and leaving a hang to the watchdog.
+  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
   auto store = rendezvous(env, timeout);
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;

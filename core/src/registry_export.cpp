@@ -145,6 +145,7 @@ nlohmann::json run_spec_json_schema(const Registry& registry) {
             {"plugins", section_schema(plugins_schema())},
             {"settings", section_schema(settings_schema())},
             {"trainer", section_schema(trainer_schema())},
+            {"checkpoint", section_schema(checkpoint_schema())},
             {"components", components}}},
           {"required", {"components", "trainer"}},
           {"additionalProperties", false},
@@ -179,6 +180,8 @@ std::string components_markdown(const Registry& registry) {
   markdown_fields(out, settings_schema());
   out << "### trainer\n\n";
   markdown_fields(out, trainer_schema());
+  out << "### checkpoint\n\n";
+  markdown_fields(out, checkpoint_schema());
   out << "### components (the trainer's roles)\n\n| name | kind | required | description |\n|---|---|---|---|\n";
   for (const auto& role : trainer_roles()) {
     out << "| `" << role.name << "` | " << role.kind << (role.list ? " (list)" : "") << " | "

@@ -8,7 +8,7 @@
 namespace tessera::core {
 namespace {
 
-const std::vector<std::string> kTopLevelKeys = {"name", "plugins", "settings", "components", "trainer"};
+const std::vector<std::string> kTopLevelKeys = {"name", "plugins", "settings", "components", "trainer", "checkpoint"};
 
 template <class T>
 T value_as(const std::map<std::string, Value>& values, const char* key) {
@@ -75,6 +75,18 @@ Schema trainer_schema() {
   return s;
 }
 
+Schema checkpoint_schema() {
+  Schema s;
+  s.string("dir", "where checkpoints go (default RUN_DIR/checkpoints)").optional();
+  s.integer("every_steps", "save every this many steps (0: only at the end and on request)").default_to(0).at_least(0);
+  s.integer("keep_last", "keep the newest N complete checkpoints (0: keep all)").default_to(0).at_least(0);
+  s.boolean("at_end", "save when training stops (max_steps, time budget, SIGTERM/SIGINT)").default_to(true);
+  s.boolean("async", "copy the state to host memory at the step, write it in the background").default_to(true);
+  s.integer("export_every_steps", "export the model as safetensors every N steps (0: never)").default_to(0).at_least(0);
+  s.boolean("export_at_end", "export the model as safetensors when training stops").default_to(true);
+  return s;
+}
+
 RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides,
                       const std::string& run_dir_override) {
   RunSpec spec;
@@ -136,6 +148,18 @@ RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& o
     throw ConfigIssue(trainer_node ? trainer_node->pos() : top, "trainer",
                       "no stop condition: set max_steps, max_tokens or max_time_s");
   }
+
+  auto checkpoint = read_section(checkpoint_schema(), root.find("checkpoint"), top, "checkpoint");
+  const Value& checkpoint_dir = checkpoint.at("dir");
+  spec.checkpoint.dir = std::holds_alternative<std::string>(checkpoint_dir)
+                            ? std::get<std::string>(checkpoint_dir)
+                            : (std::filesystem::path(spec.context.run_dir) / "checkpoints").string();
+  spec.checkpoint.every_steps = value_as<std::int64_t>(checkpoint, "every_steps");
+  spec.checkpoint.keep_last = value_as<std::int64_t>(checkpoint, "keep_last");
+  spec.checkpoint.at_end = value_as<bool>(checkpoint, "at_end");
+  spec.checkpoint.async = value_as<bool>(checkpoint, "async");
+  spec.checkpoint.export_every_steps = value_as<std::int64_t>(checkpoint, "export_every_steps");
+  spec.checkpoint.export_at_end = value_as<bool>(checkpoint, "export_at_end");
 
   const ConfigNode* components = root.find("components");
   for (const auto& role : trainer_roles()) {

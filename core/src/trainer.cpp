@@ -6,6 +6,8 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/Device.h>
 
 #include <cmath>
@@ -72,6 +74,127 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   progress_.max_steps = settings_.max_steps;
 }
 
+Trainer::~Trainer() = default;
+
+void Trainer::enable_checkpoints(CheckpointContext context) {
+  checkpoint_ = std::move(context);
+  // Leftovers of saves a crash interrupted; rank 0 alone, before any rank can start a save.
+  if (context_.rank == 0) remove_incomplete_checkpoints(checkpoint_.settings.dir);
+  checkpointer_ = std::make_unique<Checkpointer>(checkpoint_.settings, checkpoint_.exports_dir, checkpoint_.timeout);
+}
+
+namespace {
+
+StateDict host_copies(const StateDict& state) {
+  StateDict out;
+  for (const auto& [key, t] : state) out[key] = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  return out;
+}
+
+}  // namespace
+
+CheckpointState Trainer::capture() {
+  CheckpointState st;
+  st.step = progress_.step;
+  st.tokens = progress_.tokens;
+  st.samples = progress_.samples;
+  st.elapsed_s = elapsed_s();
+  st.rank = context_.rank;
+  st.world_size = context_.world_size;
+  st.strategy = checkpoint_.strategy;
+  Model& model = *parts_.model;
+  // The whole model: gathered by the strategy (a collective under fsdp), kept by rank 0.
+  StateDict whole = parts_.parallel ? parts_.parallel->full_parameters(model) : StateDict{};
+  if (context_.rank == 0) {
+    if (parts_.parallel) {
+      st.model = std::move(whole);  // host copies already
+    } else {
+      for (const auto& item : model.named_parameters()) st.model[item.key()] = item.value();
+      st.model = host_copies(st.model);
+    }
+    for (const auto& item : model.named_buffers()) st.model[item.key()] = item.value().detach().to(at::kCPU, false, true);
+    st.config_yaml = checkpoint_.config_yaml;
+    st.model_config_json = checkpoint_.model_config_json;
+  }
+  whole.clear();
+  st.optimizer_sharded = parts_.parallel && parts_.parallel->shards_optimizer_state();
+  st.write_optimizer = st.optimizer_sharded || context_.rank == 0;
+  if (st.write_optimizer) {
+    st.optimizer = host_copies(parts_.optimizer->state_dict());
+    const auto params = parts_.optimizer->parameters();
+    const auto ranges = parts_.parallel ? parts_.parallel->owned_ranges()
+                                        : std::vector<std::pair<std::int64_t, std::int64_t>>{};
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto [begin, end] = ranges.empty() ? std::make_pair(std::int64_t{0}, params[i].numel()) : ranges[i];
+      st.optimizer_ranges["param." + std::to_string(i)] = at::tensor({begin, end, params[i].numel()}, at::kLong);
+    }
+  }
+  st.data = host_copies(parts_.train_data->state_dict());
+  st.rng["cpu"] = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state();
+  if (device_.is_cuda()) st.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
+  return st;
+}
+
+void Trainer::save(bool checkpoint, bool export_model, const char* why) {
+  const auto start = Clock::now();
+  auto state = std::make_shared<const CheckpointState>(capture());
+  checkpointer_->save(state, checkpoint, export_model);
+  pause_s_ = seconds_between(start, Clock::now());
+  if (checkpoint) last_checkpoint_step_ = progress_.step;
+  if (export_model) last_export_step_ = progress_.step;
+  log::info("checkpoint at step ", progress_.step, " (", why, "): state copied in ", pause_s_ * 1000, " ms",
+            checkpointer_->settings().async ? "; writing in the background" : "");
+}
+
+void Trainer::restore(const std::string& checkpoint_path) {
+  LoadedCheckpoint ck = read_checkpoint(checkpoint_path, context_.rank);
+  Model& model = *parts_.model;
+  c10::NoGradGuard no_grad;
+  if (parts_.parallel) {
+    parts_.parallel->load_full_parameters(model, ck.model);
+  } else {
+    for (auto& item : model.named_parameters()) {
+      auto it = ck.model.find(item.key());
+      if (it == ck.model.end()) throw CheckpointError("checkpoint " + checkpoint_path + " has no parameter " + item.key());
+      if (it->second.sizes() != item.value().sizes()) {
+        throw CheckpointError("checkpoint " + checkpoint_path + ": " + item.key() + " has shape " +
+                              c10::str(it->second.sizes()) + ", the model's has " + c10::str(item.value().sizes()));
+      }
+      item.value().copy_(it->second);
+    }
+  }
+  for (auto& item : model.named_buffers()) {
+    auto it = ck.model.find(item.key());
+    if (it != ck.model.end()) item.value().copy_(it->second);
+  }
+  const auto params = parts_.optimizer->parameters();
+  if (parts_.parallel && parts_.parallel->shards_optimizer_state()) {
+    const auto ranges = parts_.parallel->owned_ranges();
+    StateDict mine = optimizer_state_for(ck.optimizer, params, &ranges);
+    parts_.parallel->with_owned_parameters([&] { parts_.optimizer->load_state_dict(mine); });
+  } else {
+    parts_.optimizer->load_state_dict(optimizer_state_for(ck.optimizer, params, nullptr));
+  }
+  parts_.train_data->load_state_dict(ck.data);
+  // A Generator is a handle: setting the copy's state sets the global generator's.
+  if (ck.rng.count("cpu")) {
+    at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+    cpu.set_state(ck.rng.at("cpu"));
+  }
+  if (ck.rng.count("cuda") && device_.is_cuda()) {
+    at::Generator cuda = at::globalContext().defaultGenerator(device_);
+    cuda.set_state(ck.rng.at("cuda"));
+  }
+  progress_.step = ck.metadata.step;
+  progress_.tokens = ck.metadata.tokens;
+  progress_.samples = ck.metadata.samples;
+  progress_.elapsed_s = elapsed_before_ = ck.metadata.elapsed_s;
+  last_checkpoint_step_ = ck.metadata.step;
+  log::info("resumed from ", checkpoint_path, " at step ", ck.metadata.step, " (saved by ", ck.metadata.world_size,
+            ck.metadata.world_size == 1 ? " rank" : " ranks", " with ", ck.metadata.strategy, "; now ",
+            context_.world_size, context_.world_size == 1 ? " rank" : " ranks", ")");
+}
+
 MemoryReport Trainer::measure_memory() const {
   MemoryReport report;
   if (parts_.parallel) {
@@ -88,7 +211,7 @@ MemoryReport Trainer::measure_memory() const {
   return report;
 }
 
-double Trainer::elapsed_s() const { return seconds_between(started_, Clock::now()); }
+double Trainer::elapsed_s() const { return elapsed_before_ + seconds_between(started_, Clock::now()); }
 
 CallbackContext Trainer::callback_context() {
   return CallbackContext{context_, progress_, *parts_.model, control_};
@@ -111,15 +234,19 @@ std::string Trainer::stop_reason() const {
   return {};
 }
 
-std::string Trainer::agreed_stop_reason() {
+std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
   std::string reason = stop_reason();
+  save_requested = control_.save_requested();
+  control_.clear_save();
   Communicator& comm = *context_.communicator;
   if (comm.world_size() == 1) return reason;
   // A signal, a callback or the clock may stop one rank before the others; every rank must stop
-  // after the same step, or the others would wait in a collective for it.
-  at::Tensor stop = at::tensor({static_cast<std::int64_t>(reason.empty() ? 0 : 1)}, at::kLong);
-  comm.all_reduce(stop, ReduceOp::max);
-  if (reason.empty() && stop.item<std::int64_t>() != 0) reason = "another rank stopped";
+  // after the same step, or the others would wait in a collective for it. Saves likewise.
+  at::Tensor flags = at::tensor({static_cast<std::int64_t>(reason.empty() ? 0 : 1),
+                                 static_cast<std::int64_t>(save_requested ? 1 : 0)}, at::kLong);
+  comm.all_reduce(flags, ReduceOp::max);
+  if (reason.empty() && flags[0].item<std::int64_t>() != 0) reason = "another rank stopped";
+  save_requested = flags[1].item<std::int64_t>() != 0;
   return reason;
 }
 
@@ -127,21 +254,37 @@ TrainResult Trainer::fit() {
   started_ = Clock::now();
   auto ctx = callback_context();
   TrainResult result;
+  const auto& ck = checkpoint_.settings;
   try {
     for (auto& cb : parts_.callbacks) cb->on_train_begin(ctx);
-    while ((result.stop_reason = agreed_stop_reason()).empty()) {
+    bool first = true;
+    while (true) {
+      bool save_requested = false;
+      result.stop_reason = agree_on_stop_and_save(save_requested);
+      const std::int64_t done = progress_.step;
+      if (save_requested && !checkpointer_) {
+        log::warn("a callback asked for a checkpoint at step ", done, ", but this trainer has no checkpoint writer");
+      }
+      if (checkpointer_ && done > 0) {
+        const bool periodic = ck.every_steps > 0 && done % ck.every_steps == 0;
+        const bool final = !result.stop_reason.empty() && ck.at_end;
+        const bool save_now = (periodic || final || save_requested) && last_checkpoint_step_ != done;
+        const bool export_now = ((ck.export_every_steps > 0 && done % ck.export_every_steps == 0) ||
+                                 (!result.stop_reason.empty() && ck.export_at_end)) &&
+                                last_export_step_ != done;
+        if (save_now || export_now) {
+          save(save_now, export_now, save_requested ? "a callback asked" : final ? "end of training" : "periodic");
+        }
+      }
+      if (!result.stop_reason.empty()) break;
       StepMetrics metrics = step();
-      if (metrics.step == 1) result.first_loss = metrics.loss;
+      if (first) result.first_loss = metrics.loss;
+      first = false;
       result.last_loss = metrics.loss;
       for (auto& cb : parts_.callbacks) cb->on_step_end(ctx, metrics);
-      if (control_.save_requested()) {
-        // Nothing in this loop writes checkpoints yet; say so rather than drop the request silently.
-        log::warn("a callback asked for a checkpoint at step ", progress_.step,
-                  ", but this trainer has no checkpoint writer; nothing was saved");
-        control_.clear_save();
-      }
     }
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
+    if (checkpointer_) checkpointer_->wait();
     for (auto& cb : parts_.callbacks) cb->on_train_end(ctx);
   } catch (const std::exception& e) {
     for (auto& cb : parts_.callbacks) {
@@ -169,20 +312,22 @@ StepMetrics Trainer::step() {
   // step, known on the host before any forward pass.
   std::vector<Batch> batches;
   batches.reserve(static_cast<size_t>(settings_.grad_accum));
-  std::int64_t target_tokens = 0, input_tokens = 0;
+  std::int64_t target_tokens = 0, input_tokens = 0, samples = 0;
   for (std::int64_t i = 0; i < settings_.grad_accum; ++i) {
     batches.push_back(parts_.train_data->next_batch(settings_.micro_batch_size));
     target_tokens += batches.back().num_target_tokens;
     input_tokens += batches.back().input_ids.numel();
+    samples += batches.back().input_ids.size(0);
   }
   Communicator& comm = *context_.communicator;
   if (comm.world_size() > 1) {
     // The loss divisor is the target-token count of the step over all ranks. Counted on the host,
     // so no device synchronisation (an NCCL group stages the two numbers through the device).
-    at::Tensor counts = at::tensor({target_tokens, input_tokens}, at::kLong);
+    at::Tensor counts = at::tensor({target_tokens, input_tokens, samples}, at::kLong);
     comm.all_reduce(counts);
     target_tokens = counts[0].item<std::int64_t>();
     input_tokens = counts[1].item<std::int64_t>();
+    samples = counts[2].item<std::int64_t>();
   }
   const auto t_data = Clock::now();
 
@@ -221,8 +366,15 @@ StepMetrics Trainer::step() {
 
   const double lr = parts_.optimizer->base_lr() *
                     (parts_.scheduler ? parts_.scheduler->lr_factor(progress_.step) : 1.0);
-  const bool skipped = control_.skip_requested();
+  bool skipped = control_.skip_requested();
   control_.clear_skip();
+  if (comm.world_size() > 1) {
+    // A skip asked for on one rank skips the step on all: replicas must stay identical, and
+    // sharded strategies' optimizer steps are collectives.
+    at::Tensor skip = at::tensor({static_cast<std::int64_t>(skipped ? 1 : 0)}, at::kLong);
+    comm.all_reduce(skip, ReduceOp::max);
+    skipped = skip.item<std::int64_t>() != 0;
+  }
   if (!skipped) {
     if (settings_.clip_grad_norm > 0 && !grads.empty()) {
       at::Tensor coef = (settings_.clip_grad_norm / (grad_norm + 1e-6)).clamp_max(1.0);
@@ -244,6 +396,7 @@ StepMetrics Trainer::step() {
 
   progress_.step += 1;
   progress_.tokens += input_tokens;
+  progress_.samples += samples;
 
   StepMetrics m;
   m.step = progress_.step;
@@ -265,6 +418,11 @@ StepMetrics Trainer::step() {
   m.extra["time_data_s"] = seconds_between(t_begin, t_data);
   m.extra["time_forward_backward_s"] = seconds_between(t_data, t_backward);
   m.extra["time_optimizer_s"] = seconds_between(t_backward, t_optimizer);
+  if (pause_s_ > 0) {
+    // The copy of the state a save made before this step, while training waited.
+    m.extra["time_checkpoint_s"] = pause_s_;
+    pause_s_ = 0;
+  }
   // Optimizer state exists from the first update on (LibTorch optimizers create it lazily).
   if (progress_.step == 1) {
     memory_ = measure_memory();

@@ -5,12 +5,15 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Device.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "tessera/callback.hpp"
 #include "tessera/core/component_factory.hpp"
+#include "tessera/core/checkpoint.hpp"
 #include "tessera/core/distributed.hpp"
 #include "tessera/log.hpp"
 #include "tessera/parallel.hpp"
@@ -63,6 +66,37 @@ void ensure_parallel_strategy(ConfigNode& root, std::int64_t world_size) {
   components->set("parallel", std::move(ddp));
 }
 
+// A config subtree as JSON: plain scalars that read as numbers or booleans become those.
+nlohmann::json to_json(const ConfigNode& node) {
+  if (node.is_map()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& e : node.entries()) out[e.key] = to_json(e.value);
+    return out;
+  }
+  if (node.is_sequence()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& item : node.items()) out.push_back(to_json(item));
+    return out;
+  }
+  if (node.is_null()) return nullptr;
+  const std::string& v = node.scalar();
+  if (node.plain()) {
+    if (v == "true" || v == "false") return v == "true";
+    char* end = nullptr;
+    const long long i = std::strtoll(v.c_str(), &end, 10);
+    if (!v.empty() && *end == '\0') return i;
+    const double d = std::strtod(v.c_str(), &end);
+    if (!v.empty() && *end == '\0') return d;
+  }
+  return v;
+}
+
+std::string variant_of(const ConfigNode& components, const char* role, const char* fallback) {
+  const ConfigNode* node = components.find(role);
+  const ConfigNode* variant = node && node->is_map() ? node->find("variant_key") : nullptr;
+  return variant && variant->is_scalar() ? variant->scalar() : fallback;
+}
+
 template <class T>
 std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
   auto it = built.instances.find(name);
@@ -86,6 +120,7 @@ void seed_everything(std::uint64_t seed, const std::string& device) {
 
 TrainingRun::TrainingRun(const RunOptions& options)
     : spec_(load_run_spec(options.config_path, options.overrides, options.run_dir)),
+      resume_(options.resume),
       env_(read_distributed_env()) {
   log::Level level = log::Level::info;
   if (log::parse_level(spec_.log_level, level)) log::set_level(level);
@@ -142,6 +177,22 @@ TrainResult TrainingRun::train() {
     if (!out) throw Error("cannot write " + resolved.string());
   }
   auto trainer = make_trainer();
+  CheckpointContext checkpoints;
+  checkpoints.settings = spec_.checkpoint;
+  checkpoints.exports_dir = (fs::path(spec_.context.run_dir) / "exports").string();
+  checkpoints.strategy = variant_of(spec_.components(), "parallel", "none");
+  checkpoints.config_yaml = spec_.root.to_yaml();
+  if (const ConfigNode* model = spec_.components().find("model")) checkpoints.model_config_json = to_json(*model).dump(1);
+  checkpoints.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(spec_.collective_timeout_s * 1000));
+  trainer->enable_checkpoints(checkpoints);
+  if (!resume_.empty()) {
+    const std::string path = resume_ == "auto" ? find_resumable_checkpoint(spec_.checkpoint.dir) : resume_;
+    if (path.empty()) {
+      log::info("--resume auto: no valid checkpoint under ", spec_.checkpoint.dir, "; starting fresh");
+    } else {
+      trainer->restore(path);
+    }
+  }
   log::info("run '", spec_.context.name, "': model has ", trainer->model().num_parameters(),
             " parameters; device ", spec_.context.device, "; run dir ", spec_.context.run_dir);
   TrainResult result = trainer->fit();

@@ -12,38 +12,10 @@
 #include <thread>
 #include <unistd.h>
 
-#include "test_support.hpp"
+#include "cli_fixture.hpp"
 
 namespace tessera {
 namespace {
-
-using testing::run_command;
-using testing::TempDir;
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // Real English text (Debian's GPL-3 text, or this test's own source) as byte tokens.
-    std::ifstream src(std::ifstream("/usr/share/common-licenses/GPL-3") ? "/usr/share/common-licenses/GPL-3"
-                                                                         : __FILE__);
-    std::stringstream text;
-    text << src.rdbuf();
-    ASSERT_FALSE(text.str().empty());
-    std::vector<std::uint16_t> tokens;
-    while (tokens.size() < 60000) {
-      for (unsigned char c : text.str()) tokens.push_back(c);
-    }
-    data_ = dir_.file("train.bin");
-    testing::write_token_file(data_, tokens);
-  }
-
-  std::string tessera(const std::string& args) const { return testing::tessera_binary() + " " + args; }
-  std::string tiny() const { return testing::source_dir() + "/tests/integration/configs/tiny.yaml"; }
-  std::string data_set() const { return " --set components.train_data.config.path=" + data_; }
-
-  TempDir dir_;
-  std::string data_;
-};
 
 TEST_F(Cli, VersionAndHelp) {
   std::string out;
@@ -228,13 +200,6 @@ TEST_F(Cli, SigtermStopsAfterTheCurrentStep) {
   text << log.rdbuf();
   EXPECT_NE(text.str().find("received SIGTERM"), std::string::npos) << text.str();
   EXPECT_EQ(text.str().find("error"), std::string::npos) << text.str();
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
-  return rows;
 }
 
 TEST_F(Cli, TwoRanksOnGlooMatchOneRankWithTwiceTheAccumulation) {

@@ -1,6 +1,6 @@
 // safetensors files and CRC-32C: round trips of every dtype, the format's byte layout, and a
 // fuzzed reader that turns every malformed file into one tessera::Error (never a crash).
-#include "tessera/core/safetensors.hpp"
+#include "tessera/safetensors.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <random>
 #include <sstream>
 
-#include "tessera/core/crc32c.hpp"
+#include "tessera/crc32c.hpp"
 #include "tessera/error.hpp"
 #include "test_support.hpp"
 
-namespace tessera::core {
+namespace tessera {
 namespace {
 
 using testing::TempDir;
@@ -146,4 +146,4 @@ TEST(Safetensors, FuzzedFilesNeverCrashTheReader) {
 }
 
 }  // namespace
-}  // namespace tessera::core
+}  // namespace tessera

@@ -22,7 +22,7 @@ const char* kUsage =
     "  validate CONFIG    check a run spec and every component in it, building nothing\n"
     "  components         list the registered components and the plugin files they come from\n"
     "  describe KIND/VARIANT\n"
-    "                     show a component's config schema (also: describe trainer|settings)\n"
+    "                     show a component's config schema (also: describe trainer|settings|checkpoint)\n"
     "  schema             print a JSON Schema of the run spec (for editors)\n"
     "  launch --nproc-per-node N -- COMMAND ...\n"
     "                     start N ranks of COMMAND (e.g. train CONFIG) with torchrun's variables\n"

@@ -95,12 +95,14 @@ int components_command(const Args& args) {
 }
 
 int describe_command(const Args& args) {
-  RegistryArgs parsed = parse(args, "usage: tessera describe KIND/VARIANT | trainer | settings",
+  RegistryArgs parsed = parse(args, "usage: tessera describe KIND/VARIANT | trainer | settings | checkpoint",
                               false, "component");
   if (parsed.help) return 0;
-  if (parsed.positional == "trainer" || parsed.positional == "settings") {
+  if (parsed.positional == "trainer" || parsed.positional == "settings" || parsed.positional == "checkpoint") {
     std::cout << parsed.positional << " (section of the run spec)\n";
-    print_schema(parsed.positional == "trainer" ? core::trainer_schema() : core::settings_schema());
+    print_schema(parsed.positional == "trainer"    ? core::trainer_schema()
+                 : parsed.positional == "settings" ? core::settings_schema()
+                                                   : core::checkpoint_schema());
     return 0;
   }
   auto slash = parsed.positional.find('/');

@@ -29,7 +29,10 @@ Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) 
       ("help,h", "show this help");
   if (with_run_dir) {
     visible.add_options()("run-dir", po::value<std::string>(&parsed.options.run_dir),
-                          "write the run here instead of settings.run_dir");
+                          "write the run here instead of settings.run_dir")
+        ("resume", po::value<std::string>(&parsed.options.resume),
+         "continue from a checkpoint: 'auto' (the newest valid one under checkpoint.dir, or start "
+         "fresh when there is none) or the PATH of one");
   }
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>(&parsed.options.config_path));

@@ -34,9 +34,21 @@ class JsonlMetrics final : public tessera::Callback {
   void on_train_begin(tessera::CallbackContext& ctx) override {
     if (ctx.run.rank != 0) return;
     if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-    // Truncate: a fresh run starts a fresh file. Resuming from a checkpoint will need append
-    // mode (and dropping lines past the checkpoint's step) once the trainer tells us it resumed.
+    // A fresh run starts a fresh file. A resumed one keeps the lines up to the step it resumed
+    // at (later ones belong to the attempt that did not reach its next checkpoint) and appends.
+    std::string kept;
+    if (ctx.progress.step > 0) {
+      std::ifstream in(path_);
+      for (std::string line; std::getline(in, line);) {
+        const auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (row.is_object() && row.contains("step") && row["step"].is_number_integer() &&
+            row["step"].get<std::int64_t>() <= ctx.progress.step) {
+          kept += line + "\n";
+        }
+      }
+    }
     out_.open(path_, std::ios::out | std::ios::trunc);
+    out_ << kept;
     if (!out_) throw tessera::Error("callback/jsonl_metrics: cannot open " + path_.string());
   }
 

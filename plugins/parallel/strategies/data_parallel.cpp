@@ -45,9 +45,26 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   if (options_.shard_parameters) {
     build_fsdp_units(model, params);
   } else {
-    build_buckets(params);
+    // The model's registration order, not the optimizer's (which may group parameters, e.g. by
+    // weight decay): backward produces gradients roughly in reverse of it.
+    std::set<const c10::TensorImpl*> optimized;
+    for (const auto& p : params) optimized.insert(p.unsafeGetTensorImpl());
+    std::vector<at::Tensor> ordered;
+    for (const auto& p : model.parameters()) {
+      if (optimized.erase(p.unsafeGetTensorImpl())) ordered.push_back(p);
+    }
+    for (const auto& p : params) {
+      if (optimized.count(p.unsafeGetTensorImpl())) ordered.push_back(p);  // not in the model
+    }
+    build_buckets(ordered);
   }
   ready_.assign(units_.size(), false);
+  optimized_ = params;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    for (std::size_t i = 0; i < units_[u]->params().size(); ++i) {
+      where_[units_[u]->params()[i].unsafeGetTensorImpl()] = {u, i};
+    }
+  }
   install_grad_hooks();
   if (options_.shard_parameters) model.set_forward_hooks(shared_from_this());
   std::int64_t numel = 0;
@@ -90,13 +107,22 @@ void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
 void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at::Tensor>& params) {
   std::set<const c10::TensorImpl*> optimized;
   for (const auto& p : params) optimized.insert(p.unsafeGetTensorImpl());
+  // A parameter used by two units (tied weights) would be freed by one while the other needs
+  // it: such parameters join the root, which stays gathered for the whole pass.
+  const auto modules = model.sharding_units();
+  std::map<const c10::TensorImpl*, int> uses;
+  for (const auto& module : modules) {
+    std::set<const c10::TensorImpl*> once;
+    for (const auto& p : module->parameters()) once.insert(p.unsafeGetTensorImpl());
+    for (const auto* impl : once) ++uses[impl];
+  }
   std::set<const c10::TensorImpl*> claimed;
   std::vector<std::vector<at::Tensor>> per_unit;
-  for (const auto& module : model.sharding_units()) {
+  for (const auto& module : modules) {
     std::vector<at::Tensor> mine;
     for (const auto& p : module->parameters()) {
       const auto* impl = p.unsafeGetTensorImpl();
-      if (optimized.count(impl) && claimed.insert(impl).second) mine.push_back(p);
+      if (optimized.count(impl) && uses[impl] == 1 && claimed.insert(impl).second) mine.push_back(p);
     }
     per_unit.push_back(std::move(mine));
   }
@@ -159,6 +185,18 @@ void DataParallel::launch_ready_units() {
 }
 
 void DataParallel::complete_backward() {
+  if (options_.shard_parameters && comm_->world_size() > 1) {
+    // fsdp's backward gathers and its reductions share one stream of collectives: a unit whose
+    // reduction would start here rather than during backward (some parameter got no gradient)
+    // could put them in a different order on another rank.
+    for (std::size_t u = next_launch_; u < units_.size(); ++u) {
+      if (!ready_[u]) {
+        throw tessera::Error("parallel/fsdp: some parameters of unit " + std::to_string(u) +
+                             " got no gradient in this backward; fsdp needs every parameter used in every "
+                             "step (use ddp or zero2 for models with unused parameters)");
+      }
+    }
+  }
   for (std::size_t u = next_launch_; u < units_.size(); ++u) ready_[u] = true;
   launch_ready_units();
   for (auto& u : units_) u->wait_reduction();
@@ -199,11 +237,19 @@ void DataParallel::optimizer_step(tessera::Optimizer& optimizer) {
   try {
     optimizer.step();
   } catch (...) {
-    for (auto& u : units_) u->point_at_full();
+    for (auto& u : units_) {
+      u->point_at_full();
+      u->zero_grad();
+    }
     throw;
   }
   for (auto& u : units_) u->point_at_full();
-  if (options_.shard_parameters) return;  // fsdp gathers each unit when it next runs
+  if (options_.shard_parameters) {
+    // A unit still gathered (a forward without backward) holds the old values: drop them, so
+    // the next use gathers the updated shards.
+    for (auto& u : units_) release(*u);
+    return;
+  }
   std::vector<std::shared_ptr<tessera::PendingCollective>> gathers;
   for (auto& u : units_) gathers.push_back(u->start_gather());
   for (auto& g : gathers) g->wait();
@@ -225,17 +271,80 @@ tessera::ParallelMemory DataParallel::memory() const {
 tessera::StateDict DataParallel::full_parameters(tessera::Model& model) {
   check_setup("full_parameters");
   c10::NoGradGuard no_grad;
-  std::vector<bool> was_gathered;
-  for (auto& u : units_) {
-    was_gathered.push_back(u->gathered());
-    if (!u->gathered()) ensure_gathered(*u);
-  }
+  // One unit at a time, straight to host memory: never more than one extra unit on the device.
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
   tessera::StateDict state;
-  for (const auto& item : model.named_parameters()) state[item.key()] = item.value().detach().clone();
-  for (std::size_t i = 0; i < units_.size(); ++i) {
-    if (!was_gathered[i]) release(*units_[i]);
+  for (auto& u : units_) {
+    const bool was_gathered = u->gathered() && !gathering_.count(u.get());
+    ensure_gathered(*u);
+    for (std::size_t i = 0; i < u->params().size(); ++i) {
+      auto name = names.find(u->params()[i].unsafeGetTensorImpl());
+      if (name != names.end()) state[name->second] = u->full_view(i).to(at::kCPU, false, /*copy=*/true);
+    }
+    if (!was_gathered) release(*u);
+  }
+  for (const auto& item : model.named_parameters()) {
+    if (!state.count(item.key())) state[item.key()] = item.value().detach().to(at::kCPU, false, /*copy=*/true);
   }
   return state;
+}
+
+void DataParallel::load_full_parameters(tessera::Model& model, const tessera::StateDict& state) {
+  check_setup("load_full_parameters");
+  c10::NoGradGuard no_grad;
+  auto value_for = [&](const std::string& name, const at::Tensor& target) -> const at::Tensor& {
+    auto it = state.find(name);
+    if (it == state.end()) throw tessera::Error("parallel/" + options_.name + ": no saved value for parameter " + name);
+    if (it->second.sizes() != target.sizes()) {
+      throw tessera::Error("parallel/" + options_.name + ": saved " + name + " has shape " +
+                           c10::str(it->second.sizes()) + ", the model's has " + c10::str(target.sizes()));
+    }
+    return it->second;
+  };
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  // Check everything before changing anything: a bad checkpoint leaves the model as it was.
+  for (const auto& item : model.named_parameters()) value_for(item.key(), item.value());
+  for (auto& u : units_) {
+    ensure_gathered(*u);
+    for (std::size_t i = 0; i < u->params().size(); ++i) {
+      at::Tensor view = u->full_view(i);
+      view.copy_(value_for(names.at(u->params()[i].unsafeGetTensorImpl()), view));
+    }
+    u->shard_from_full();
+    release(*u);
+  }
+  for (const auto& item : model.named_parameters()) {
+    if (!where_.count(item.value().unsafeGetTensorImpl())) item.value().copy_(value_for(item.key(), item.value()));
+  }
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> DataParallel::owned_ranges() const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  for (const auto& p : optimized_) {
+    const auto& [u, i] = where_.at(p.unsafeGetTensorImpl());
+    ranges.push_back(units_[u]->owned_range(i));
+  }
+  return ranges;
+}
+
+void DataParallel::with_owned_parameters(const std::function<void()>& fn) {
+  check_setup("with_owned_parameters");
+  if (!shards_optimizer_state()) {
+    fn();
+    return;
+  }
+  for (auto& u : units_) u->point_at_shard();
+  try {
+    fn();
+  } catch (...) {
+    for (auto& u : units_) u->point_at_full();
+    for (auto& u : units_) u->zero_grad();
+    throw;
+  }
+  for (auto& u : units_) u->point_at_full();
+  for (auto& u : units_) u->zero_grad();
 }
 
 FlatUnit* DataParallel::forward_unit(std::size_t unit) {

@@ -49,6 +49,10 @@ class DataParallel final : public tessera::ParallelStrategy,
   void zero_grad(tessera::Optimizer& optimizer) override;
   tessera::ParallelMemory memory() const override;
   tessera::StateDict full_parameters(tessera::Model& model) override;
+  void load_full_parameters(tessera::Model& model, const tessera::StateDict& state) override;
+  bool shards_optimizer_state() const override { return options_.reduction != GradReduction::all_reduce; }
+  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override;
+  void with_owned_parameters(const std::function<void()>& fn) override;
 
   // fsdp: called by the model around its units (ForwardHooks).
   void before_forward(std::size_t unit) override;
@@ -85,6 +89,9 @@ class DataParallel final : public tessera::ParallelStrategy,
   std::vector<std::size_t> forward_units_;
   FlatUnit* root_ = nullptr;
   std::map<FlatUnit*, std::shared_ptr<tessera::PendingCollective>> gathering_;
+  // optimizer.parameters(), in order, and where each lives: (unit index, index in the unit).
+  std::vector<at::Tensor> optimized_;
+  std::map<const c10::TensorImpl*, std::pair<std::size_t, std::size_t>> where_;
 };
 
 }  // namespace tessera_plugins

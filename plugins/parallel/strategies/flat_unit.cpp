@@ -71,6 +71,17 @@ std::pair<std::int64_t, std::int64_t> FlatUnit::shard_range(std::size_t i) const
   return {begin - shard_begin(), end - shard_begin()};
 }
 
+std::pair<std::int64_t, std::int64_t> FlatUnit::owned_range(std::size_t i) const {
+  if (reduction_ == GradReduction::all_reduce) return {0, params_[i].numel()};
+  const auto [begin, end] = shard_range(i);
+  if (end <= begin) return {0, 0};
+  return {begin + shard_begin() - offsets_[i], end + shard_begin() - offsets_[i]};
+}
+
+void FlatUnit::shard_from_full() {
+  if (shard_parameters_) param_shard_.copy_(full_.narrow(0, shard_begin(), shard_numel_));
+}
+
 void FlatUnit::zero_grad() {
   if (grad_flat_.defined()) {
     grad_flat_.zero_();

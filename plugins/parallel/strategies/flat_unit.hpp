@@ -61,6 +61,10 @@ class FlatUnit {
   void point_at_full();
   // The parameter i whole (gathering if need be is the caller's business).
   at::Tensor full_view(std::size_t i) const { return full_views_[i]; }
+  // The elements [begin, end) of parameter i (flattened) that this rank's optimizer updates.
+  std::pair<std::int64_t, std::int64_t> owned_range(std::size_t i) const;
+  // fsdp: after the whole buffer was written (loading a checkpoint), refreshes this rank's shard.
+  void shard_from_full();
 
   std::int64_t parameter_bytes() const;
   std::int64_t gradient_bytes() const;

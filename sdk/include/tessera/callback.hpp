@@ -54,8 +54,9 @@ class TESSERA_API TrainerControl {
 struct TrainProgress {
   std::int64_t step = 0;       // optimizer steps done
   std::int64_t max_steps = 0;  // 0 when unbounded
-  std::int64_t tokens = 0;     // input tokens consumed so far
-  double elapsed_s = 0;
+  std::int64_t tokens = 0;     // input tokens consumed so far, all ranks
+  std::int64_t samples = 0;    // sequences consumed so far, all ranks
+  double elapsed_s = 0;        // training time, carried across resumes
 };
 
 struct CallbackContext {

@@ -15,6 +15,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "tessera/export.hpp"
@@ -56,8 +58,21 @@ class TESSERA_API ParallelStrategy {
   virtual void zero_grad(Optimizer& optimizer) = 0;
   // Parameters and gradients this rank holds between steps (optimizer state is the optimizer's).
   virtual ParallelMemory memory() const = 0;
-  // The whole parameters by name, the same on every rank. A collective: every rank calls it.
+  // The whole parameters by name, as host copies, the same on every rank. A collective: every
+  // rank calls it.
   virtual StateDict full_parameters(Model& model) = 0;
+
+  // --- Checkpoints (how state saved under one layout is loaded under another) -----------------
+  // Sets the whole parameters (by name, as full_parameters returns them); each rank keeps its part.
+  virtual void load_full_parameters(Model& model, const StateDict& state) = 0;
+  // Whether ranks hold different optimizer state (each its own part of every parameter).
+  virtual bool shards_optimizer_state() const = 0;
+  // For each parameter of optimizer.parameters(), the elements [begin, end) of the flattened
+  // parameter that this rank's optimizer state covers ([0, numel) when not sharded).
+  virtual std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const = 0;
+  // Runs `fn` while the optimizer's parameters are this rank's parts (1-D, owned_ranges() long),
+  // as during optimizer_step: the view under which its state_dict is loaded.
+  virtual void with_owned_parameters(const std::function<void()>& fn) = 0;
 };
 
 }  // namespace tessera

@@ -22,6 +22,17 @@ struct TrainerSettings {
   double clip_grad_norm = 0;    // 0: no clipping (the norm is still measured)
 };
 
+// The `checkpoint` section (docs/checkpointing.md).
+struct CheckpointSettings {
+  std::string dir;               // default RUN_DIR/checkpoints
+  std::int64_t every_steps = 0;  // 0: only at the end and when a callback asks
+  std::int64_t keep_last = 0;    // 0: keep all
+  bool at_end = true;
+  bool async = true;
+  std::int64_t export_every_steps = 0;
+  bool export_at_end = true;
+};
+
 struct RunSpec {
   ConfigNode root;  // fully resolved: includes merged, overrides applied, ${...} replaced
   std::string source;
@@ -32,6 +43,7 @@ struct RunSpec {
   std::int64_t num_threads = 0;
   double collective_timeout_s = 300;
   TrainerSettings trainer;
+  CheckpointSettings checkpoint;
 
   const ConfigNode& components() const;
 };
@@ -49,6 +61,7 @@ const std::vector<ComponentRole>& trainer_roles();
 Schema plugins_schema();
 Schema settings_schema();
 Schema trainer_schema();
+Schema checkpoint_schema();
 
 // Loads and resolves a run spec; throws ConfigIssue on the first mistake.
 RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides,

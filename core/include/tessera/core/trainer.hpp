@@ -10,6 +10,8 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/context.hpp"
+#include "tessera/core/checkpoint.hpp"
+#include "tessera/core/checkpointer.hpp"
 #include "tessera/core/run_spec.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/loss.hpp"
@@ -48,9 +50,28 @@ struct TrainResult {
   std::string stop_reason;
 };
 
+// What the trainer needs to write checkpoints (TrainingRun fills it from the spec).
+struct CheckpointContext {
+  CheckpointSettings settings;
+  std::string exports_dir;        // RUN_DIR/exports
+  std::string strategy = "none";  // the parallel variant, recorded in the metadata
+  std::string config_yaml;        // the resolved spec
+  std::string model_config_json;  // the model's component spec, next to exports
+  std::chrono::milliseconds timeout{300000};
+};
+
 class Trainer {
  public:
   Trainer(TrainerParts parts, TrainerSettings settings, RunContext context);
+  ~Trainer();
+
+  // Saves every checkpoint.every_steps, when a callback asks, and at the end; exports likewise.
+  void enable_checkpoints(CheckpointContext context);
+  // Continues from a checkpoint: model, optimizer (resharded to this run's ranks and strategy),
+  // data position, generators, step, tokens, samples and time. Call before fit().
+  void restore(const std::string& checkpoint_path);
+  // This rank's state as host copies (a collective under fsdp: every rank calls it).
+  CheckpointState capture();
 
   // Runs steps until a stop condition holds; callbacks see train begin/end and every step.
   TrainResult fit();
@@ -64,8 +85,11 @@ class Trainer {
 
  private:
   std::string stop_reason() const;
-  // stop_reason(), agreed by all ranks: if one stops, all stop after this step.
-  std::string agreed_stop_reason();
+  // stop_reason() and the save requests, agreed by all ranks in one collective: if one stops,
+  // all stop after this step; if a callback on one asked for a checkpoint, all save.
+  std::string agree_on_stop_and_save(bool& save_requested);
+  // Saves (checkpoint and/or export) the current step; every rank calls it at the same step.
+  void save(bool checkpoint, bool export_model, const char* why);
   CallbackContext callback_context();
   double elapsed_s() const;
   MemoryReport measure_memory() const;
@@ -79,6 +103,11 @@ class Trainer {
   std::vector<at::Tensor> parameters_;
   std::chrono::steady_clock::time_point started_;
   MemoryReport memory_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  CheckpointContext checkpoint_;
+  std::int64_t last_checkpoint_step_ = -1, last_export_step_ = -1;
+  double elapsed_before_ = 0;  // training time of the run this one resumed
+  double pause_s_ = 0;         // time the last save held training (reported with the next step)
 };
 
 }  // namespace tessera::core

@@ -19,6 +19,7 @@ struct RunOptions {
   std::vector<std::string> overrides;     // --set K=V
   std::vector<std::string> plugin_paths;  // --plugin-path DIR
   std::string run_dir;                    // --run-dir DIR
+  std::string resume;                     // --resume auto|PATH ("" starts fresh)
 };
 
 class TrainingRun {
@@ -29,13 +30,15 @@ class TrainingRun {
   const RunSpec& spec() const { return spec_; }
   const PluginHost& plugins() const { return host_; }
 
-  // Builds the components, hands them to a Trainer and runs it to a stop condition.
+  // Builds the components, hands them to a Trainer (resumed when options asked for it, with
+  // checkpoints enabled) and runs it to a stop condition.
   TrainResult train();
   // Builds the trainer without running it (tests drive single steps).
   std::unique_ptr<Trainer> make_trainer();
 
  private:
   RunSpec spec_;
+  std::string resume_;
   DistributedEnv env_;
   PluginHost host_;
 };

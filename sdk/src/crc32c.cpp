@@ -1,4 +1,4 @@
-#include "tessera/core/crc32c.hpp"
+#include "tessera/crc32c.hpp"
 
 #include <array>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "tessera/error.hpp"
 
-namespace tessera::core {
+namespace tessera {
 namespace {
 
 // Slicing-by-8 tables for the reflected Castagnoli polynomial 0x82F63B78.
@@ -57,4 +57,4 @@ std::uint32_t file_crc32c(const std::string& path) {
   return crc;
 }
 
-}  // namespace tessera::core
+}  // namespace tessera

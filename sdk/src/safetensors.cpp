@@ -1,4 +1,4 @@
-#include "tessera/core/safetensors.hpp"
+#include "tessera/safetensors.hpp"
 
 #include <ATen/ops/empty.h>
 #include <nlohmann/json.hpp>
@@ -10,10 +10,10 @@
 #include <sstream>
 #include <vector>
 
-#include "tessera/core/durable_file.hpp"
+#include "tessera/durable_file.hpp"
 #include "tessera/error.hpp"
 
-namespace tessera::core {
+namespace tessera {
 namespace {
 
 // Headers larger than this are refused (the reference implementation's limit is 100 MB).
@@ -41,7 +41,7 @@ void put_u64(std::string& out, std::uint64_t v) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const StateDict& tensors,
+WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -66,6 +66,7 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
   file.append(text.data(), text.size());
   for (const auto& t : host) file.append(t.const_data_ptr(), t.nbytes());
   file.commit();
+  return {file.bytes(), file.crc()};
 }
 
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name) {
@@ -154,4 +155,4 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return parse_safetensors(buffer.str(), path);
 }
 
-}  // namespace tessera::core
+}  // namespace tessera

@@ -1,4 +1,4 @@
-#include "tessera/core/durable_file.hpp"
+#include "tessera/durable_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,9 +8,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "tessera/crc32c.hpp"
 #include "tessera/error.hpp"
 
-namespace tessera::core {
+namespace tessera {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
@@ -30,6 +31,8 @@ DurableFile::~DurableFile() {
 }
 
 void DurableFile::append(const void* data, std::size_t size) {
+  crc_ = crc32c(data, size, crc_);
+  bytes_ += size;
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(fd_, p, size);
@@ -51,10 +54,11 @@ void DurableFile::commit() {
   fd_ = -1;
 }
 
-void write_file_durably(const std::string& path, const std::string& text) {
+WrittenFile write_file_durably(const std::string& path, const std::string& text) {
   DurableFile file(path);
   file.append(text.data(), text.size());
   file.commit();
+  return {file.bytes(), file.crc()};
 }
 
 void fsync_directory(const std::string& path) {
@@ -73,4 +77,4 @@ void rename_durably(const std::string& from, const std::string& to) {
   fsync_directory(parent.empty() ? "." : parent.string());
 }
 
-}  // namespace tessera::core
+}  // namespace tessera

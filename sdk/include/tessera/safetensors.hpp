@@ -7,9 +7,11 @@
 #include <map>
 #include <string>
 
+#include "tessera/durable_file.hpp"
+#include "tessera/export.hpp"
 #include "tessera/stateful.hpp"
 
-namespace tessera::core {
+namespace tessera {
 
 struct SafetensorsFile {
   StateDict tensors;
@@ -17,10 +19,10 @@ struct SafetensorsFile {
 };
 
 // Writes `tensors` (any device; copied to host) in key order, fsynced before it returns.
-void write_safetensors(const std::string& path, const StateDict& tensors,
+TESSERA_API WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-SafetensorsFile read_safetensors(const std::string& path);
+TESSERA_API SafetensorsFile read_safetensors(const std::string& path);
 // The same from bytes in memory; `name` is used in error messages.
-SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name);
+TESSERA_API SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name);
 
-}  // namespace tessera::core
+}  // namespace tessera

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <string>
 
-namespace tessera::core {
+#include "tessera/export.hpp"
+
+namespace tessera {
 
 // Continues `crc` (0 to start) over `size` bytes.
-std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
+TESSERA_API std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t crc = 0);
 // The CRC-32C of a whole file; throws tessera::Error when it cannot be read.
-std::uint32_t file_crc32c(const std::string& path);
+TESSERA_API std::uint32_t file_crc32c(const std::string& path);
 
-}  // namespace tessera::core
+}  // namespace tessera

@@ -1,0 +1,41 @@
+// Writes checkpoints and model exports, in the background when asked: the trainer hands over
+// host copies taken at a step boundary and keeps training while a thread writes them. At most
+// one save is in flight; the next save, and the end of training, wait for it.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tessera/core/checkpoint.hpp"
+#include "tessera/core/run_spec.hpp"
+
+namespace tessera::core {
+
+class Checkpointer {
+ public:
+  // `exports_dir`: where model exports go (RUN_DIR/exports). `timeout`: how long rank 0 waits
+  // for the other ranks' files.
+  Checkpointer(CheckpointSettings settings, std::string exports_dir, std::chrono::milliseconds timeout);
+  ~Checkpointer();
+
+  const CheckpointSettings& settings() const { return settings_; }
+  // Writes `state` as a checkpoint and/or a model export; waits for the previous save first.
+  void save(std::shared_ptr<const CheckpointState> state, bool checkpoint, bool export_model);
+  // Waits for the save in flight; rethrows its failure.
+  void wait();
+
+ private:
+  void write(const CheckpointState& state, bool checkpoint, bool export_model);
+
+  CheckpointSettings settings_;
+  std::string exports_dir_;
+  std::chrono::milliseconds timeout_;
+  std::thread writer_;
+  std::exception_ptr failure_;
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,63 @@
+#include "tessera/core/checkpointer.hpp"
+
+#include <filesystem>
+
+#include "tessera/log.hpp"
+
+namespace tessera::core {
+
+Checkpointer::Checkpointer(CheckpointSettings settings, std::string exports_dir, std::chrono::milliseconds timeout)
+    : settings_(std::move(settings)), exports_dir_(std::move(exports_dir)), timeout_(timeout) {}
+
+Checkpointer::~Checkpointer() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log::error("checkpoint: ", e.what());
+  }
+}
+
+void Checkpointer::wait() {
+  if (writer_.joinable()) writer_.join();
+  if (failure_) {
+    std::exception_ptr failure = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(failure);
+  }
+}
+
+void Checkpointer::write(const CheckpointState& state, bool checkpoint, bool export_model) {
+  const auto start = std::chrono::steady_clock::now();
+  if (checkpoint) {
+    if (!write_checkpoint(settings_.dir, state, settings_.keep_last, timeout_)) {
+      log::info("checkpoint ", checkpoint_name(state.step), " exists already; not written again");
+      checkpoint = false;
+    }
+  }
+  if (export_model && state.rank == 0) write_model_export(exports_dir_, state);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (state.rank == 0 && checkpoint) {
+    log::info("checkpoint ", (std::filesystem::path(settings_.dir) / checkpoint_name(state.step)).string(),
+              " written in ", seconds, " s");
+  }
+  if (state.rank == 0 && export_model) {
+    log::info("model exported to ", (std::filesystem::path(exports_dir_) / checkpoint_name(state.step)).string());
+  }
+}
+
+void Checkpointer::save(std::shared_ptr<const CheckpointState> state, bool checkpoint, bool export_model) {
+  wait();
+  if (!settings_.async) {
+    write(*state, checkpoint, export_model);
+    return;
+  }
+  writer_ = std::thread([this, state, checkpoint, export_model] {
+    try {
+      write(*state, checkpoint, export_model);
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+  });
+}
+
+}  // namespace tessera::core

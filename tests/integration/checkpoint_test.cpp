@@ -1,0 +1,236 @@
+// Checkpoints through the real `tessera`: bit-exact resume (one rank, and two ranks with
+// accumulation), crash safety (SIGKILL at every stage of a save), corruption found by checksum,
+// resharding to other numbers of ranks, pruning, and model exports.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli_fixture.hpp"
+#include "tessera/core/checkpoint.hpp"
+#include "tessera/safetensors.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Checkpoints : public Cli {
+ protected:
+  // Runs `tessera train` on the tiny spec with this fixture's data (and a warmup short enough
+  // for runs of a few steps); returns the exit code.
+  int train(const std::string& args, std::string& out, const std::string& env = "") {
+    return run_command(env + " " + tessera("train " + tiny() + data_set() + kShortWarmup + args), out);
+  }
+  int launch(int ranks, const std::string& args, std::string& out) {
+    return run_command(tessera("launch --nproc-per-node " + std::to_string(ranks) + " -- train " + tiny() + data_set() +
+                               kShortWarmup + " --set settings.collective_timeout_s=60 " + args),
+                       out);
+  }
+  static constexpr const char* kShortWarmup = " --set components.scheduler.config.warmup_steps=2 ";
+  static std::vector<double> losses(const std::string& run_dir) {
+    std::vector<double> out;
+    for (const auto& row : read_metrics(run_dir + "/metrics.jsonl")) out.push_back(row["loss"]);
+    return out;
+  }
+  static StateDict model_at(const std::string& run_dir, std::int64_t step) {
+    return read_safetensors(run_dir + "/checkpoints/" + core::checkpoint_name(step) + "/model.safetensors").tensors;
+  }
+  static std::string strategy(const std::string& name) {
+    return " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" + name;
+  }
+};
+
+void expect_identical(const StateDict& a, const StateDict& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(t.equal(b.at(name))) << name << " differs by " << t.sub(b.at(name)).abs().max().item<double>();
+  }
+}
+
+// 8 steps straight, against 4 steps (stopped by max_tokens, so the schedule, which follows
+// max_steps, is the same), a save at the stop, and a resumed run to step 8.
+TEST_F(Checkpoints, ResumeIsBitExactOnOneRank) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false";
+  std::string out;
+  ASSERT_EQ(train(common + " --run-dir " + dir_.file("straight"), out), 0) << out;
+  // 512 tokens per step: 8 sequences of 32, 2 micro-batches.
+  ASSERT_EQ(train(common + " --set trainer.max_tokens=2048 --run-dir " + dir_.file("split"), out), 0) << out;
+  EXPECT_TRUE(fs::exists(dir_.file("split") + "/checkpoints/step_00000004/metadata.json")) << out;
+  ASSERT_EQ(train(common + " --run-dir " + dir_.file("split") + " --resume auto", out), 0) << out;
+  EXPECT_NE(out.find("resumed from " + dir_.file("split") + "/checkpoints/step_00000004 at step 4"), std::string::npos)
+      << out;
+  const auto straight = losses(dir_.file("straight")), split = losses(dir_.file("split"));
+  ASSERT_EQ(straight.size(), 8u);
+  ASSERT_EQ(split.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(split[i], straight[i]) << "step " << i + 1;
+  expect_identical(model_at(dir_.file("split"), 8), model_at(dir_.file("straight"), 8));
+  const auto opt = [&](const std::string& run) {
+    return read_safetensors(run + "/checkpoints/step_00000008/rank_00000/optimizer.safetensors").tensors;
+  };
+  expect_identical(opt(dir_.file("split")), opt(dir_.file("straight")));
+}
+
+TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithAccumulationAndShardedState) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false" + strategy("fsdp");
+  std::string out;
+  ASSERT_EQ(launch(2, common + " --run-dir " + dir_.file("straight"), out), 0) << out;
+  ASSERT_EQ(launch(2, common + " --set trainer.max_tokens=4096 --run-dir " + dir_.file("split"), out), 0) << out;
+  const std::string saved = dir_.file("split") + "/checkpoints/step_00000004";
+  EXPECT_TRUE(fs::exists(saved + "/rank_00001/optimizer.safetensors")) << "fsdp shards the optimizer state";
+  ASSERT_EQ(launch(2, common + " --run-dir " + dir_.file("split") + " --resume auto", out), 0) << out;
+  const auto straight = losses(dir_.file("straight")), split = losses(dir_.file("split"));
+  ASSERT_EQ(split.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(split[i], straight[i]) << "step " << i + 1;
+  expect_identical(model_at(dir_.file("split"), 8), model_at(dir_.file("straight"), 8));
+}
+
+// Saved by 2 ranks with a sharding strategy, resumed by 1 and by 3 with the same global batch:
+// the losses continue those of the uninterrupted 2-rank run.
+class Reshard : public Checkpoints, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(Reshard, SavedOnTwoRanksResumesOnOneAndThree) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false --set trainer.micro_batch_size=4" +
+                             strategy(GetParam());
+  std::string out;
+  // Global batch: 6 micro-batches of 4 (2 ranks x 3, 1 x 6, 3 x 2); 4 x 32 x 6 = 768 tokens a step.
+  ASSERT_EQ(launch(2, common + " --set trainer.grad_accum=3 --run-dir " + dir_.file("straight"), out), 0) << out;
+  ASSERT_EQ(launch(2, common + " --set trainer.grad_accum=3 --set trainer.max_tokens=3072 --run-dir " + dir_.file("saved"), out), 0)
+      << out;
+  const std::string checkpoint = dir_.file("saved") + "/checkpoints/step_00000004";
+  ASSERT_TRUE(fs::exists(checkpoint + "/metadata.json")) << out;
+  ASSERT_EQ(train(common + " --set trainer.grad_accum=6 --resume " + checkpoint + " --run-dir " + dir_.file("one"), out), 0)
+      << out;
+  EXPECT_NE(out.find("(saved by 2 ranks with " + GetParam() + "; now 1 rank)"), std::string::npos) << out;
+  ASSERT_EQ(launch(3, common + " --set trainer.grad_accum=2 --resume " + checkpoint + " --run-dir " + dir_.file("three"), out), 0)
+      << out;
+  const auto straight = losses(dir_.file("straight"));
+  for (const char* run : {"one", "three"}) {
+    const auto resumed = losses(dir_.file(run));
+    ASSERT_EQ(resumed.size(), 4u) << run;
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_NEAR(resumed[i], straight[i + 4], 1e-5 * straight[i + 4]) << run << " step " << i + 5;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Reshard, ::testing::Values("zero2", "fsdp"));
+
+// SIGKILL at each stage of a save (the writer thread runs in the background), then: every
+// complete checkpoint verifies, `latest` names a valid one, and --resume auto finishes the run
+// from the newest valid checkpoint.
+struct CrashCase {
+  std::string failpoint;
+  std::int64_t resumes_at;
+};
+void PrintTo(const CrashCase& c, std::ostream* os) { *os << c.failpoint; }
+
+class CrashDuringSave : public Checkpoints, public ::testing::WithParamInterface<CrashCase> {};
+
+TEST_P(CrashDuringSave, LeavesOnlyValidCheckpointsAndResumes) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.every_steps=2 --set checkpoint.keep_last=1" +
+                             std::string(" --set checkpoint.export_at_end=false --run-dir ") + dir_.file("run");
+  std::string out;
+  EXPECT_NE(train(common, out, "TESSERA_FAILPOINT=" + GetParam().failpoint), 0) << out;
+  EXPECT_NE(out.find("failpoint"), std::string::npos) << out;
+  const std::string checkpoints = dir_.file("run") + "/checkpoints";
+  int complete = 0;
+  for (const auto& entry : fs::directory_iterator(checkpoints)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+    EXPECT_NO_THROW(core::verify_checkpoint(entry.path().string())) << name;
+    ++complete;
+  }
+  EXPECT_GE(complete, 1);
+  std::ifstream latest(checkpoints + "/latest");
+  std::string name;
+  latest >> name;
+  EXPECT_NO_THROW(core::verify_checkpoint(checkpoints + "/" + name)) << "latest names " << name;
+
+  ASSERT_EQ(train(common + " --resume auto", out), 0) << out;
+  EXPECT_NE(out.find("at step " + std::to_string(GetParam().resumes_at) + " "), std::string::npos) << out;
+  EXPECT_EQ(read_metrics(dir_.file("run") + "/metrics.jsonl").back()["step"], 8);
+  EXPECT_FALSE(fs::exists(checkpoints + "/step_00000004.tmp")) << "the next start removes interrupted saves";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Failpoints, CrashDuringSave,
+    ::testing::Values(CrashCase{"checkpoint.after_model@2", 2}, CrashCase{"checkpoint.before_manifest@2", 2},
+                      CrashCase{"checkpoint.before_rename@2", 2}, CrashCase{"checkpoint.after_rename@2", 4},
+                      CrashCase{"checkpoint.before_prune@1", 4}),
+    [](const ::testing::TestParamInfo<CrashCase>& info) {
+      std::string n = info.param.failpoint.substr(11);
+      for (auto& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return n;
+    });
+
+TEST_F(Checkpoints, ACorruptFileIsFoundByItsChecksumAndSkipped) {
+  const std::string common = "--set checkpoint.every_steps=2 --set checkpoint.export_at_end=false --run-dir " + dir_.file("run");
+  std::string out;
+  ASSERT_EQ(train(common + " --set trainer.max_steps=4", out), 0) << out;
+  const std::string newest = dir_.file("run") + "/checkpoints/step_00000004";
+  const std::string shard = newest + "/rank_00000/optimizer.safetensors";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
+    f.write(&c, 1);
+  }
+  EXPECT_EQ(train(common + " --set trainer.max_steps=6 --resume " + newest, out), 1) << out;
+  EXPECT_NE(out.find("rank_00000/optimizer.safetensors: checksum mismatch"), std::string::npos) << out;
+  EXPECT_NE(out.find("the file is corrupt"), std::string::npos) << out;
+  ASSERT_EQ(train(common + " --set trainer.max_steps=6 --resume auto", out), 0) << out;
+  EXPECT_NE(out.find("skipping checkpoint: checkpoint " + newest), std::string::npos) << out;
+  EXPECT_NE(out.find("resumed from " + dir_.file("run") + "/checkpoints/step_00000002 at step 2"), std::string::npos) << out;
+}
+
+TEST_F(Checkpoints, KeepLastPrunesOlderOnesAndLatestNamesTheNewest) {
+  std::string out;
+  ASSERT_EQ(train("--set trainer.max_steps=8 --set checkpoint.every_steps=2 --set checkpoint.keep_last=2 "
+                  "--set checkpoint.async=false --run-dir " + dir_.file("run"), out), 0)
+      << out;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_.file("run") + "/checkpoints")) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000006", "step_00000008"}));
+  std::ifstream latest(dir_.file("run") + "/checkpoints/latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step_00000008");
+  const auto meta = core::verify_checkpoint(dir_.file("run") + "/checkpoints/step_00000008");
+  EXPECT_EQ(meta.step, 8);
+  EXPECT_EQ(meta.tokens, 8 * 512);
+  EXPECT_EQ(meta.samples, 8 * 16);
+  EXPECT_EQ(meta.world_size, 1);
+  EXPECT_EQ(meta.tessera_version, "0.1.0");
+  EXPECT_TRUE(meta.files.count("config.yaml"));
+}
+
+TEST_F(Checkpoints, ResumeAutoWithNothingToResumeStartsFresh) {
+  std::string out;
+  ASSERT_EQ(train("--set trainer.max_steps=2 --resume auto --run-dir " + dir_.file("run"), out), 0) << out;
+  EXPECT_NE(out.find("no valid checkpoint"), std::string::npos) << out;
+}
+
+TEST_F(Checkpoints, SigtermSavesBeforeExiting) {
+  const std::string run = dir_.file("run");
+  const std::string metrics = run + "/metrics.jsonl";
+  const std::string script = tessera("train " + tiny() + data_set() + " --set trainer.max_steps=100000 --run-dir " + run) +
+                             " > " + dir_.file("log") + " 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics +
+                             " ] && [ $(wc -l < " + metrics + ") -ge 3 ] && break; sleep 0.1; done; kill -TERM $p; wait $p; echo rc=$?";
+  std::string out;
+  ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
+  const std::string found = core::find_resumable_checkpoint(run + "/checkpoints");
+  ASSERT_FALSE(found.empty()) << "a preempted run leaves a checkpoint";
+  EXPECT_EQ(core::verify_checkpoint(found).step, static_cast<std::int64_t>(read_metrics(metrics).size()));
+}
+
+}  // namespace
+}  // namespace tessera
