@@ -142,7 +142,8 @@ void Trainer::save(bool checkpoint, bool export_model, const char* why) {
   pause_s_ = seconds_between(start, Clock::now());
   if (checkpoint) last_checkpoint_step_ = progress_.step;
   if (export_model) last_export_step_ = progress_.step;
-  log::info("checkpoint at step ", progress_.step, " (", why, "): state copied in ", pause_s_ * 1000, " ms",
+  const char* what = checkpoint && export_model ? "checkpoint and model export" : checkpoint ? "checkpoint" : "model export";
+  log::info(what, " at step ", progress_.step, " (", why, "): state copied in ", pause_s_ * 1000, " ms",
             checkpointer_->settings().async ? "; writing in the background" : "");
 }
 

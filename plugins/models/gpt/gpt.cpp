@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
+#include "tessera/safetensors.hpp"
 
 namespace {
 
@@ -28,6 +30,7 @@ struct GptConfig {
   std::int64_t vocab_size, n_layer, n_head, n_embd, max_seq_len;
   double dropout, init_std;
   bool bias;
+  std::string init_from;  // a safetensors file (or an export folder holding model.safetensors)
 };
 
 torch::nn::Linear linear_layer(std::int64_t in, std::int64_t out, bool bias) {
@@ -130,6 +133,7 @@ class Gpt final : public tessera::Model {
     }
     ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias));
     init_weights();
+    if (!c.init_from.empty()) load_weights(c.init_from);
     // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
     // output layer, but not the position embedding: a lookup costs no FLOPs.
     flop_params_ = static_cast<double>(num_parameters() - wpe_->weight.numel());
@@ -171,6 +175,39 @@ class Gpt final : public tessera::Model {
   }
 
  private:
+  // Weights from a Tessera export (or any safetensors file with these names and shapes).
+  void load_weights(const std::string& from) {
+    std::filesystem::path path(from);
+    if (std::filesystem::is_directory(path)) path /= "model.safetensors";
+    tessera::SafetensorsFile file;
+    try {
+      file = tessera::read_safetensors(path.string());
+    } catch (const tessera::Error& e) {
+      throw tessera::ConfigError(e.what(), "init_from");
+    }
+    c10::NoGradGuard no_grad;
+    std::size_t used = 0;
+    for (auto& item : named_parameters()) {
+      auto it = file.tensors.find(item.key());
+      if (it == file.tensors.end()) {
+        throw tessera::ConfigError(path.string() + " has no tensor " + item.key() + " (is it a gpt with this config?)",
+                                   "init_from");
+      }
+      if (it->second.sizes() != item.value().sizes()) {
+        throw tessera::ConfigError(path.string() + ": " + item.key() + " has shape " + c10::str(it->second.sizes()) +
+                                       ", this model's is " + c10::str(item.value().sizes()),
+                                   "init_from");
+      }
+      item.value().copy_(it->second);
+      ++used;
+    }
+    if (used != file.tensors.size()) {
+      throw tessera::ConfigError(path.string() + " has " + std::to_string(file.tensors.size() - used) +
+                                     " tensors this model does not have (is it a gpt with this config?)",
+                                 "init_from");
+    }
+  }
+
   // GPT-2 init from the global generator, so the host's seed fixes the weights. Residual output
   // projections are scaled by 1/sqrt(2 n_layer) to keep the residual stream's variance flat.
   void init_weights() {
@@ -208,6 +245,7 @@ std::shared_ptr<tessera::Model> make_gpt(const tessera::ComponentConfig& config)
   c.dropout = config.number("dropout");
   c.bias = config.boolean("bias");
   c.init_std = config.number("init_std");
+  c.init_from = config.string("init_from");
   if (c.n_embd % c.n_head != 0) {
     throw tessera::ConfigError("n_embd (" + std::to_string(c.n_embd) +
                                    ") must be divisible by n_head (" + std::to_string(c.n_head) +
@@ -236,6 +274,8 @@ void register_components(tessera::Registrar& registrar) {
   schema.number("init_std", "standard deviation of the normal weight init")
       .default_to(0.02)
       .greater_than(0);
+  schema.string("init_from", "start from these weights: a safetensors file or a Tessera export folder")
+      .default_to("");
   registrar.add<tessera::Model>("gpt", "GPT-2 style decoder-only transformer with tied head",
                                 schema, make_gpt);
 }

@@ -1,0 +1,84 @@
+// Model exports: RUN_DIR/exports/step_N/{model.safetensors, config.json} read back by Python's
+// torch + safetensors (an independent forward pass must give Tessera's logits), and model/gpt
+// initialised from an export gives the exported model's logits exactly.
+#include <gtest/gtest.h>
+
+#include <ATen/ops/tensor.h>
+#include <c10/core/GradMode.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "tessera/core/checkpoint.hpp"
+#include "tessera/core/training_run.hpp"
+#include "tessera/model.hpp"
+#include "tessera/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using testing::TempDir;
+
+const char* kGpt = "model: {component_key: model, variant_key: gpt,\n"
+                   "        config: {vocab_size: 40, n_layer: 2, n_head: 2, n_embd: 16, max_seq_len: 12";
+
+std::string exported_model(const TempDir& dir, at::Tensor& logits, const at::Tensor& input) {
+  core::seed_everything(3, "cpu");
+  auto built = testing::build_components(std::string(kGpt) + "}}\n");
+  auto model = testing::built<Model>(built, "model");
+  {
+    c10::NoGradGuard no_grad;
+    logits = model->forward(input);
+  }
+  core::CheckpointState state;
+  state.step = 7;
+  for (const auto& item : model->named_parameters()) state.model[item.key()] = item.value().detach().clone();
+  state.model_config_json =
+      R"({"component_key": "model", "variant_key": "gpt", "config": {"vocab_size": 40, "n_layer": 2, "n_head": 2, "n_embd": 16, "max_seq_len": 12}})";
+  core::write_model_export(dir.file("exports"), state);
+  return dir.file("exports") + "/step_00000007";
+}
+
+TEST(ModelExport, PythonTorchAndSafetensorsGiveTesserasLogits) {
+  const std::string python = testing::source_dir() + "/.venv/bin/python3";
+  std::string out;
+  if (testing::run_command(python + " -c 'import torch, safetensors'", out) != 0) {
+    GTEST_SKIP() << "no Python with torch and safetensors in .venv (tools/setup.sh installs them): " << out;
+  }
+  TempDir dir;
+  const at::Tensor input = at::tensor({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4}, at::kLong).view({2, 10});
+  at::Tensor logits;
+  const std::string exported = exported_model(dir, logits, input);
+  ASSERT_TRUE(std::filesystem::exists(exported + "/model.safetensors"));
+  ASSERT_TRUE(std::filesystem::exists(exported + "/config.json"));
+  write_safetensors(dir.file("logits.safetensors"), {{"input_ids", input}, {"logits", logits}});
+  const int rc = testing::run_command(python + " " + testing::source_dir() + "/tools/interop/gpt_from_export.py " +
+                                          exported + " --check " + dir.file("logits.safetensors"),
+                                      out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("max |logits - Tessera's| = "), std::string::npos) << out;
+}
+
+TEST(ModelExport, GptInitialisesFromAnExport) {
+  TempDir dir;
+  const at::Tensor input = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({1, 6});
+  at::Tensor logits;
+  const std::string exported = exported_model(dir, logits, input);
+  core::seed_everything(99, "cpu");  // other initial weights, replaced by the export's
+  auto built = testing::build_components(std::string(kGpt) + ", init_from: " + exported + "}}\n");
+  c10::NoGradGuard no_grad;
+  EXPECT_TRUE(testing::built<Model>(built, "model")->forward(input).equal(logits));
+
+  try {
+    testing::build_components(
+        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 40, n_layer: 3, n_head: 2, n_embd: 16, "
+        "max_seq_len: 12, init_from: " + exported + "}}\n");
+    ADD_FAILURE() << "expected an error for a model with another shape";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("has no tensor h.2."), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera
