@@ -157,6 +157,24 @@ TEST(JsonlMetrics, TrainBeginStartsAFreshFile) {
   EXPECT_EQ(nlohmann::json::parse(lines[0]).at("step").get<int>(), 1);
 }
 
+TEST(JsonlMetrics, AResumedRunKeepsLinesUpToItsStepAndAppends) {
+  Harness h("{}");
+  fs::create_directories(h.run.run_dir);
+  // Steps 1-6 from a run that last saved at step 4 and died after step 6.
+  {
+    std::ofstream out(h.run.run_dir + "/metrics.jsonl");
+    for (int s = 1; s <= 6; ++s) out << "{\"step\": " << s << "}\n";
+  }
+  h.progress.step = 4;  // resumed from the step-4 checkpoint
+  h.begin();
+  h.step_end(metrics_of(5));
+  h.end();
+  const auto lines = read_lines(h.run.run_dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(nlohmann::json::parse(lines[static_cast<size_t>(i)]).at("step").get<int>(), i + 1);
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(lines[4]).at("loss").get<double>(), metrics_of(5).loss);
+}
+
 TEST(JsonlMetrics, RelativePathIsUnderTheRunDirAbsoluteIsKept) {
   {
     Harness h("{path: logs/train.jsonl}");

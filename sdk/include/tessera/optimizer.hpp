@@ -1,5 +1,11 @@
 // Kind `optimizer`: updates parameters from their gradients. The trainer owns the learning-rate
 // schedule: before every step it sets lr = base_lr() * scheduler factor.
+//
+// State convention (what lets checkpoints reshard): per-parameter state lives under keys
+// "param.<i>.<field>", <i> indexing parameters(); such a tensor is shaped like parameter i (or,
+// under a sharding strategy, is 1-D over the part of it this rank owns), or is 0-dimensional
+// (a step count). Sharding strategies point each parameter at its part before step() and
+// load_state_dict(), so an optimizer that creates state like its parameters needs nothing else.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,0 +1,96 @@
+// Checkpoint pieces without a training run: joining optimizer state saved in parts by several
+// ranks and cutting it for another layout, and finding the newest valid checkpoint.
+#include "tessera/core/checkpoint.hpp"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.hpp"
+
+namespace tessera::core {
+namespace {
+
+using testing::TempDir;
+
+at::Tensor range(std::int64_t begin, std::int64_t end, std::int64_t numel) {
+  return at::tensor({begin, end, numel}, at::kLong);
+}
+
+TEST(OptimizerReshard, PartsFromTwoRanksJoinAndCutForThree) {
+  // Parameter 0 is 2x3 (6 elements), parameter 1 has 3; flat layout split as two ranks would.
+  const at::Tensor avg0 = at::arange(6).to(at::kFloat).view({2, 3}), avg1 = at::arange(10, 13).to(at::kFloat);
+  StateDict rank0 = {{"param.0.exp_avg", avg0.reshape({-1}).narrow(0, 0, 4)},
+                     {"param.0.step", at::scalar_tensor(7, at::kLong)},
+                     {"param.1.exp_avg", at::empty({0})},
+                     {"param.1.step", at::scalar_tensor(7, at::kLong)}};
+  StateDict ranges0 = {{"param.0", range(0, 4, 6)}, {"param.1", range(0, 0, 3)}};
+  StateDict rank1 = {{"param.0.exp_avg", avg0.reshape({-1}).narrow(0, 4, 2)},
+                     {"param.0.step", at::scalar_tensor(7, at::kLong)},
+                     {"param.1.exp_avg", avg1},
+                     {"param.1.step", at::scalar_tensor(7, at::kLong)}};
+  StateDict ranges1 = {{"param.0", range(4, 6, 6)}, {"param.1", range(0, 3, 3)}};
+  const StateDict whole = merge_optimizer_parts({{rank0, ranges0}, {rank1, ranges1}});
+  EXPECT_TRUE(whole.at("param.0.exp_avg").equal(avg0.reshape({-1})));
+  EXPECT_TRUE(whole.at("param.1.exp_avg").equal(avg1));
+  EXPECT_EQ(whole.at("param.0.step").item<std::int64_t>(), 7);
+
+  const std::vector<at::Tensor> params = {at::empty({2, 3}), at::empty({3})};
+  // One rank, unsharded: shaped like the parameters.
+  const StateDict one = optimizer_state_for(whole, params, nullptr);
+  EXPECT_TRUE(one.at("param.0.exp_avg").equal(avg0));
+  // Rank 1 of three: its own ranges.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> mine = {{3, 5}, {0, 1}};
+  const StateDict cut = optimizer_state_for(whole, params, &mine);
+  EXPECT_TRUE(cut.at("param.0.exp_avg").equal(at::tensor({3.0f, 4.0f})));
+  EXPECT_TRUE(cut.at("param.1.exp_avg").equal(at::tensor({10.0f})));
+  EXPECT_EQ(cut.at("param.1.step").item<std::int64_t>(), 7);
+}
+
+TEST(OptimizerReshard, StateForAnotherModelIsRefused) {
+  const StateDict whole = {{"param.0.exp_avg", at::arange(6).to(at::kFloat)}};
+  EXPECT_THROW(optimizer_state_for(whole, {at::empty({5})}, nullptr), CheckpointError);
+  EXPECT_THROW(optimizer_state_for(whole, {}, nullptr), CheckpointError);
+  EXPECT_THROW(merge_optimizer_parts({{whole, {}}}), CheckpointError) << "a part without its range";
+}
+
+TEST(CheckpointDiscovery, IgnoresIncompleteAndCorruptAndPicksTheNewestValid) {
+  TempDir dir;
+  namespace fs = std::filesystem;
+  auto save = [&](std::int64_t step) {
+    CheckpointState state;
+    state.step = step;
+    state.model = {{"w", at::arange(4).to(at::kFloat)}};
+    state.write_optimizer = true;
+    state.optimizer = {{"param.0.exp_avg", at::arange(4).to(at::kFloat)}};
+    state.optimizer_ranges = {{"param.0", range(0, 4, 4)}};
+    state.data = {{"position", at::scalar_tensor(step, at::kLong)}};
+    ASSERT_TRUE(write_checkpoint(dir.path().string(), state, /*keep_last=*/0, std::chrono::seconds(5)));
+  };
+  save(2);
+  save(4);
+  EXPECT_FALSE(write_checkpoint(dir.path().string(), CheckpointState{4}, 0, std::chrono::seconds(5)))
+      << "a step that exists is not written again";
+  fs::create_directories(dir.file("step_00000006.tmp/rank_00000"));  // an interrupted save
+  EXPECT_EQ(find_resumable_checkpoint(dir.path().string()), dir.file("step_00000004"));
+  const auto loaded = read_checkpoint(dir.file("step_00000004"), 0);
+  EXPECT_EQ(loaded.metadata.step, 4);
+  EXPECT_EQ(loaded.data.at("position").item<std::int64_t>(), 4);
+  EXPECT_TRUE(loaded.optimizer.at("param.0.exp_avg").equal(at::arange(4).to(at::kFloat)));
+
+  std::ofstream(dir.file("step_00000004/model.safetensors"), std::ios::app) << "x";  // grown by a byte
+  EXPECT_THROW(verify_checkpoint(dir.file("step_00000004")), CheckpointError);
+  EXPECT_EQ(find_resumable_checkpoint(dir.path().string()), dir.file("step_00000002"));
+  remove_incomplete_checkpoints(dir.path().string());
+  EXPECT_FALSE(fs::exists(dir.file("step_00000006.tmp")));
+  EXPECT_TRUE(fs::exists(dir.file("step_00000002")));
+}
+
+}  // namespace
+}  // namespace tessera::core
