@@ -121,8 +121,10 @@ bool write_checkpoint(const std::string& dir, const CheckpointState& state, std:
   record(prefix + "rng.safetensors", write_safetensors((mine / "rng.safetensors").string(), state.rng));
   failpoint("checkpoint.before_manifest");
   fsync_directory(mine.string());
-  write_file_durably((mine / "manifest.json").string(), files_json(files).dump(1));
-  fsync_directory(mine.string());
+  // Written aside and renamed: rank 0 treats the manifest's existence as "this rank is done",
+  // so it must never see it half-written.
+  write_file_durably((mine / "manifest.json.tmp").string(), files_json(files).dump(1));
+  rename_durably((mine / "manifest.json.tmp").string(), (mine / "manifest.json").string());
   if (state.rank != 0) return true;
 
   // Rank 0 completes the checkpoint once every rank's manifest is there.
