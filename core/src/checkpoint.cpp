@@ -97,7 +97,16 @@ bool write_checkpoint(const std::string& dir, const CheckpointState& state, std:
   const std::string name = checkpoint_name(state.step);
   const fs::path final_dir = root / name;
   // Every rank sees the same answer: rank 0 renames only after every rank got past this point.
-  if (fs::exists(final_dir)) return false;
+  // A valid checkpoint of this step stays; an invalid one (a run resumed from an older
+  // checkpoint because this one was corrupt) is replaced.
+  if (fs::exists(final_dir)) {
+    try {
+      verify_checkpoint(final_dir.string());
+      return false;
+    } catch (const CheckpointError& e) {
+      if (state.rank == 0) log::warn("checkpoint: replacing an invalid one: ", e.what());
+    }
+  }
   const fs::path tmp = root / (name + ".tmp");
   const fs::path mine = tmp / rank_dir(state.rank);
   fs::create_directories(mine);
@@ -156,6 +165,14 @@ bool write_checkpoint(const std::string& dir, const CheckpointState& state, std:
   write_file_durably((tmp / "metadata.json").string(), meta.dump(1));
   fsync_directory(tmp.string());
   failpoint("checkpoint.before_rename");
+  if (fs::exists(final_dir)) {
+    // The invalid one found above: moved aside under a .tmp name (removed at the next start
+    // if this process dies now), so the rename below never meets a non-empty folder.
+    const fs::path aside = root / (name + ".invalid.tmp");
+    fs::remove_all(aside);
+    rename_durably(final_dir.string(), aside.string());
+    fs::remove_all(aside);
+  }
   rename_durably(tmp.string(), final_dir.string());
   failpoint("checkpoint.after_rename");
   write_file_durably((root / "latest.tmp").string(), name + "\n");

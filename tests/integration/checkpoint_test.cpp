@@ -86,8 +86,8 @@ TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithAccumulationAndShardedState) {
   expect_identical(model_at(dir_.file("split"), 8), model_at(dir_.file("straight"), 8));
 }
 
-// Saved by 2 ranks with a sharding strategy, resumed by 1 and by 3 with the same global batch:
-// the losses continue those of the uninterrupted 2-rank run.
+// Saved by 2 ranks with a sharding strategy, resumed by 1 (same strategy) and by 3 (another
+// strategy) with the same global batch: the losses continue those of the uninterrupted run.
 class Reshard : public Checkpoints, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Reshard, SavedOnTwoRanksResumesOnOneAndThree) {
@@ -103,8 +103,12 @@ TEST_P(Reshard, SavedOnTwoRanksResumesOnOneAndThree) {
   ASSERT_EQ(train(common + " --set trainer.grad_accum=6 --resume " + checkpoint + " --run-dir " + dir_.file("one"), out), 0)
       << out;
   EXPECT_NE(out.find("(saved by 2 ranks with " + GetParam() + "; now 1 rank)"), std::string::npos) << out;
-  ASSERT_EQ(launch(3, common + " --set trainer.grad_accum=2 --resume " + checkpoint + " --run-dir " + dir_.file("three"), out), 0)
+  // Three ranks with another strategy: the layout and the strategy change together.
+  const std::string other = GetParam() == "zero2" ? "fsdp" : "ddp";
+  ASSERT_EQ(launch(3, common + " --set trainer.grad_accum=2 --set components.parallel.variant_key=" + other +
+                          " --resume " + checkpoint + " --run-dir " + dir_.file("three"), out), 0)
       << out;
+  EXPECT_NE(out.find("parallel/" + other + ": "), std::string::npos) << out;
   const auto straight = losses(dir_.file("straight"));
   for (const char* run : {"one", "three"}) {
     const auto resumed = losses(dir_.file(run));
@@ -186,6 +190,9 @@ TEST_F(Checkpoints, ACorruptFileIsFoundByItsChecksumAndSkipped) {
   ASSERT_EQ(train(common + " --set trainer.max_steps=6 --resume auto", out), 0) << out;
   EXPECT_NE(out.find("skipping checkpoint: checkpoint " + newest), std::string::npos) << out;
   EXPECT_NE(out.find("resumed from " + dir_.file("run") + "/checkpoints/step_00000002 at step 2"), std::string::npos) << out;
+  // The resumed run saved step 4 again, replacing the corrupt one.
+  EXPECT_EQ(core::verify_checkpoint(newest).step, 4);
+  EXPECT_EQ(core::find_resumable_checkpoint(dir_.file("run") + "/checkpoints"), dir_.file("run") + "/checkpoints/step_00000006");
 }
 
 TEST_F(Checkpoints, KeepLastPrunesOlderOnesAndLatestNamesTheNewest) {

@@ -24,34 +24,27 @@ tessera::Schema bucket_schema() {
   return schema;
 }
 
+// ddp, zero1 and zero2 differ only in how bucket gradients are reduced.
+auto bucketed(const char* name, GradReduction reduction) {
+  return [name, reduction](const tessera::ComponentConfig& c) {
+    DataParallelOptions o;
+    o.name = name;
+    o.reduction = reduction;
+    o.bucket_bytes = bucket_bytes(c);
+    return std::make_shared<DataParallel>(o);
+  };
+}
+
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::ParallelStrategy>(
       "ddp", "data parallel: whole replicas; gradient buckets all-reduced during backward, on the last micro-batch only",
-      bucket_schema(), [](const tessera::ComponentConfig& c) {
-        DataParallelOptions o;
-        o.name = "ddp";
-        o.reduction = GradReduction::all_reduce;
-        o.bucket_bytes = bucket_bytes(c);
-        return std::make_shared<DataParallel>(o);
-      });
+      bucket_schema(), bucketed("ddp", GradReduction::all_reduce));
   registrar.add<tessera::ParallelStrategy>(
       "zero1", "ZeRO stage 1: optimizer state sharded; gradients reduce-scattered, shards updated, parameters all-gathered",
-      bucket_schema(), [](const tessera::ComponentConfig& c) {
-        DataParallelOptions o;
-        o.name = "zero1";
-        o.reduction = GradReduction::reduce_scatter_final;
-        o.bucket_bytes = bucket_bytes(c);
-        return std::make_shared<DataParallel>(o);
-      });
+      bucket_schema(), bucketed("zero1", GradReduction::reduce_scatter_final));
   registrar.add<tessera::ParallelStrategy>(
       "zero2", "ZeRO stage 2: optimizer state and gradients sharded; every backward reduce-scatters its buckets",
-      bucket_schema(), [](const tessera::ComponentConfig& c) {
-        DataParallelOptions o;
-        o.name = "zero2";
-        o.reduction = GradReduction::reduce_scatter_each;
-        o.bucket_bytes = bucket_bytes(c);
-        return std::make_shared<DataParallel>(o);
-      });
+      bucket_schema(), bucketed("zero2", GradReduction::reduce_scatter_each));
   tessera::Schema fsdp;
   fsdp.boolean("prefetch", "gather the next unit's parameters while the current one computes").default_to(true);
   registrar.add<tessera::ParallelStrategy>(

@@ -73,7 +73,8 @@ std::string checkpoint_name(std::int64_t step);  // "step_00001000"
 // Writes this rank's part of the checkpoint for state.step under `dir`. Rank 0 then waits (up to
 // `timeout`) for every rank's manifest, writes metadata.json, renames the folder into place,
 // points `latest` at it and removes the oldest complete ones beyond `keep_last` (0: none).
-// Returns false when that step's checkpoint already exists (nothing written).
+// Returns false when a valid checkpoint of that step exists (nothing written); an invalid one is
+// replaced.
 bool write_checkpoint(const std::string& dir, const CheckpointState& state, std::int64_t keep_last,
                       std::chrono::milliseconds timeout);
 // Rank 0: RUN_DIR/exports/step_N/{model.safetensors, config.json}, written then renamed.
