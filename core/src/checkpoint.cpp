@@ -43,7 +43,7 @@ nlohmann::json files_json(const std::map<std::string, WrittenFile>& files) {
 
 // The step a folder name stands for, or -1 ("step_00001000" -> 1000).
 std::int64_t step_of(const std::string& name) {
-  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return -1;
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5 || name.size() > 5 + 18) return -1;
   for (std::size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return -1;
   }
@@ -62,13 +62,23 @@ std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const fs::pa
   return out;
 }
 
-void prune(const fs::path& dir, std::int64_t keep_last) {
+// Removes the oldest checkpoints before `newest` (just written) beyond keep_last. Best effort:
+// a folder that cannot be removed is reported, never a failure of the save that completed.
+void prune(const fs::path& dir, std::int64_t keep_last, std::int64_t newest) {
   if (keep_last <= 0) return;
-  const auto all = complete_checkpoints(dir);
-  for (std::size_t i = static_cast<std::size_t>(keep_last); i < all.size(); ++i) {
+  std::int64_t kept = 0;
+  for (const auto& [step, path] : complete_checkpoints(dir)) {
+    if (step > newest) continue;  // not ours to judge (superseded folders are renamed at resume)
+    if (++kept <= keep_last) continue;
     failpoint("checkpoint.before_prune");
-    log::info("checkpoint: removing ", all[i].second.string(), " (keep_last ", keep_last, ")");
-    fs::remove_all(all[i].second);
+    log::info("checkpoint: removing ", path.string(), " (keep_last ", keep_last, ")");
+    // Renamed first, so a kill midway leaves a .tmp folder (ignored, removed at the next start),
+    // never a partly deleted one under a checkpoint's name.
+    std::error_code ec;
+    const fs::path doomed = path.string() + ".deleting.tmp";
+    fs::rename(path, doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
+    if (ec) log::warn("checkpoint: could not remove ", path.string(), ": ", ec.message());
   }
 }
 
@@ -177,7 +187,7 @@ bool write_checkpoint(const std::string& dir, const CheckpointState& state, std:
   failpoint("checkpoint.after_rename");
   write_file_durably((root / "latest.tmp").string(), name + "\n");
   rename_durably((root / "latest.tmp").string(), (root / "latest").string());
-  prune(root, keep_last);
+  prune(root, keep_last, state.step);
   return true;
 }
 
@@ -196,7 +206,8 @@ void write_model_export(const std::string& exports_dir, const CheckpointState& s
 
 CheckpointMetadata verify_checkpoint(const std::string& path) {
   const fs::path dir(path);
-  if (!fs::is_directory(dir)) throw CheckpointError("checkpoint " + path + " does not exist");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw CheckpointError("checkpoint " + path + " does not exist");
   if (!fs::exists(dir / "metadata.json")) {
     throw CheckpointError("checkpoint " + path + " has no metadata.json (an interrupted save?)");
   }
@@ -226,6 +237,11 @@ CheckpointMetadata verify_checkpoint(const std::string& path) {
   if (m.world_size < 1 || !m.files.count("model.safetensors")) {
     throw CheckpointError("checkpoint " + path + ": metadata.json lists no model");
   }
+  const std::int64_t named = step_of(dir.filename().string());
+  if (named >= 0 && named != m.step) {
+    throw CheckpointError("checkpoint " + path + ": metadata.json says step " + std::to_string(m.step) +
+                          " but the folder is step " + std::to_string(named));
+  }
   for (const auto& [file, expected] : m.files) {
     const fs::path p = dir / file;
     std::error_code ec;
@@ -235,7 +251,12 @@ CheckpointMetadata verify_checkpoint(const std::string& path) {
       throw CheckpointError("checkpoint " + path + ": " + file + " has " + std::to_string(size) + " bytes, " +
                             std::to_string(expected.bytes) + " were written");
     }
-    const std::uint32_t crc = file_crc32c(p.string());
+    std::uint32_t crc = 0;
+    try {
+      crc = file_crc32c(p.string());
+    } catch (const Error& e) {
+      throw CheckpointError("checkpoint " + path + ": " + e.what());
+    }
     if (crc != expected.crc32c) {
       char text[96];
       std::snprintf(text, sizeof text, "checksum mismatch (CRC-32C %08x, %08x was written)", crc, expected.crc32c);
@@ -268,6 +289,22 @@ std::string find_resumable_checkpoint(const std::string& dir) {
     }
   }
   return {};
+}
+
+void supersede_checkpoints_after(const std::string& dir, std::int64_t step) {
+  for (const auto& [later, path] : complete_checkpoints(dir)) {
+    if (later <= step) continue;
+    const fs::path aside = path.string() + ".superseded";
+    std::error_code ec;
+    fs::remove_all(aside, ec);
+    fs::rename(path, aside, ec);
+    if (ec) {
+      log::warn("checkpoint: could not set aside ", path.string(), ": ", ec.message());
+    } else {
+      log::warn("checkpoint: ", path.string(), " is from a run that went past step ", step,
+                "; renamed to ", aside.string(), " (delete it when no longer needed)");
+    }
+  }
 }
 
 void remove_incomplete_checkpoints(const std::string& dir) {
@@ -307,6 +344,7 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank) {
 
 StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict>>& parts_and_ranges) {
   StateDict whole;
+  std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> covered;
   for (const auto& [state, ranges] : parts_and_ranges) {
     for (const auto& [key, t] : state) {
       const long long index = param_index(key);
@@ -326,7 +364,28 @@ StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict
       }
       at::Tensor& target = whole[key];
       if (!target.defined()) target = at::zeros({numel}, t.options());
+      if (target.numel() != numel) {
+        throw CheckpointError("optimizer state " + key + ": ranks disagree on the parameter's size (" +
+                              std::to_string(target.numel()) + " and " + std::to_string(numel) + ")");
+      }
       target.narrow(0, begin, end - begin).copy_(t.reshape({-1}));
+      covered[key].emplace_back(begin, end);
+    }
+  }
+  // The parts of each parameter must tile it exactly: no hole silently zero, no overlap.
+  for (auto& [key, ranges] : covered) {
+    std::sort(ranges.begin(), ranges.end());
+    std::int64_t next = 0;
+    for (const auto& [begin, end] : ranges) {
+      if (begin != next) {
+        throw CheckpointError("optimizer state " + key + ": the saved parts leave a hole or overlap at element " +
+                              std::to_string(next));
+      }
+      next = end;
+    }
+    if (next != whole.at(key).numel()) {
+      throw CheckpointError("optimizer state " + key + ": the saved parts cover " + std::to_string(next) + " of " +
+                            std::to_string(whole.at(key).numel()) + " elements");
     }
   }
   return whole;

@@ -22,6 +22,7 @@ void Checkpointer::wait() {
   if (failure_) {
     std::exception_ptr failure = failure_;
     failure_ = nullptr;
+    failed_ = false;
     std::rethrow_exception(failure);
   }
 }
@@ -56,6 +57,7 @@ void Checkpointer::save(std::shared_ptr<const CheckpointState> state, bool check
       write(*state, checkpoint, export_model);
     } catch (...) {
       failure_ = std::current_exception();
+      failed_ = true;
     }
   });
 }

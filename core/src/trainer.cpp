@@ -104,7 +104,7 @@ CheckpointState Trainer::capture() {
   st.strategy = checkpoint_.strategy;
   Model& model = *parts_.model;
   // The whole model: gathered by the strategy (a collective under fsdp), kept by rank 0.
-  StateDict whole = parts_.parallel ? parts_.parallel->full_parameters(model) : StateDict{};
+  StateDict whole = parts_.parallel ? parts_.parallel->full_parameters(model, /*only_rank=*/0) : StateDict{};
   if (context_.rank == 0) {
     if (parts_.parallel) {
       st.model = std::move(whole);  // host copies already
@@ -191,6 +191,7 @@ void Trainer::restore(const std::string& checkpoint_path) {
   progress_.samples = ck.metadata.samples;
   progress_.elapsed_s = elapsed_before_ = ck.metadata.elapsed_s;
   last_checkpoint_step_ = ck.metadata.step;
+  if (context_.rank == 0 && checkpointer_) supersede_checkpoints_after(checkpoint_.settings.dir, ck.metadata.step);
   log::info("resumed from ", checkpoint_path, " at step ", ck.metadata.step, " (saved by ", ck.metadata.world_size,
             ck.metadata.world_size == 1 ? " rank" : " ranks", " with ", ck.metadata.strategy, "; now ",
             context_.world_size, context_.world_size == 1 ? " rank" : " ranks", ")");
@@ -240,12 +241,21 @@ std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
   save_requested = control_.save_requested();
   control_.clear_save();
   Communicator& comm = *context_.communicator;
-  if (comm.world_size() == 1) return reason;
+  if (comm.world_size() == 1) {
+    if (checkpointer_ && checkpointer_->failed()) checkpointer_->wait();  // rethrows
+    return reason;
+  }
   // A signal, a callback or the clock may stop one rank before the others; every rank must stop
   // after the same step, or the others would wait in a collective for it. Saves likewise.
+  // A background save that failed on one rank stops every rank (it would otherwise be reported
+  // on that rank alone while the others wait for it in a collective).
+  const bool save_failed = checkpointer_ && checkpointer_->failed();
   at::Tensor flags = at::tensor({static_cast<std::int64_t>(reason.empty() ? 0 : 1),
-                                 static_cast<std::int64_t>(save_requested ? 1 : 0)}, at::kLong);
+                                 static_cast<std::int64_t>(save_requested ? 1 : 0),
+                                 static_cast<std::int64_t>(save_failed ? 1 : 0)}, at::kLong);
   comm.all_reduce(flags, ReduceOp::max);
+  if (save_failed) checkpointer_->wait();  // rethrows this rank's error
+  if (flags[2].item<std::int64_t>() != 0) throw Error("a checkpoint save failed on another rank (see its log)");
   if (reason.empty() && flags[0].item<std::int64_t>() != 0) reason = "another rank stopped";
   save_requested = flags[1].item<std::int64_t>() != 0;
   return reason;

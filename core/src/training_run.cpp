@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/ops/tensor.h>
 #include <c10/core/Device.h>
 
 #include <nlohmann/json.hpp>
@@ -138,6 +139,18 @@ TrainingRun::TrainingRun(const RunOptions& options)
   ComponentFactory(host_.registry(), spec_.context).validate(spec_.components());
 }
 
+std::string TrainingRun::agreed_resumable_checkpoint() {
+  // Rank 0 chooses and tells the others, so every rank restores the same step even if their
+  // views of the file system differ.
+  std::string path = env_.rank == 0 ? find_resumable_checkpoint(spec_.checkpoint.dir) : std::string();
+  if (env_.world_size == 1) return path;
+  at::Tensor step = at::tensor({path.empty() ? std::int64_t{-1} : verify_checkpoint(path).step}, at::kLong);
+  spec_.context.communicator->broadcast(step, 0);
+  const std::int64_t chosen = step.item<std::int64_t>();
+  if (env_.rank == 0) return path;
+  return chosen < 0 ? std::string() : (fs::path(spec_.checkpoint.dir) / checkpoint_name(chosen)).string();
+}
+
 std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   // Here rather than at validation: a GPU run's spec may be validated on a machine without one.
   check_device_exists(spec_);
@@ -186,7 +199,7 @@ TrainResult TrainingRun::train() {
   checkpoints.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(spec_.collective_timeout_s * 1000));
   trainer->enable_checkpoints(checkpoints);
   if (!resume_.empty()) {
-    const std::string path = resume_ == "auto" ? find_resumable_checkpoint(spec_.checkpoint.dir) : resume_;
+    const std::string path = resume_ == "auto" ? agreed_resumable_checkpoint() : resume_;
     if (path.empty()) {
       log::info("--resume auto: no valid checkpoint under ", spec_.checkpoint.dir, "; starting fresh");
     } else {

@@ -131,7 +131,12 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& n
       throw fail("entry " + key + " has " + std::to_string(end - begin) + " bytes for " + std::to_string(numel) +
                  " elements of " + dtype.get<std::string>());
     }
-    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type->second));
+    at::Tensor t;
+    try {
+      t = at::empty(sizes, at::TensorOptions().dtype(type->second));
+    } catch (const c10::Error& e) {
+      throw fail("entry " + key + " has a shape LibTorch cannot hold: " + e.what_without_backtrace());
+    }
     if (end > begin) std::memcpy(t.mutable_data_ptr(), bytes.data() + data_start + begin, end - begin);
     out.tensors[key] = std::move(t);
     ranges.emplace_back(begin, end);

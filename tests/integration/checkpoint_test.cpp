@@ -219,6 +219,31 @@ TEST_F(Checkpoints, KeepLastPrunesOlderOnesAndLatestNamesTheNewest) {
   EXPECT_TRUE(meta.files.count("config.yaml"));
 }
 
+TEST_F(Checkpoints, ResumingFromAnOlderCheckpointSetsTheLaterOnesAside) {
+  const std::string common = "--set checkpoint.every_steps=2 --set checkpoint.keep_last=2 --set trainer.max_steps=6 "
+                             "--set checkpoint.export_at_end=false --run-dir " + dir_.file("run");
+  const std::string checkpoints = dir_.file("run") + "/checkpoints";
+  std::string out;
+  ASSERT_EQ(train(common, out), 0) << out;
+  ASSERT_TRUE(fs::exists(checkpoints + "/step_00000006"));
+  ASSERT_EQ(train(common + " --resume " + checkpoints + "/step_00000004", out), 0) << out;
+  // Steps 5-6 were trained again from step 4: the first history's step 6 is kept aside, the new
+  // one is the checkpoint, pruning (keep_last 2) did not touch the new ones.
+  EXPECT_TRUE(fs::exists(checkpoints + "/step_00000006.superseded")) << out;
+  EXPECT_EQ(core::find_resumable_checkpoint(checkpoints), checkpoints + "/step_00000006");
+  EXPECT_EQ(core::verify_checkpoint(checkpoints + "/step_00000004").step, 4);
+}
+
+TEST_F(Checkpoints, AFailedBackgroundSaveStopsTheRun) {
+  std::string out;
+  // A checkpoint directory below a regular file cannot be created.
+  std::ofstream(dir_.file("file")) << "x";
+  EXPECT_EQ(train("--set checkpoint.every_steps=2 --set trainer.max_steps=8 --set checkpoint.dir=" + dir_.file("file") +
+                      "/checkpoints --run-dir " + dir_.file("run"), out), 1)
+      << out;
+  EXPECT_LT(read_metrics(dir_.file("run") + "/metrics.jsonl").size(), 8u) << out;
+}
+
 TEST_F(Checkpoints, ResumeAutoWithNothingToResumeStartsFresh) {
   std::string out;
   ASSERT_EQ(train("--set trainer.max_steps=2 --resume auto --run-dir " + dir_.file("run"), out), 0) << out;

@@ -47,8 +47,15 @@ class JsonlMetrics final : public tessera::Callback {
         }
       }
     }
-    out_.open(path_, std::ios::out | std::ios::trunc);
-    out_ << kept;
+    if (ctx.progress.step > 0) {
+      // Replaced by a rename: a kill here leaves the old file or the new one, never half.
+      const std::string tmp = path_.string() + ".tmp";
+      std::ofstream(tmp, std::ios::out | std::ios::trunc) << kept;
+      std::filesystem::rename(tmp, path_);
+      out_.open(path_, std::ios::out | std::ios::app);
+    } else {
+      out_.open(path_, std::ios::out | std::ios::trunc);
+    }
     if (!out_) throw tessera::Error("callback/jsonl_metrics: cannot open " + path_.string());
   }
 

@@ -44,15 +44,16 @@ class AdamWOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim
     adopt(std::make_unique<torch::optim::AdamW>(groups, options));
   }
 
-  // Copies, so a later step cannot change a state dict already handed to a checkpoint.
+  // Host copies, so a later step cannot change a state dict already handed to a checkpoint, and
+  // saving never holds a second copy of the state on the device.
   tessera::StateDict state_dict() const override {
     tessera::StateDict state;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const auto* s = state_of<torch::optim::AdamWParamState>(i);
       if (!s) continue;  // never stepped
       state[state_key(i, "step")] = at::scalar_tensor(s->step(), at::kLong);
-      state[state_key(i, "exp_avg")] = s->exp_avg().clone();
-      state[state_key(i, "exp_avg_sq")] = s->exp_avg_sq().clone();
+      state[state_key(i, "exp_avg")] = s->exp_avg().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      state[state_key(i, "exp_avg_sq")] = s->exp_avg_sq().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
     return state;
   }

@@ -33,13 +33,14 @@ class SgdOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim::
     adopt(std::make_unique<torch::optim::SGD>(trainable, options));
   }
 
-  // Copies, so a later step cannot change a state dict already handed to a checkpoint.
+  // Host copies, so a later step cannot change a state dict already handed to a checkpoint, and
+  // saving never holds a second copy of the state on the device.
   // Without momentum SGD has no state and the dict is empty.
   tessera::StateDict state_dict() const override {
     tessera::StateDict state;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (const auto* s = state_of<torch::optim::SGDParamState>(i)) {
-        state[state_key(i, "momentum_buffer")] = s->momentum_buffer().clone();
+        state[state_key(i, "momentum_buffer")] = s->momentum_buffer().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
       }
     }
     return state;

@@ -268,9 +268,12 @@ tessera::ParallelMemory DataParallel::memory() const {
   return m;
 }
 
-tessera::StateDict DataParallel::full_parameters(tessera::Model& model) {
+tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int64_t only_rank) {
   check_setup("full_parameters");
   c10::NoGradGuard no_grad;
+  const bool keep = only_rank < 0 || only_rank == comm_->rank();
+  // Whole parameters live on every rank except under fsdp: nothing to take part in.
+  if (!keep && !options_.shard_parameters) return {};
   // One unit at a time, straight to host memory: never more than one extra unit on the device.
   std::map<const c10::TensorImpl*, std::string> names;
   for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
@@ -280,10 +283,11 @@ tessera::StateDict DataParallel::full_parameters(tessera::Model& model) {
     ensure_gathered(*u);
     for (std::size_t i = 0; i < u->params().size(); ++i) {
       auto name = names.find(u->params()[i].unsafeGetTensorImpl());
-      if (name != names.end()) state[name->second] = u->full_view(i).to(at::kCPU, false, /*copy=*/true);
+      if (keep && name != names.end()) state[name->second] = u->full_view(i).to(at::kCPU, false, /*copy=*/true);
     }
     if (!was_gathered) release(*u);
   }
+  if (!keep) return {};
   for (const auto& item : model.named_parameters()) {
     if (!state.count(item.key())) state[item.key()] = item.value().detach().to(at::kCPU, false, /*copy=*/true);
   }

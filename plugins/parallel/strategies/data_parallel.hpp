@@ -48,7 +48,7 @@ class DataParallel final : public tessera::ParallelStrategy,
   void optimizer_step(tessera::Optimizer& optimizer) override;
   void zero_grad(tessera::Optimizer& optimizer) override;
   tessera::ParallelMemory memory() const override;
-  tessera::StateDict full_parameters(tessera::Model& model) override;
+  tessera::StateDict full_parameters(tessera::Model& model, std::int64_t only_rank = -1) override;
   void load_full_parameters(tessera::Model& model, const tessera::StateDict& state) override;
   bool shards_optimizer_state() const override { return options_.reduction != GradReduction::all_reduce; }
   std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override;

@@ -58,9 +58,10 @@ class TESSERA_API ParallelStrategy {
   virtual void zero_grad(Optimizer& optimizer) = 0;
   // Parameters and gradients this rank holds between steps (optimizer state is the optimizer's).
   virtual ParallelMemory memory() const = 0;
-  // The whole parameters by name, as host copies, the same on every rank. A collective: every
-  // rank calls it.
-  virtual StateDict full_parameters(Model& model) = 0;
+  // The whole parameters by name, as host copies, on every rank (only_rank < 0) or on rank
+  // only_rank alone (the others get an empty dict and hold no copy). A collective: every rank
+  // calls it.
+  virtual StateDict full_parameters(Model& model, std::int64_t only_rank = -1) = 0;
 
   // --- Checkpoints (how state saved under one layout is loaded under another) -----------------
   // Sets the whole parameters (by name, as full_parameters returns them); each rank keeps its part.

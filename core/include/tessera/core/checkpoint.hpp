@@ -72,7 +72,8 @@ std::string checkpoint_name(std::int64_t step);  // "step_00001000"
 
 // Writes this rank's part of the checkpoint for state.step under `dir`. Rank 0 then waits (up to
 // `timeout`) for every rank's manifest, writes metadata.json, renames the folder into place,
-// points `latest` at it and removes the oldest complete ones beyond `keep_last` (0: none).
+// points `latest` at it and removes the oldest checkpoints up to this step beyond `keep_last`
+// (0: none).
 // Returns false when a valid checkpoint of that step exists (nothing written); an invalid one is
 // replaced.
 bool write_checkpoint(const std::string& dir, const CheckpointState& state, std::int64_t keep_last,
@@ -83,11 +84,15 @@ void write_model_export(const std::string& exports_dir, const CheckpointState& s
 // Checks a checkpoint folder: metadata readable and of a known format, every listed file present
 // with its size and CRC-32C. Throws CheckpointError saying what is wrong.
 CheckpointMetadata verify_checkpoint(const std::string& path);
-// The newest valid checkpoint under `dir` (the one `latest` names first, then by step), logging
-// every invalid one it skips; "" when there is none.
+// The newest valid checkpoint under `dir` (by step; `latest` names the newest complete one unless
+// a crash came between a rename and its update), logging every invalid one it skips; "" when
+// there is none.
 std::string find_resumable_checkpoint(const std::string& dir);
 // Removes folders of saves that never completed (*.tmp).
 void remove_incomplete_checkpoints(const std::string& dir);
+// A run resumed at `step` continues a different history than the checkpoints after it: those are
+// renamed to step_N.superseded (kept for the user, never resumed from or pruned).
+void supersede_checkpoints_after(const std::string& dir, std::int64_t step);
 
 struct LoadedCheckpoint {
   CheckpointMetadata metadata;

@@ -3,6 +3,7 @@
 // one save is in flight; the next save, and the end of training, wait for it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -27,6 +28,8 @@ class Checkpointer {
   void save(std::shared_ptr<const CheckpointState> state, bool checkpoint, bool export_model);
   // Waits for the save in flight; rethrows its failure.
   void wait();
+  // Whether the last background save failed (without waiting for one in flight).
+  bool failed() const { return failed_.load(); }
 
  private:
   void write(const CheckpointState& state, bool checkpoint, bool export_model);
@@ -36,6 +39,7 @@ class Checkpointer {
   std::chrono::milliseconds timeout_;
   std::thread writer_;
   std::exception_ptr failure_;
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace tessera::core

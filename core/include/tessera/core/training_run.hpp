@@ -37,6 +37,9 @@ class TrainingRun {
   std::unique_ptr<Trainer> make_trainer();
 
  private:
+  // --resume auto: the newest valid checkpoint as rank 0 finds it ("" for none), on every rank.
+  std::string agreed_resumable_checkpoint();
+
   RunSpec spec_;
   std::string resume_;
   DistributedEnv env_;
