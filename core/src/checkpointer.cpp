@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "tessera/error.hpp"
 #include "tessera/log.hpp"
 
 namespace tessera::core {
@@ -55,8 +56,9 @@ void Checkpointer::save(std::shared_ptr<const CheckpointState> state, bool check
   writer_ = std::thread([this, state, checkpoint, export_model] {
     try {
       write(*state, checkpoint, export_model);
-    } catch (...) {
-      failure_ = std::current_exception();
+    } catch (const std::exception& e) {
+      failure_ = std::make_exception_ptr(
+          Error("the save of step " + std::to_string(state->step) + " failed: " + e.what()));
       failed_ = true;
     }
   });
