@@ -238,9 +238,12 @@ TEST_F(Checkpoints, AFailedBackgroundSaveStopsTheRun) {
   std::string out;
   // A checkpoint directory below a regular file cannot be created.
   std::ofstream(dir_.file("file")) << "x";
-  EXPECT_EQ(train("--set checkpoint.every_steps=2 --set trainer.max_steps=8 --set checkpoint.dir=" + dir_.file("file") +
+  EXPECT_EQ(train("--set checkpoint.every_steps=4 --set trainer.max_steps=12 --set checkpoint.dir=" + dir_.file("file") +
                       "/checkpoints --run-dir " + dir_.file("run"), out), 1)
       << out;
+  EXPECT_NE(out.find("the save of step 4 failed"), std::string::npos) << out;
+  // Stopped at a step boundary soon after the failure, not only when the next save (step 8)
+  // would have waited for the failed one.
   EXPECT_LT(read_metrics(dir_.file("run") + "/metrics.jsonl").size(), 8u) << out;
 }
 
