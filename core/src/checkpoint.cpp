@@ -95,6 +95,10 @@ long long param_index(const std::string& key) {
 
 }  // namespace
 
+std::int64_t checkpoint_step(const std::string& path) {
+  return step_of(fs::path(path).filename().string());
+}
+
 std::string checkpoint_name(std::int64_t step) {
   char name[40];
   std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));

@@ -91,6 +91,12 @@ StateDict host_copies(const StateDict& state) {
   return out;
 }
 
+// A Stateful's state_dict() is already a copy (tessera/stateful.hpp): only device tensors move.
+StateDict on_host(StateDict state) {
+  for (auto& [key, t] : state) t = t.detach().to(at::kCPU);
+  return state;
+}
+
 }  // namespace
 
 CheckpointState Trainer::capture() {
@@ -120,7 +126,7 @@ CheckpointState Trainer::capture() {
   st.optimizer_sharded = parts_.parallel && parts_.parallel->shards_optimizer_state();
   st.write_optimizer = st.optimizer_sharded || context_.rank == 0;
   if (st.write_optimizer) {
-    st.optimizer = host_copies(parts_.optimizer->state_dict());
+    st.optimizer = on_host(parts_.optimizer->state_dict());
     const auto params = parts_.optimizer->parameters();
     const auto ranges = parts_.parallel ? parts_.parallel->owned_ranges()
                                         : std::vector<std::pair<std::int64_t, std::int64_t>>{};
@@ -129,7 +135,7 @@ CheckpointState Trainer::capture() {
       st.optimizer_ranges["param." + std::to_string(i)] = at::tensor({begin, end, params[i].numel()}, at::kLong);
     }
   }
-  st.data = host_copies(parts_.train_data->state_dict());
+  st.data = on_host(parts_.train_data->state_dict());
   st.rng["cpu"] = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state();
   if (device_.is_cuda()) st.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
   return st;

@@ -144,7 +144,8 @@ std::string TrainingRun::agreed_resumable_checkpoint() {
   // views of the file system differ.
   std::string path = env_.rank == 0 ? find_resumable_checkpoint(spec_.checkpoint.dir) : std::string();
   if (env_.world_size == 1) return path;
-  at::Tensor step = at::tensor({path.empty() ? std::int64_t{-1} : verify_checkpoint(path).step}, at::kLong);
+  // find_resumable_checkpoint verified it, including that its metadata's step is its name's.
+  at::Tensor step = at::tensor({path.empty() ? std::int64_t{-1} : checkpoint_step(path)}, at::kLong);
   spec_.context.communicator->broadcast(step, 0);
   const std::int64_t chosen = step.item<std::int64_t>();
   if (env_.rank == 0) return path;

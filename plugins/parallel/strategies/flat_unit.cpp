@@ -97,13 +97,9 @@ void FlatUnit::zero_grad() {
 
 bool FlatUnit::mark_ready() { return ++ready_ == params_.size(); }
 
-void FlatUnit::reset_ready() {
-  ready_ = 0;
-  launched_ = false;
-}
+void FlatUnit::reset_ready() { ready_ = 0; }
 
 void FlatUnit::launch_reduction(bool last_micro_batch) {
-  launched_ = true;
   switch (reduction_) {
     case GradReduction::all_reduce:
       if (last_micro_batch) pending_ = comm_.all_reduce_async(grad_flat_);

@@ -37,13 +37,12 @@ class FlatUnit {
   void zero_grad();
   // Counts a parameter whose gradient is complete; true when the whole unit is.
   bool mark_ready();
-  bool launched() const { return pending_ != nullptr || launched_; }
   // Starts the unit's reduction. `last_micro_batch`: whether this backward ends the step (ddp and
   // zero1 reduce only then; the others reduce every backward).
   void launch_reduction(bool last_micro_batch);
   // Waits for a started reduction and folds it into the gradient this rank keeps.
   void wait_reduction();
-  // After each backward: forget which parameters were ready.
+  // Before each backward: forget which parameters were ready.
   void reset_ready();
   // Gradients the optimizer step reads: the whole flat gradient (ddp) or this rank's shard.
   at::Tensor owned_gradient() const;
@@ -92,7 +91,6 @@ class FlatUnit {
   at::Tensor grad_shard_;  // zero, fsdp: this rank's summed gradient shard
   at::Tensor scatter_in_, scatter_out_;  // reduce_scatter_each: one backward's gradient in flight
   std::shared_ptr<tessera::PendingCollective> pending_;
-  bool launched_ = false;
   std::size_t ready_ = 0;
 };
 

@@ -69,6 +69,9 @@ struct CheckpointMetadata {
 };
 
 std::string checkpoint_name(std::int64_t step);  // "step_00001000"
+// The step a checkpoint folder's name stands for (verify_checkpoint checks that its metadata
+// agrees), or -1 when the name is not one.
+std::int64_t checkpoint_step(const std::string& path);
 
 // Writes this rank's part of the checkpoint for state.step under `dir`. Rank 0 then waits (up to
 // `timeout`) for every rank's manifest, writes metadata.json, renames the folder into place,
