@@ -44,6 +44,11 @@ if ! .venv/bin/python3 -c "import safetensors" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "safetensors==0.4.5" ||
     echo "setup: NOTE: Python's safetensors could not be installed; the export interop test will be skipped"
 fi
+# matplotlib draws tools/plot's PNGs; tensorboard's own reader checks the event files in a test.
+if ! .venv/bin/python3 -c "import matplotlib, tensorboard" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "matplotlib==3.11.2" "tensorboard==2.21.0" ||
+    echo "setup: NOTE: matplotlib/tensorboard could not be installed; plots and the TensorBoard read-back test will be skipped"
+fi
 
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
 # Paths relative to the checkout, so every clone (and CI) hits the same cache.

@@ -1,6 +1,7 @@
 #include "tessera/core/checkpointer.hpp"
 
 #include <filesystem>
+#include <utility>
 
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
@@ -36,6 +37,10 @@ void Checkpointer::write(const CheckpointState& state, bool checkpoint, bool exp
       checkpoint = false;
     }
   }
+  if (checkpoint) {
+    std::lock_guard<std::mutex> lock(completed_mutex_);
+    completed_.push_back(state.step);
+  }
   if (export_model && state.rank == 0) write_model_export(exports_dir_, state);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (state.rank == 0 && checkpoint) {
@@ -45,6 +50,11 @@ void Checkpointer::write(const CheckpointState& state, bool checkpoint, bool exp
   if (state.rank == 0 && export_model) {
     log::info("model exported to ", (std::filesystem::path(exports_dir_) / checkpoint_name(state.step)).string());
   }
+}
+
+std::vector<std::int64_t> Checkpointer::take_completed() {
+  std::lock_guard<std::mutex> lock(completed_mutex_);
+  return std::exchange(completed_, {});
 }
 
 void Checkpointer::save(std::shared_ptr<const CheckpointState> state, bool checkpoint, bool export_model) {

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 
 #include "tessera/error.hpp"
@@ -67,17 +69,31 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+// Time spent in wait(), summed over a communicator's collectives (waited on any thread).
+class WaitClock {
+ public:
+  void add(std::chrono::steady_clock::duration d) {
+    nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  }
+  double seconds() const { return static_cast<double>(nanoseconds_.load()) * 1e-9; }
+
+ private:
+  std::atomic<std::int64_t> nanoseconds_{0};
+};
+
 // A c10d work item. NCCL only takes device tensors, so host tensors given to an NCCL group travel
 // through device copies (`staged`): copied back to the caller's tensors once the work is done.
 class C10dCollective final : public PendingCollective {
  public:
-  C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::int64_t rank,
+  C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::int64_t rank, WaitClock* clock,
                  std::vector<std::pair<at::Tensor, at::Tensor>> staged = {})
-      : work_(std::move(work)), rank_(rank), staged_(std::move(staged)) {}
+      : work_(std::move(work)), rank_(rank), clock_(clock), staged_(std::move(staged)) {}
   void wait() override {
     if (!work_) return;
     try {
+      const auto start = std::chrono::steady_clock::now();
       work_->wait();
+      if (clock_) clock_->add(std::chrono::steady_clock::now() - start);
     } catch (const c10::Error& e) {
       throw Error(failure(e.what_without_backtrace()));
     } catch (const std::exception& e) {
@@ -95,6 +111,7 @@ class C10dCollective final : public PendingCollective {
   }
   c10::intrusive_ptr<c10d::Work> work_;
   std::int64_t rank_;
+  WaitClock* clock_;  // the communicator's; it outlives its collectives
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
 };
 
@@ -107,16 +124,17 @@ class C10dCommunicator final : public Communicator {
 
   std::int64_t rank() const override { return rank_; }
   std::int64_t world_size() const override { return world_; }
+  double wait_seconds() const override { return clock_.seconds(); }
 
   std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
-    Staging staging(device_, rank_);
+    Staging staging(device_, rank_, &clock_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     return staging.pending(backend_->allreduce(tensors, options));
   }
   std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
-    Staging staging(device_, rank_);
+    Staging staging(device_, rank_, &clock_);
     std::vector<std::vector<at::Tensor>> out(1);
     for (auto& o : outputs) out[0].push_back(staging.in_out(o));
     std::vector<at::Tensor> in{staging.in(input)};
@@ -124,7 +142,7 @@ class C10dCommunicator final : public Communicator {
   }
   std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                                           ReduceOp op) override {
-    Staging staging(device_, rank_);
+    Staging staging(device_, rank_, &clock_);
     std::vector<at::Tensor> out{staging.in_out(output)};
     std::vector<std::vector<at::Tensor>> in(1);
     for (auto& i : inputs) in[0].push_back(staging.in(i));
@@ -133,19 +151,19 @@ class C10dCommunicator final : public Communicator {
     return staging.pending(backend_->reduce_scatter(out, in, options));
   }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
-    Staging staging(device_, rank_);
+    Staging staging(device_, rank_, &clock_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
     staging.pending(backend_->broadcast(tensors, options))->wait();
   }
-  void barrier() override { C10dCollective(backend_->barrier(), rank_).wait(); }
+  void barrier() override { C10dCollective(backend_->barrier(), rank_, &clock_).wait(); }
 
  private:
   // Moves host tensors to an NCCL group's device and remembers which to copy back.
   class Staging {
    public:
-    Staging(c10::Device device, std::int64_t rank) : device_(device), rank_(rank) {}
+    Staging(c10::Device device, std::int64_t rank, WaitClock* clock) : device_(device), rank_(rank), clock_(clock) {}
     at::Tensor in(const at::Tensor& t) { return needs_copy(t) ? t.to(device_) : t; }
     at::Tensor in_out(const at::Tensor& t) {
       if (!needs_copy(t)) return t;
@@ -154,19 +172,21 @@ class C10dCommunicator final : public Communicator {
       return d;
     }
     std::shared_ptr<PendingCollective> pending(c10::intrusive_ptr<c10d::Work> work) {
-      return std::make_shared<C10dCollective>(std::move(work), rank_, std::move(staged_));
+      return std::make_shared<C10dCollective>(std::move(work), rank_, clock_, std::move(staged_));
     }
 
    private:
     bool needs_copy(const at::Tensor& t) const { return !device_.is_cpu() && t.device() != device_; }
     c10::Device device_;
     std::int64_t rank_;
+    WaitClock* clock_;
     std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
   };
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::int64_t rank_, world_;
   c10::Device device_;
+  WaitClock clock_;
 };
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const DistributedEnv& env, std::chrono::milliseconds timeout) {

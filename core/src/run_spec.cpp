@@ -59,6 +59,9 @@ Schema settings_schema() {
   s.number("collective_timeout_s", "a collective waiting longer for another rank fails the run")
       .default_to(300.0)
       .greater_than(0);
+  s.number("peak_flops", "one device's peak FLOP/s for MFU (0: from the table of known GPUs: H100, H200, A100)")
+      .default_to(0.0)
+      .at_least(0);
   s.string("log_level", "trace, debug, info, warn or error").default_to("info").one_of(
       {"trace", "debug", "info", "warn", "error"});
   return s;
@@ -135,6 +138,7 @@ RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& o
   spec.num_threads = value_as<std::int64_t>(settings, "num_threads");
   spec.log_level = value_as<std::string>(settings, "log_level");
   spec.collective_timeout_s = value_as<double>(settings, "collective_timeout_s");
+  spec.trainer.peak_flops = value_as<double>(settings, "peak_flops");
 
   const ConfigNode* trainer_node = root.find("trainer");
   auto trainer = read_section(trainer_schema(), trainer_node, top, "trainer");

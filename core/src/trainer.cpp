@@ -7,16 +7,20 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/Context.h>
+#include <c10/core/ScalarType.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/Device.h>
 
 #include <cmath>
+#include <filesystem>
 #include <csignal>
 
 #include "tessera/communicator.hpp"
+#include "tessera/core/failpoint.hpp"
 #include "tessera/core/stop_signal.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
+#include "tessera/memory_stats.hpp"
 #include "tessera/parallel.hpp"
 
 namespace tessera::core {
@@ -50,6 +54,16 @@ std::int64_t bytes_of(const StateDict& state) {
   return n;
 }
 
+// The precision the model's matrix products run in, which decides the peak MFU is measured
+// against: the parameters' dtype, and for fp32 on a GPU whether cuBLAS may use TF32.
+ComputePrecision compute_precision(const std::vector<at::Tensor>& parameters, const c10::Device& device) {
+  const auto dtype = parameters.empty() ? at::kFloat : parameters.front().scalar_type();
+  if (dtype == at::kBFloat16) return ComputePrecision::bf16;
+  if (dtype == at::kHalf) return ComputePrecision::fp16;
+  if (device.is_cuda() && at::globalContext().allowTF32CuBLAS()) return ComputePrecision::tf32;
+  return ComputePrecision::fp32;
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext context)
@@ -72,6 +86,14 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   }
   parts_.train_data->set_shard(context_.rank, context_.world_size);
   progress_.max_steps = settings_.max_steps;
+  peak_ = resolve_peak_flops(settings_.peak_flops, device_name(device_), compute_precision(parameters_, device_));
+  if (context_.rank == 0) {
+    if (peak_.flops) {
+      log::info("MFU is measured against ", *peak_.flops / 1e12, " TFLOP/s per device (", peak_.source, ")");
+    } else {
+      log::info("MFU is not reported: ", peak_.source);
+    }
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -197,6 +219,7 @@ void Trainer::restore(const std::string& checkpoint_path) {
   progress_.samples = ck.metadata.samples;
   progress_.elapsed_s = elapsed_before_ = ck.metadata.elapsed_s;
   last_checkpoint_step_ = ck.metadata.step;
+  restored_from_ = checkpoint_path;
   if (context_.rank == 0 && checkpointer_) supersede_checkpoints_after(checkpoint_.settings.dir, ck.metadata.step);
   log::info("resumed from ", checkpoint_path, " at step ", ck.metadata.step, " (saved by ", ck.metadata.world_size,
             ck.metadata.world_size == 1 ? " rank" : " ranks", " with ", ck.metadata.strategy, "; now ",
@@ -222,7 +245,19 @@ MemoryReport Trainer::measure_memory() const {
 double Trainer::elapsed_s() const { return elapsed_before_ + seconds_between(started_, Clock::now()); }
 
 CallbackContext Trainer::callback_context() {
-  return CallbackContext{context_, progress_, *parts_.model, control_};
+  return CallbackContext{context_, progress_, *parts_.model, control_, this};
+}
+
+void Trainer::evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) {
+  for (auto& cb : parts_.callbacks) cb->on_evaluation_end(ctx, metrics);
+}
+
+void Trainer::announce_saved_checkpoints(CallbackContext& ctx) {
+  if (!checkpointer_) return;
+  for (const std::int64_t step : checkpointer_->take_completed()) {
+    const CheckpointEvent event{step, (std::filesystem::path(checkpoint_.settings.dir) / checkpoint_name(step)).string()};
+    for (auto& cb : parts_.callbacks) cb->on_checkpoint_saved(ctx, event);
+  }
 }
 
 std::string Trainer::stop_reason() const {
@@ -274,6 +309,10 @@ TrainResult Trainer::fit() {
   const auto& ck = checkpoint_.settings;
   try {
     for (auto& cb : parts_.callbacks) cb->on_train_begin(ctx);
+    if (!restored_from_.empty()) {
+      const CheckpointEvent loaded{progress_.step, restored_from_};
+      for (auto& cb : parts_.callbacks) cb->on_checkpoint_loaded(ctx, loaded);
+    }
     bool first = true;
     while (true) {
       bool save_requested = false;
@@ -293,6 +332,7 @@ TrainResult Trainer::fit() {
           save(save_now, export_now, save_requested ? "a callback asked" : final ? "end of training" : "periodic");
         }
       }
+      announce_saved_checkpoints(ctx);
       if (!result.stop_reason.empty()) break;
       StepMetrics metrics = step();
       if (first) result.first_loss = metrics.loss;
@@ -302,6 +342,7 @@ TrainResult Trainer::fit() {
     }
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
     if (checkpointer_) checkpointer_->wait();
+    announce_saved_checkpoints(ctx);
     for (auto& cb : parts_.callbacks) cb->on_train_end(ctx);
   } catch (const std::exception& e) {
     for (auto& cb : parts_.callbacks) {
@@ -322,6 +363,10 @@ TrainResult Trainer::fit() {
 StepMetrics Trainer::step() {
   if (progress_.step == 0 && started_ == Clock::time_point{}) started_ = Clock::now();
   const auto t_begin = Clock::now();
+  Communicator& comm = *context_.communicator;
+  const double waited_before = comm.wait_seconds();
+  reset_peak_memory(device_);
+  failpoint("trainer.step");
   auto ctx = callback_context();
   for (auto& cb : parts_.callbacks) cb->on_step_begin(ctx);
 
@@ -329,14 +374,14 @@ StepMetrics Trainer::step() {
   // step, known on the host before any forward pass.
   std::vector<Batch> batches;
   batches.reserve(static_cast<size_t>(settings_.grad_accum));
-  std::int64_t target_tokens = 0, input_tokens = 0, samples = 0;
+  std::int64_t target_tokens = 0, input_tokens = 0, samples = 0, seq_len = 0;
   for (std::int64_t i = 0; i < settings_.grad_accum; ++i) {
     batches.push_back(parts_.train_data->next_batch(settings_.micro_batch_size));
     target_tokens += batches.back().num_target_tokens;
     input_tokens += batches.back().input_ids.numel();
     samples += batches.back().input_ids.size(0);
+    seq_len = std::max<std::int64_t>(seq_len, batches.back().input_ids.size(-1));
   }
-  Communicator& comm = *context_.communicator;
   if (comm.world_size() > 1) {
     // The loss divisor is the target-token count of the step over all ranks. Counted on the host,
     // so no device synchronisation (an NCCL group stages the two numbers through the device).
@@ -351,6 +396,9 @@ StepMetrics Trainer::step() {
   // Dividing every micro-batch's summed loss by the step's token count makes the accumulated
   // gradient exactly that of one big batch, however unevenly tokens fall across micro-batches.
   const double inv_tokens = 1.0 / static_cast<double>(std::max<std::int64_t>(target_tokens, 1));
+  // A model's own loss terms (MoE balancing) are means per forward: each micro-batch of each
+  // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
+  const double aux_weight = 1.0 / static_cast<double>(settings_.grad_accum * comm.world_size());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   for (std::size_t i = 0; i < batches.size(); ++i) {
     Batch& batch = batches[i];
@@ -359,8 +407,15 @@ StepMetrics Trainer::step() {
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);
     at::Tensor logits = parts_.model->forward(inputs);
     LossSum loss = parts_.loss->compute(logits, labels);
-    (loss.sum * inv_tokens).backward();
-    loss_sum += loss.sum.detach();
+    at::Tensor objective = loss.sum * inv_tokens;
+    if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
+    objective.backward();
+    const at::Tensor micro_loss = loss.sum.detach();
+    loss_sum += micro_loss;
+    if (!parts_.callbacks.empty()) {
+      const MicroBatchEnd end{static_cast<std::int64_t>(i), settings_.grad_accum, micro_loss, batch.num_target_tokens};
+      for (auto& cb : parts_.callbacks) cb->on_micro_batch_end(ctx, end);
+    }
   }
   batches.clear();
   const auto t_backward = Clock::now();
@@ -379,7 +434,10 @@ StepMetrics Trainer::step() {
     grads = present_grads(parameters_);
     grad_norm = global_grad_norm(grads);
   }
-  for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, grad_norm);
+  if (!parts_.callbacks.empty()) {
+    const BeforeOptimizerStep before{grad_norm, loss_sum * inv_tokens};
+    for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, before);
+  }
 
   const double lr = parts_.optimizer->base_lr() *
                     (parts_.scheduler ? parts_.scheduler->lr_factor(progress_.step) : 1.0);
@@ -428,13 +486,18 @@ StepMetrics Trainer::step() {
   m.step_tokens = input_tokens;
   m.target_tokens = target_tokens;
   m.step_time_s = seconds_between(t_begin, t_end);
-  m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(input_tokens) / m.step_time_s : 0.0;
   progress_.elapsed_s = elapsed_s();
   m.elapsed_s = progress_.elapsed_s;
   m.skipped = skipped;
-  m.extra["time_data_s"] = seconds_between(t_begin, t_data);
-  m.extra["time_forward_backward_s"] = seconds_between(t_data, t_backward);
-  m.extra["time_optimizer_s"] = seconds_between(t_backward, t_optimizer);
+  m.time_data_s = seconds_between(t_begin, t_data);
+  m.time_forward_backward_s = seconds_between(t_data, t_backward);
+  m.time_optimizer_s = seconds_between(t_backward, t_optimizer);
+  m.time_communication_s = comm.wait_seconds() - waited_before;
+  const MemoryStats memory = memory_stats(device_);
+  m.memory_in_use_bytes = memory.in_use;
+  m.memory_peak_bytes = memory.peak;
+  m.memory_reserved_bytes = memory.reserved;
+  fill_rates(m, seq_len);
   if (pause_s_ > 0) {
     // The copy of the state a save made before this step, while training waited.
     m.extra["time_checkpoint_s"] = pause_s_;
@@ -447,7 +510,37 @@ StepMetrics Trainer::step() {
               " B, gradients ", memory_.gradients, " B, optimizer state ", memory_.optimizer_state, " B, total ",
               memory_.total(), " B");
   }
+  for (auto& cb : parts_.callbacks) cb->on_collect_metrics(ctx, m);
   return m;
+}
+
+void Trainer::fill_rates(StepMetrics& m, std::int64_t seq_len) {
+  const double devices = static_cast<double>(context_.world_size);
+  m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.step_tokens) / m.step_time_s : 0.0;
+  m.tokens_per_s_per_device = m.tokens_per_s / devices;
+  if (peak_.flops) {
+    m.mfu = model_flops_utilisation(parts_.model->flops_per_token(seq_len), m.tokens_per_s_per_device, *peak_.flops);
+  }
+  // The first step of a process warms up allocators and kernels; past it, leave it out of the rate.
+  if (run_steps_ == 1 && !warmup_dropped_) {
+    warmup_dropped_ = true;
+    run_steps_ = 0;
+    run_step_time_s_ = 0;
+    run_tokens_ = 0;
+  }
+  ++run_steps_;
+  run_step_time_s_ += m.step_time_s;
+  run_tokens_ += m.step_tokens;
+  EtaInputs eta;
+  eta.step = progress_.step;
+  eta.max_steps = settings_.max_steps;
+  eta.tokens = progress_.tokens;
+  eta.max_tokens = settings_.max_tokens;
+  eta.elapsed_s = progress_.elapsed_s;
+  eta.max_time_s = settings_.max_time_s;
+  eta.seconds_per_step = run_step_time_s_ / static_cast<double>(run_steps_);
+  eta.tokens_per_s = run_step_time_s_ > 0 ? static_cast<double>(run_tokens_) / run_step_time_s_ : 0.0;
+  m.eta_s = estimate_eta(eta);
 }
 
 }  // namespace tessera::core

@@ -9,6 +9,7 @@
 #include "tessera/log.hpp"
 #include "tessera/loss.hpp"
 #include "tessera/model.hpp"
+#include "tessera/moe.hpp"
 #include "tessera/optimizer.hpp"
 #include "tessera/parallel.hpp"
 #include "tessera/scheduler.hpp"
@@ -48,6 +49,8 @@ Loss::~Loss() = default;
 Optimizer::~Optimizer() = default;
 Scheduler::~Scheduler() = default;
 Callback::~Callback() = default;
+CallbackEvents::~CallbackEvents() = default;
+MoeRouting::~MoeRouting() = default;
 Communicator::~Communicator() = default;
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op)->wait(); }

@@ -42,10 +42,25 @@ class Cli : public ::testing::Test {
   std::string data_;
 };
 
+// The per-step lines of a metrics.jsonl (evaluation lines, marked "eval", are left out).
 inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   std::ifstream in(path);
   std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json row = nlohmann::json::parse(line);
+    if (!row.contains("eval")) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// The evaluation lines of a metrics.jsonl.
+inline std::vector<nlohmann::json> read_eval_metrics(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json row = nlohmann::json::parse(line);
+    if (row.contains("eval")) rows.push_back(std::move(row));
+  }
   return rows;
 }
 

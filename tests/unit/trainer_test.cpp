@@ -8,69 +8,18 @@
 #include "tessera/core/distributed.hpp"
 #include "tessera/core/stop_signal.hpp"
 #include "tessera/core/training_run.hpp"
+#include "small_trainer.hpp"
 #include "test_support.hpp"
 
 namespace tessera::core {
 namespace {
 
 using testing::TempDir;
-
-// Token file where token 0 is padding (ignored as a label) in runs of varying length, so
-// micro-batches carry very different numbers of target tokens.
-std::string uneven_token_file(const TempDir& dir) {
-  std::vector<std::uint16_t> tokens;
-  std::uint32_t state = 7;
-  for (int doc = 0; tokens.size() < 4000; ++doc) {
-    int text = 3 + doc * 7 % 29, pad = doc * 11 % 23;
-    for (int i = 0; i < text; ++i) tokens.push_back(static_cast<std::uint16_t>(1 + (state = state * 1103515245u + 12345u) % 31));
-    for (int i = 0; i < pad; ++i) tokens.push_back(0);
-  }
-  const std::string path = dir.file("uneven.bin");
-  testing::write_token_file(path, tokens);
-  return path;
-}
-
-std::string components_yaml(const std::string& data, const std::string& optimizer = "sgd",
-                            const std::string& optimizer_config = "lr: 0.5") {
-  return "model: {component_key: model, variant_key: gpt,\n"
-         "        config: {vocab_size: 32, n_layer: 2, n_head: 2, n_embd: 16, max_seq_len: 16}}\n"
-         "train_data: {component_key: dataset, variant_key: tokens,\n"
-         "             config: {path: " + data + ", seq_len: 16, ignore_token: 0}}\n"
-         "loss: {component_key: loss, variant_key: cross_entropy}\n"
-         "optimizer: {component_key: optimizer, variant_key: " + optimizer + ",\n"
-         "            config: {" + optimizer_config + ", model: {instance_key: model}}}\n";
-}
-
-struct Built {
-  BuiltComponents components;
-  std::unique_ptr<Trainer> trainer;
-};
-
-Built make_trainer(const std::string& yaml, TrainerSettings settings,
-                   std::vector<std::shared_ptr<Callback>> callbacks = {}) {
-  RunContext context;
-  context.seed = 42;
-  context.communicator = make_local_communicator();
-  seed_everything(context.seed, "cpu");
-  Built b;
-  b.components = testing::build_components(yaml, context);
-  TrainerParts parts;
-  parts.model = testing::built<Model>(b.components, "model");
-  parts.train_data = testing::built<Dataset>(b.components, "train_data");
-  parts.loss = testing::built<Loss>(b.components, "loss");
-  parts.optimizer = testing::built<Optimizer>(b.components, "optimizer");
-  parts.callbacks = std::move(callbacks);
-  b.trainer = std::make_unique<Trainer>(std::move(parts), settings, context);
-  return b;
-}
-
-TrainerSettings settings(std::int64_t accum, std::int64_t micro_batch, std::int64_t max_steps = 1) {
-  TrainerSettings s;
-  s.grad_accum = accum;
-  s.micro_batch_size = micro_batch;
-  s.max_steps = max_steps;
-  return s;
-}
+using testing::Built;
+using testing::components_yaml;
+using testing::make_trainer;
+using testing::settings;
+using testing::uneven_token_file;
 
 std::vector<at::Tensor> weights(Trainer& t) {
   std::vector<at::Tensor> out;
@@ -159,7 +108,7 @@ struct Recorder : Callback {
   std::int64_t stop_at = 0, skip_at = 0, signal_at = 0;
   void on_train_begin(CallbackContext&) override { events.push_back("begin"); }
   void on_step_begin(CallbackContext& c) override { events.push_back("step_begin " + std::to_string(c.progress.step + 1)); }
-  void on_before_optimizer_step(CallbackContext& c, const at::Tensor&) override {
+  void on_before_optimizer_step(CallbackContext& c, const BeforeOptimizerStep&) override {
     events.push_back("before_optimizer");
     if (c.progress.step + 1 == skip_at) c.control.request_skip_step("test");
   }

@@ -1,5 +1,7 @@
 // Callback `console_logger`: one compact progress line every N steps on rank 0, e.g.
-// step 120/2000 | loss 2.3412 | grad_norm 0.812 | lr 5.99e-04 | tok/s 12.3k | 0.21 s/step | ...
+// step 120/2000 | loss 2.3412 | grad_norm 0.812 | lr 5.99e-04 | tok/s 12.3k | mfu 41.2% | 0.21 s/step
+//   | mem 2.31G | elapsed 25s | eta 6m10s
+// and one line per evaluation: eval val at step 200 | loss 2.3104 | perplexity 10.08
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -50,13 +52,18 @@ class ConsoleLogger final : public tessera::Callback {
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
     if (ctx.run.rank != 0) return;
-    run_time_s_ += m.step_time_s;
-    ++run_steps_;
     window_time_s_ += m.step_time_s;
     window_tokens_ += m.step_tokens;
     ++window_steps_;
     last_ = m;
     if (m.step == 1 || m.step % every_ == 0) print(ctx);
+  }
+
+  void on_evaluation_end(tessera::CallbackContext& ctx, const tessera::EvalMetrics& m) override {
+    if (ctx.run.rank != 0) return;
+    std::string line = "eval " + m.name + " at step " + std::to_string(m.step);
+    for (const auto& [name, value] : m.values) line += " | " + name + " " + format("%.4f", value);
+    tessera::log::info(line);
   }
 
   // The last step is always shown, even when it does not fall on `every`.
@@ -80,13 +87,11 @@ class ConsoleLogger final : public tessera::Callback {
     if (window_time > 0) {
       line += " | tok/s " + human_count(static_cast<double>(window_tokens_) / window_time);
     }
+    if (m.mfu) line += " | mfu " + format("%.1f%%", *m.mfu * 100.0);
     line += " | " + format("%.3g", window_time / static_cast<double>(window_steps_)) + " s/step";
+    if (m.memory_peak_bytes > 0) line += " | mem " + human_count(static_cast<double>(m.memory_peak_bytes)) + "B";
     line += " | elapsed " + human_duration(m.elapsed_s);
-    if (max_steps > 0 && run_steps_ > 0) {
-      const double mean_step_s = run_time_s_ / static_cast<double>(run_steps_);
-      const auto remaining = static_cast<double>(std::max<std::int64_t>(max_steps - m.step, 0));
-      line += " | eta " + human_duration(mean_step_s * remaining);
-    }
+    if (m.eta_s) line += " | eta " + human_duration(*m.eta_s);
     if (m.skipped) line += " | skipped";
     tessera::log::info(line);
     window_time_s_ = 0;
@@ -96,8 +101,6 @@ class ConsoleLogger final : public tessera::Callback {
 
   std::int64_t every_;
   std::optional<tessera::StepMetrics> last_;
-  double run_time_s_ = 0;  // over the steps of this process, for the ETA
-  std::int64_t run_steps_ = 0;
   double window_time_s_ = 0;  // since the previous line
   std::int64_t window_tokens_ = 0;
   std::int64_t window_steps_ = 0;

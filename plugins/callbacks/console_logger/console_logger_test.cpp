@@ -2,6 +2,7 @@
 // steps it logs (first, every N, the last at train end), what a line says, and rank 0 only.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "tessera/callback.hpp"
@@ -23,6 +24,8 @@ struct Harness {
   core::BuiltComponents components;
   std::shared_ptr<Model> model;
   std::shared_ptr<Callback> logger;
+  std::optional<double> mfu;
+  std::int64_t memory_peak = 0;
 
   explicit Harness(const std::string& config, std::int64_t rank = 0) {
     run.run_dir = dir.path().string();
@@ -54,6 +57,10 @@ struct Harness {
     m.tokens_per_s = 2000;
     m.elapsed_s = 0.5 * static_cast<double>(step);
     m.skipped = skipped;
+    // As the trainer computes it: steps left at this run's mean step time.
+    if (progress.max_steps > 0) m.eta_s = 0.5 * static_cast<double>(progress.max_steps - step);
+    m.mfu = mfu;
+    m.memory_peak_bytes = memory_peak;
     progress.step = step;
     progress.tokens = m.tokens;
     CallbackContext ctx = context();
@@ -118,6 +125,25 @@ TEST(ConsoleLogger, UnboundedRunShowsNoTotalOrEta) {
   EXPECT_FALSE(has(line, "eta")) << line;
   EXPECT_EQ(h.step_end(5), "");   // default every is 10
   EXPECT_NE(h.step_end(10), "");
+}
+
+TEST(ConsoleLogger, ShowsMfuAndPeakMemoryWhenKnown) {
+  Harness h("{every: 1}");
+  EXPECT_FALSE(has(h.step_end(1), "mfu"));
+  h.mfu = 0.4125;
+  h.memory_peak = 2'310'000'000;
+  const std::string line = h.step_end(2);
+  EXPECT_TRUE(has(line, "| mfu 41.2%")) << line;
+  EXPECT_TRUE(has(line, "| mem 2.31GB")) << line;
+}
+
+TEST(ConsoleLogger, LogsEachEvaluation) {
+  Harness h("{}");
+  CallbackContext ctx = h.context();
+  CaptureStderr();
+  h.logger->on_evaluation_end(ctx, EvalMetrics{200, "val", {{"loss", 2.31041}, {"perplexity", 10.0805}}});
+  const std::string out = GetCapturedStderr();
+  EXPECT_TRUE(has(out, "eval val at step 200 | loss 2.3104 | perplexity 10.0805")) << out;
 }
 
 TEST(ConsoleLogger, OnlyRankZeroLogs) {

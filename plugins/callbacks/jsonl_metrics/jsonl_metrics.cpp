@@ -1,5 +1,5 @@
 // Callback `jsonl_metrics`: appends one JSON object per optimizer step to a file (JSON Lines),
-// for plots and offline analysis. Rank 0 only.
+// and one per evaluation (marked by an "eval" key), for plots and offline analysis. Rank 0 only.
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -70,19 +70,41 @@ class JsonlMetrics final : public tessera::Callback {
         {"step_tokens", m.step_tokens},
         {"target_tokens", m.target_tokens},
         {"tokens_per_s", number(m.tokens_per_s)},
+        {"tokens_per_s_per_device", number(m.tokens_per_s_per_device)},
         {"step_time_s", number(m.step_time_s)},
+        {"time_data_s", number(m.time_data_s)},
+        {"time_forward_backward_s", number(m.time_forward_backward_s)},
+        {"time_optimizer_s", number(m.time_optimizer_s)},
+        {"time_communication_s", number(m.time_communication_s)},
+        {"memory_in_use_bytes", m.memory_in_use_bytes},
+        {"memory_peak_bytes", m.memory_peak_bytes},
+        {"memory_reserved_bytes", m.memory_reserved_bytes},
         {"elapsed_s", number(m.elapsed_s)},
         {"skipped", m.skipped},
     };
+    if (m.mfu) line["mfu"] = number(*m.mfu);
+    if (m.eta_s) line["eta_s"] = number(*m.eta_s);
     for (const auto& [name, value] : m.extra) line[name] = number(value);
-    out_ << line.dump() << '\n';
-    if (++lines_since_flush_ >= flush_every_) flush();
+    write(line);
+  }
+
+  // {"step": 200, "eval": "val", "val/loss": 2.31, "val/perplexity": 10.1, ...}
+  void on_evaluation_end(tessera::CallbackContext& ctx, const tessera::EvalMetrics& m) override {
+    if (ctx.run.rank != 0 || !out_.is_open()) return;
+    nlohmann::json line = {{"step", m.step}, {"eval", m.name}};
+    for (const auto& [name, value] : m.values) line[m.name + "/" + name] = number(value);
+    write(line);
   }
 
   void on_train_end(tessera::CallbackContext&) override { flush(); }
   void on_exception(tessera::CallbackContext&, const std::string&) override { flush(); }
 
  private:
+  void write(const nlohmann::json& line) {
+    out_ << line.dump() << '\n';
+    if (++lines_since_flush_ >= flush_every_) flush();
+  }
+
   void flush() {
     if (!out_.is_open()) return;
     out_.flush();

@@ -203,3 +203,61 @@ TEST(JsonlMetrics, OnlyRankZeroWrites) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(JsonlMetrics, WritesTheBreakdownMemoryMfuAndEtaWhenKnown) {
+  Harness h("{}");
+  h.begin();
+  StepMetrics known = metrics_of(1);
+  known.tokens_per_s_per_device = 512.25;
+  known.mfu = 0.375;
+  known.eta_s = 42.5;
+  known.time_data_s = 0.125;
+  known.time_forward_backward_s = 0.25;
+  known.time_optimizer_s = 0.0625;
+  known.time_communication_s = 0.03125;
+  known.memory_in_use_bytes = 1000;
+  known.memory_peak_bytes = 3000;
+  known.memory_reserved_bytes = 4000;
+  h.step_end(known);
+  h.step_end(metrics_of(2));  // no peak FLOP/s and no limit: no mfu, no eta
+  h.end();
+  const auto lines = read_lines(h.run.run_dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  const nlohmann::json a = nlohmann::json::parse(lines[0]);
+  EXPECT_DOUBLE_EQ(a.at("tokens_per_s_per_device").get<double>(), 512.25);
+  EXPECT_DOUBLE_EQ(a.at("mfu").get<double>(), 0.375);
+  EXPECT_DOUBLE_EQ(a.at("eta_s").get<double>(), 42.5);
+  EXPECT_DOUBLE_EQ(a.at("time_data_s").get<double>(), 0.125);
+  EXPECT_DOUBLE_EQ(a.at("time_forward_backward_s").get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(a.at("time_optimizer_s").get<double>(), 0.0625);
+  EXPECT_DOUBLE_EQ(a.at("time_communication_s").get<double>(), 0.03125);
+  EXPECT_EQ(a.at("memory_in_use_bytes").get<std::int64_t>(), 1000);
+  EXPECT_EQ(a.at("memory_peak_bytes").get<std::int64_t>(), 3000);
+  EXPECT_EQ(a.at("memory_reserved_bytes").get<std::int64_t>(), 4000);
+  const nlohmann::json b = nlohmann::json::parse(lines[1]);
+  EXPECT_FALSE(b.contains("mfu"));
+  EXPECT_FALSE(b.contains("eta_s"));
+}
+
+TEST(JsonlMetrics, AnEvaluationIsOneLineMarkedEvalWithPrefixedValues) {
+  Harness h("{}");
+  h.begin();
+  h.step_end(metrics_of(1));
+  CallbackContext ctx = h.context();
+  h.metrics->on_evaluation_end(ctx, EvalMetrics{1, "val", {{"loss", 2.5}, {"perplexity", 12.18}}});
+  h.end();
+  const auto lines = read_lines(h.run.run_dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  const nlohmann::json e = nlohmann::json::parse(lines[1]);
+  EXPECT_EQ(e.at("step").get<int>(), 1);
+  EXPECT_EQ(e.at("eval").get<std::string>(), "val");
+  EXPECT_DOUBLE_EQ(e.at("val/loss").get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(e.at("val/perplexity").get<double>(), 12.18);
+  EXPECT_FALSE(e.contains("loss"));  // a reader of step lines is not misled
+}
+
+}  // namespace
+}  // namespace tessera

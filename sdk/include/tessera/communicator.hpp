@@ -42,6 +42,9 @@ class TESSERA_API Communicator {
                                                                   ReduceOp op = ReduceOp::sum) = 0;
   virtual void broadcast(at::Tensor& tensor, std::int64_t root) = 0;
   virtual void barrier() = 0;
+  // Seconds this process has spent blocked waiting for collectives to finish (the part of
+  // communication not hidden behind computation), since the communicator was made.
+  virtual double wait_seconds() const { return 0; }
 
   // The same collectives, waited for.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);

@@ -45,6 +45,11 @@ class TESSERA_API Model : public torch::nn::Module {
   virtual double flops_per_token(std::int64_t seq_len) const = 0;
   // Number of trainable parameter elements.
   std::int64_t num_parameters() const;
+  // Loss terms of the model's own from the last forward() (an MoE router's load-balancing and
+  // z-losses), already weighted by their coefficients; undefined when there are none. The
+  // trainer adds it to every micro-batch's objective, scaled by 1 / (micro-batches x ranks),
+  // so the step optimises the mean over all micro-batches. Not part of the reported loss.
+  virtual at::Tensor auxiliary_loss() { return {}; }
 
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.

@@ -10,7 +10,7 @@
 
 namespace tessera {
 
-inline constexpr std::uint32_t kSdkAbiVersion = 2;
+inline constexpr std::uint32_t kSdkAbiVersion = 3;
 
 // The version of the SDK library actually loaded (may differ from the headers a plugin saw).
 TESSERA_API const char* sdk_version();

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tessera/core/checkpoint.hpp"
 #include "tessera/core/run_spec.hpp"
@@ -30,6 +31,9 @@ class Checkpointer {
   void wait();
   // Whether the last background save failed (without waiting for one in flight).
   bool failed() const { return failed_.load(); }
+  // Checkpoints whose files this rank finished writing since the last call (for the
+  // checkpoint-saved event): their steps, oldest first.
+  std::vector<std::int64_t> take_completed();
 
  private:
   void write(const CheckpointState& state, bool checkpoint, bool export_model);
@@ -40,6 +44,8 @@ class Checkpointer {
   std::thread writer_;
   std::exception_ptr failure_;
   std::atomic<bool> failed_{false};
+  std::mutex completed_mutex_;
+  std::vector<std::int64_t> completed_;
 };
 
 }  // namespace tessera::core

@@ -20,6 +20,7 @@ struct TrainerSettings {
   std::int64_t grad_accum = 1;
   std::int64_t micro_batch_size = 1;
   double clip_grad_norm = 0;    // 0: no clipping (the norm is still measured)
+  double peak_flops = 0;        // settings.peak_flops: one device's peak FLOP/s for MFU (0: table)
 };
 
 // The `checkpoint` section (docs/checkpointing.md).

@@ -13,6 +13,7 @@
 #include "tessera/core/checkpoint.hpp"
 #include "tessera/core/checkpointer.hpp"
 #include "tessera/core/run_spec.hpp"
+#include "tessera/core/throughput.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/loss.hpp"
 #include "tessera/model.hpp"
@@ -60,10 +61,10 @@ struct CheckpointContext {
   std::chrono::milliseconds timeout{300000};
 };
 
-class Trainer {
+class Trainer : private CallbackEvents {
  public:
   Trainer(TrainerParts parts, TrainerSettings settings, RunContext context);
-  ~Trainer();
+  ~Trainer() override;
 
   // Saves every checkpoint.every_steps, when a callback asks, and at the end; exports likewise.
   void enable_checkpoints(CheckpointContext context);
@@ -73,10 +74,13 @@ class Trainer {
   // This rank's state as host copies (a collective under fsdp: every rank calls it).
   CheckpointState capture();
 
-  // Runs steps until a stop condition holds; callbacks see train begin/end and every step.
+  // Runs steps until a stop condition holds; callbacks see every event (docs/observability.md).
   TrainResult fit();
-  // One optimizer step (all micro-batches of it). fit() calls this; tests call it directly.
+  // One optimizer step (all micro-batches of it), with the step's metrics complete (callbacks'
+  // on_collect_metrics included) but before on_step_end. fit() calls this; tests call it directly.
   StepMetrics step();
+  // What MFU is measured against (settled at construction).
+  const PeakFlops& peak_flops() const { return peak_; }
 
   const TrainProgress& progress() const { return progress_; }
   Model& model() { return *parts_.model; }
@@ -91,6 +95,10 @@ class Trainer {
   // Saves (checkpoint and/or export) the current step; every rank calls it at the same step.
   void save(bool checkpoint, bool export_model, const char* why);
   CallbackContext callback_context();
+  void evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) override;
+  // on_checkpoint_saved for the checkpoints this rank's writer finished since the last call.
+  void announce_saved_checkpoints(CallbackContext& ctx);
+  void fill_rates(StepMetrics& m, std::int64_t seq_len);
   double elapsed_s() const;
   MemoryReport measure_memory() const;
 
@@ -108,6 +116,12 @@ class Trainer {
   std::int64_t last_checkpoint_step_ = -1, last_export_step_ = -1;
   double elapsed_before_ = 0;  // training time of the run this one resumed
   double pause_s_ = 0;         // time the last save held training (reported with the next step)
+  std::string restored_from_;  // the checkpoint restore() read, for the checkpoint-loaded event
+  PeakFlops peak_;
+  // This process's steps, for the ETA (a resumed run's rate is its own).
+  std::int64_t run_steps_ = 0, run_tokens_ = 0;
+  double run_step_time_s_ = 0;
+  bool warmup_dropped_ = false;
 };
 
 }  // namespace tessera::core
