@@ -1,0 +1,120 @@
+// Callback `evaluation`: validation loss and perplexity on an evaluation dataset every N steps
+// and at the end of training. Every rank evaluates its shard of the same fixed batches (the
+// dataset is rewound before each evaluation, so every evaluation sees the same tokens); the
+// summed loss and token counts are reduced across ranks, and the result is announced to every
+// callback (sinks log it; see on_evaluation_end).
+#include <ATen/ops/stack.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/Device.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/callback.hpp"
+#include "tessera/communicator.hpp"
+#include "tessera/dataset.hpp"
+#include "tessera/error.hpp"
+#include "tessera/loss.hpp"
+#include "tessera/model.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+class Evaluation final : public tessera::Callback {
+ public:
+  explicit Evaluation(const tessera::ComponentConfig& config)
+      : data_(config.component<tessera::Dataset>("data")),
+        loss_(config.component<tessera::Loss>("loss")),
+        name_(config.string("name")),
+        every_(config.integer("every")),
+        batches_(config.integer("batches")),
+        micro_batch_size_(config.integer("micro_batch_size")),
+        at_end_(config.boolean("at_end")) {}
+
+  void on_train_begin(tessera::CallbackContext& ctx) override {
+    data_->set_shard(ctx.run.rank, ctx.run.world_size);
+    start_ = data_->state_dict();  // rewound to here before every evaluation
+  }
+
+  void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
+    if (every_ > 0 && m.step % every_ == 0) evaluate(ctx);
+  }
+
+  void on_train_end(tessera::CallbackContext& ctx) override {
+    if (at_end_ && ctx.progress.step > 0 && last_step_ != ctx.progress.step) evaluate(ctx);
+  }
+
+ private:
+  void evaluate(tessera::CallbackContext& ctx) {
+    const auto start = std::chrono::steady_clock::now();
+    const c10::Device device(ctx.run.device);
+    tessera::Model& model = ctx.model;
+    data_->load_state_dict(start_);
+    model.eval();
+    at::Tensor sums = at::zeros({3}, at::kDouble);  // summed loss, target tokens, input tokens
+    {
+      c10::NoGradGuard no_grad;
+      at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+      std::int64_t targets = 0, inputs = 0;
+      // A fixed number of forward passes on every rank: under fsdp each one is a collective.
+      for (std::int64_t i = 0; i < batches_; ++i) {
+        tessera::Batch batch = data_->next_batch(micro_batch_size_);
+        const at::Tensor logits = model.forward(batch.input_ids.to(device));
+        loss_sum += loss_->compute(logits, batch.labels.to(device)).sum.to(at::kDouble);
+        targets += batch.num_target_tokens;
+        inputs += batch.input_ids.numel();
+      }
+      sums = at::stack({loss_sum.cpu(), at::scalar_tensor(static_cast<double>(targets), at::kDouble),
+                        at::scalar_tensor(static_cast<double>(inputs), at::kDouble)});
+    }
+    model.train();
+    if (ctx.run.communicator && ctx.run.communicator->world_size() > 1) ctx.run.communicator->all_reduce(sums);
+    const double target_tokens = sums[1].item<double>();
+    if (target_tokens <= 0) {
+      throw tessera::Error("callback/evaluation '" + name_ + "': the evaluation batches hold no target tokens");
+    }
+    const double loss = sums[0].item<double>() / target_tokens;
+    tessera::EvalMetrics metrics;
+    metrics.step = ctx.progress.step;
+    metrics.name = name_;
+    metrics.values["loss"] = loss;
+    metrics.values["perplexity"] = std::exp(loss);
+    metrics.values["tokens"] = sums[2].item<double>();
+    metrics.values["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    last_step_ = ctx.progress.step;
+    ctx.announce_evaluation(metrics);
+  }
+
+  std::shared_ptr<tessera::Dataset> data_;
+  std::shared_ptr<tessera::Loss> loss_;
+  std::string name_;
+  std::int64_t every_, batches_, micro_batch_size_;
+  bool at_end_;
+  tessera::StateDict start_;
+  std::int64_t last_step_ = -1;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.component("data", "dataset", "the evaluation data (e.g. tokens from a held-out file)");
+  schema.component("loss", "loss", "the loss to evaluate, usually the training loss by reference");
+  schema.string("name", "what the results are called in the sinks (val/loss, val/perplexity)").default_to("val");
+  schema.integer("every", "evaluate every N optimizer steps (0: only at the end)").default_to(100).at_least(0);
+  schema.integer("batches", "micro-batches per rank per evaluation (the same ones every time)")
+      .default_to(10)
+      .at_least(1);
+  schema.integer("micro_batch_size", "sequences per evaluation micro-batch").default_to(8).at_least(1);
+  schema.boolean("at_end", "also evaluate after the last step").default_to(true);
+  registrar.add<tessera::Callback>(
+      "evaluation", "validation loss and perplexity on an evaluation dataset every N steps", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<Evaluation>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("callback_evaluation", "0.1.0", register_components)

@@ -1,0 +1,101 @@
+// callback/evaluation in a real small trainer: when it evaluates, that the validation loss is
+// the summed loss over the fixed evaluation batches divided by their target tokens (recomputed
+// by hand), that every evaluation sees the same batches, and that the result reaches the sinks.
+#include <gtest/gtest.h>
+
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "small_trainer.hpp"
+
+namespace tessera {
+namespace {
+
+using testing::TempDir;
+
+std::string evaluation_yaml(const std::string& val, const std::string& extra) {
+  return "eval: {component_key: callback, variant_key: evaluation,\n"
+         "       config: {data: {component_key: dataset, variant_key: tokens,\n"
+         "                       config: {path: " + val + ", seq_len: 16, ignore_token: 0}},\n"
+         "                loss: {instance_key: loss}, batches: 3, micro_batch_size: 2" + extra + "}}\n"
+         "sink: {component_key: callback, variant_key: jsonl_metrics}\n";
+}
+
+std::vector<nlohmann::json> eval_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) {
+    auto row = nlohmann::json::parse(line);
+    if (row.contains("eval")) out.push_back(row);
+  }
+  return out;
+}
+
+// The loss over the first `batches` micro-batches of a fresh dataset on `val`, by hand.
+double hand_loss(Model& model, const std::string& val, int batches) {
+  RunContext run;
+  run.seed = 42;  // make_trainer's: the dataset's order derives from it
+  auto parts = testing::build_components(
+      "data: {component_key: dataset, variant_key: tokens, config: {path: " + val + ", seq_len: 16, ignore_token: 0}}\n"
+      "loss: {component_key: loss, variant_key: cross_entropy}\n", run);
+  auto data = testing::built<Dataset>(parts, "data");
+  auto loss = testing::built<Loss>(parts, "loss");
+  data->set_shard(0, 1);
+  c10::NoGradGuard no_grad;
+  model.eval();
+  double sum = 0;
+  std::int64_t targets = 0;
+  for (int i = 0; i < batches; ++i) {
+    Batch b = data->next_batch(2);
+    sum += loss->compute(model.forward(b.input_ids), b.labels).sum.item<double>();
+    targets += b.num_target_tokens;
+  }
+  model.train();
+  return sum / static_cast<double>(targets);
+}
+
+TEST(Evaluation, EveryNStepsAndAtTheEndWithTheLossOfTheFixedBatches) {
+  TempDir dir;
+  const std::string train = testing::uneven_token_file(dir);
+  const std::string val = train;  // same format; the dataset is rewound before each evaluation
+  auto run = testing::make_trainer(testing::components_yaml(train) + evaluation_yaml(val, ", every: 2"),
+                                   testing::settings(1, 2, 5), {}, {"eval", "sink"}, dir.path().string());
+  run.trainer->fit();
+  const auto lines = eval_lines(dir.file("metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);  // steps 2 and 4, and 5 at the end
+  EXPECT_EQ(lines[0].at("step").get<int>(), 2);
+  EXPECT_EQ(lines[1].at("step").get<int>(), 4);
+  EXPECT_EQ(lines[2].at("step").get<int>(), 5);
+  // The last evaluation ran on the final weights: recompute it by hand.
+  const double expected = hand_loss(run.trainer->model(), val, 3);
+  const double loss = lines[2].at("val/loss").get<double>();
+  EXPECT_NEAR(loss, expected, 1e-6 * expected);
+  EXPECT_NEAR(lines[2].at("val/perplexity").get<double>(), std::exp(loss), 1e-9 * std::exp(loss));
+  EXPECT_EQ(lines[2].at("val/tokens").get<double>(), 3 * 2 * 16);
+  // Training changed the weights between evaluations, and the same batches show it.
+  EXPECT_NE(lines[0].at("val/loss").get<double>(), loss);
+  // The model is back in training mode.
+  EXPECT_TRUE(run.trainer->model().is_training());
+}
+
+TEST(Evaluation, TheSameWeightsGiveTheSameLossEveryTime) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  // A negligible learning rate: the weights barely change, so evaluations of the same batches
+  // agree closely; different batches of this uneven data would differ by far more.
+  auto run = testing::make_trainer(testing::components_yaml(data, "sgd", "lr: 1.0e-12") + evaluation_yaml(data, ", every: 1"),
+                                   testing::settings(1, 2, 3), {}, {"eval", "sink"}, dir.path().string());
+  run.trainer->fit();
+  const auto lines = eval_lines(dir.file("metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);  // at_end adds none: step 3 was just evaluated
+  const double first = lines[0].at("val/loss").get<double>();
+  EXPECT_NEAR(lines[1].at("val/loss").get<double>(), first, 1e-7 * first);
+  EXPECT_NEAR(lines[2].at("val/loss").get<double>(), first, 1e-7 * first);
+}
+
+}  // namespace
+}  // namespace tessera

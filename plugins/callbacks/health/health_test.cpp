@@ -1,0 +1,168 @@
+// callback/health on a real small trainer: a planted NaN (a parameter poisoned for one step's
+// forward and backward) triggers each policy; a planted loss spike is caught by the robust
+// z-score; the hang watchdog's end-to-end test (a stalled process) is in the integration tests.
+#include <gtest/gtest.h>
+
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "small_trainer.hpp"
+#include "tessera/log.hpp"
+
+namespace tessera {
+namespace {
+
+using ::testing::internal::CaptureStderr;
+using ::testing::internal::GetCapturedStderr;
+using testing::TempDir;
+
+// Plants a fault: from step_begin of step `at` to before the optimizer step, the first
+// parameter is scaled by `factor` (NaN poisons the loss and every gradient), then put back.
+class ParameterPoison final : public Callback {
+ public:
+  ParameterPoison(std::int64_t at, double factor) : at_(at), factor_(factor) {}
+  void on_step_begin(CallbackContext& ctx) override {
+    if (ctx.progress.step + 1 != at_) return;
+    c10::NoGradGuard no_grad;
+    at::Tensor p = ctx.model.parameters().front();
+    saved_ = p.detach().clone();
+    p.mul_(factor_);
+  }
+  void on_before_optimizer_step(CallbackContext& ctx, const BeforeOptimizerStep&) override {
+    if (!saved_.defined()) return;
+    c10::NoGradGuard no_grad;
+    ctx.model.parameters().front().copy_(saved_);
+    saved_ = at::Tensor();
+  }
+
+ private:
+  std::int64_t at_;
+  double factor_;
+  at::Tensor saved_;
+};
+
+std::string health_yaml(const std::string& config) {
+  return "health: {component_key: callback, variant_key: health, config: " + config + "}\n";
+}
+
+struct PoisonedRun {
+  TempDir dir;
+  testing::Built run;
+  core::TrainResult result;
+  std::string log;
+  std::vector<at::Tensor> after;  // weights at the end
+};
+
+bool all_finite(const std::vector<at::Tensor>& ws) {
+  for (const auto& w : ws) {
+    if (!w.isfinite().all().item<bool>()) return false;
+  }
+  return true;
+}
+
+std::vector<at::Tensor> weights_of(core::Trainer& t) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : t.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// Runs steps 1-2, then the poisoned step 3 and on to max_steps 5, through fit().
+std::unique_ptr<PoisonedRun> run_with_nan(const std::string& policy, bool checkpoints = false) {
+  auto r = std::make_unique<PoisonedRun>();
+  const std::string data = testing::uneven_token_file(r->dir);
+  auto poison = std::make_shared<ParameterPoison>(3, std::numeric_limits<double>::quiet_NaN());
+  r->run = testing::make_trainer(testing::components_yaml(data) + health_yaml("{nonfinite: " + policy + "}"),
+                                 testing::settings(1, 4, 5), {poison}, {"health"}, r->dir.path().string());
+  if (checkpoints) {
+    core::CheckpointContext ck;
+    ck.settings.dir = r->dir.file("checkpoints");
+    ck.settings.at_end = false;
+    ck.settings.export_at_end = false;
+    ck.exports_dir = r->dir.file("exports");
+    r->run.trainer->enable_checkpoints(ck);
+  }
+  log::set_level(log::Level::info);
+  CaptureStderr();
+  r->result = r->run.trainer->fit();
+  r->log = GetCapturedStderr();
+  r->after = weights_of(*r->run.trainer);
+  return r;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Health, WarnLetsANanStepThroughAndSaysSo) {
+  auto r = run_with_nan("warn");
+  EXPECT_TRUE(has(r->log, "health: non-finite loss")) << r->log;
+  EXPECT_EQ(r->result.steps, 5);
+  EXPECT_FALSE(all_finite(r->after)) << "the NaN update reached the weights, as warn allows";
+}
+
+TEST(Health, SkipStepKeepsTheWeightsFiniteAndTrainsOn) {
+  auto r = run_with_nan("skip_step");
+  EXPECT_TRUE(has(r->log, "skipping this optimizer step: health: non-finite loss at step 3")) << r->log;
+  EXPECT_EQ(r->result.steps, 5);
+  EXPECT_TRUE(all_finite(r->after));
+  EXPECT_TRUE(std::isfinite(r->result.last_loss));
+}
+
+TEST(Health, StopEndsTheRunAfterTheNanStepWithoutApplyingIt) {
+  auto r = run_with_nan("stop");
+  EXPECT_EQ(r->result.steps, 3);
+  EXPECT_TRUE(has(r->result.stop_reason, "health: non-finite loss at step 3")) << r->result.stop_reason;
+  EXPECT_TRUE(all_finite(r->after));
+}
+
+TEST(Health, SaveAndStopWritesACleanCheckpointOfTheNanStep) {
+  auto r = run_with_nan("save_and_stop", /*checkpoints=*/true);
+  EXPECT_EQ(r->result.steps, 3);
+  const auto folder = r->dir.path() / "checkpoints" / "step_00000003";
+  ASSERT_TRUE(std::filesystem::is_directory(folder)) << r->log;
+  const core::LoadedCheckpoint ck = core::read_checkpoint(folder.string(), 0);
+  for (const auto& [name, t] : ck.model) EXPECT_TRUE(t.isfinite().all().item<bool>()) << name;
+}
+
+TEST(Health, ALossSpikeIsCaughtByTheRobustZScore) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  // The token embedding (the tied output layer) scaled 30x for step 9: logits explode.
+  auto spike = std::make_shared<ParameterPoison>(9, 30.0);
+  auto run = testing::make_trainer(
+      testing::components_yaml(data, "adamw", "lr: 0.001") +
+          health_yaml("{loss_spike: skip_step, spike_min_history: 5, spike_window: 20}"),
+      testing::settings(1, 4, 10), {spike}, {"health"}, dir.path().string());
+  std::vector<bool> skipped;
+  for (int i = 0; i < 10; ++i) {
+    // step() leaves out on_step_end, which health does not need.
+    skipped.push_back(run.trainer->step().skipped);
+  }
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(skipped[static_cast<size_t>(i)], i == 8) << "step " << i + 1;
+}
+
+TEST(Health, ANonFiniteGradientAloneIsCaught) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  // A gradient of +inf on one parameter; the loss itself stays finite.
+  class InfGradient final : public Callback {
+   public:
+    void on_micro_batch_end(CallbackContext& ctx, const MicroBatchEnd&) override {
+      if (ctx.progress.step + 1 != 2) return;
+      at::Tensor g = ctx.model.parameters().back().mutable_grad();
+      g.fill_(std::numeric_limits<float>::infinity());
+    }
+  };
+  auto run = testing::make_trainer(testing::components_yaml(data) + health_yaml("{nonfinite: skip_step}"),
+                                   testing::settings(1, 4, 3), {std::make_shared<InfGradient>()}, {"health"});
+  log::set_level(log::Level::info);
+  CaptureStderr();
+  EXPECT_FALSE(run.trainer->step().skipped);
+  EXPECT_TRUE(run.trainer->step().skipped);
+  EXPECT_FALSE(run.trainer->step().skipped);
+  EXPECT_TRUE(has(GetCapturedStderr(), "non-finite gradients")) ;
+}
+
+}  // namespace
+}  // namespace tessera
