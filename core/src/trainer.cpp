@@ -366,9 +366,9 @@ StepMetrics Trainer::step() {
   Communicator& comm = *context_.communicator;
   const double waited_before = comm.wait_seconds();
   reset_peak_memory(device_);
-  failpoint("trainer.step");
   auto ctx = callback_context();
   for (auto& cb : parts_.callbacks) cb->on_step_begin(ctx);
+  failpoint("trainer.step");
 
   // All micro-batches are drawn first: the loss divisor is the target-token count of the whole
   // step, known on the host before any forward pass.

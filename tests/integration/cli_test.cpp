@@ -232,6 +232,11 @@ TEST_F(Cli, TwoRanksOnGlooMatchOneRankWithTwiceTheAccumulation) {
     EXPECT_NEAR(g2, g1, 1e-4 * g1) << "step " << i + 1;
     EXPECT_EQ(two[i]["tokens"], one[i]["tokens"]) << "tokens are counted over both ranks";
     EXPECT_EQ(two[i]["target_tokens"], one[i]["target_tokens"]);
+    // Two ranks wait for each other's gradients; one rank waits for nothing.
+    EXPECT_GT(two[i]["time_communication_s"].get<double>(), 0) << "step " << i + 1;
+    EXPECT_LT(two[i]["time_communication_s"].get<double>(), two[i]["step_time_s"].get<double>());
+    EXPECT_EQ(one[i]["time_communication_s"].get<double>(), 0) << "step " << i + 1;
+    EXPECT_DOUBLE_EQ(two[i]["tokens_per_s_per_device"].get<double>(), two[i]["tokens_per_s"].get<double>() / 2);
   }
 }
 
