@@ -57,5 +57,45 @@ TEST_F(Cli, WhenOneRankStallsTheOthersWatchdogReportsBothRanks) {
   EXPECT_TRUE(std::regex_search(out, rank1_seen_by_0)) << out;
 }
 
+TEST_F(Cli, PlotTurnsARunsMetricsIntoPngs) {
+  const std::string python = testing::source_dir() + "/.venv/bin/python3";
+  std::string out;
+  if (run_command(python + " -c 'import matplotlib'", out) != 0) {
+    GTEST_SKIP() << "matplotlib is not installed in .venv (tools/setup.sh installs it): " << out;
+  }
+  // A short run with an evaluation every 3 steps, so the loss plot has both series.
+  const std::string config = dir_.write(
+      "eval.yaml", "include: [" + tiny() + "]\n"
+                   "components:\n"
+                   "  callbacks:\n"
+                   "    - component_key: callback\n"
+                   "      variant_key: evaluation\n"
+                   "      config:\n"
+                   "        data: {component_key: dataset, variant_key: tokens, config: {path: " + data_ + ", seq_len: 32}}\n"
+                   "        loss: {instance_key: loss, pass_type: BY_REFERENCE}\n"
+                   "        every: 3\n"
+                   "        batches: 2\n");
+  const std::string run_dir = dir_.file("run");
+  ASSERT_EQ(run_command(tessera("train " + config + data_set() + " --set trainer.max_steps=6 --run-dir " + run_dir), out), 0)
+      << out;
+  ASSERT_EQ(read_eval_metrics(run_dir + "/metrics.jsonl").size(), 2u);
+  const std::string plot = python + " " + testing::source_dir() + "/tools/plot/plot_metrics.py ";
+  ASSERT_EQ(run_command(plot + run_dir, out), 0) << out;
+  for (const char* name : {"loss", "lr", "grad_norm", "tokens_per_s"}) {
+    const std::string png = run_dir + "/plots/" + name + ".png";
+    std::ifstream in(png, std::ios::binary);
+    std::string head(8, '\0');
+    in.read(head.data(), 8);
+    EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8)) << png;
+    in.seekg(0, std::ios::end);
+    EXPECT_GT(in.tellg(), 5000) << png;
+  }
+  // No MFU on a CPU without settings.peak_flops: no MFU plot either.
+  EXPECT_FALSE(std::ifstream(run_dir + "/plots/mfu.png").good());
+  // A directory without metrics is one clear error.
+  EXPECT_NE(run_command(plot + dir_.file("nothing"), out), 0);
+  EXPECT_NE(out.find("metrics.jsonl: no such file"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera
