@@ -1,0 +1,167 @@
+// Callback `progress_bar`: on rank 0, a one-line bar redrawn in place on a terminal
+//   [###############...............] 50/100  50% | 12.3k tok/s | loss 2.3412 | eta 6m10s
+// and, when stderr is not a terminal (a log file, a batch job), a plain line every N steps.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tessera/callback.hpp"
+#include "tessera/log.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, pattern, value);
+  return text;
+}
+
+// 950, 12.3k, 4.56M.
+std::string human_count(double value) {
+  if (value >= 1e9) return format("%.2fG", value / 1e9);
+  if (value >= 1e6) return format("%.2fM", value / 1e6);
+  if (value >= 1e3) return format("%.1fk", value / 1e3);
+  return format("%.0f", value);
+}
+
+// 25s, 6m10s, 2h05m.
+std::string human_duration(double seconds) {
+  const auto total = static_cast<long long>(seconds + 0.5);
+  char text[64];
+  if (total < 60) {
+    std::snprintf(text, sizeof text, "%llds", total);
+  } else if (total < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", total / 60, total % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", total / 3600, total / 60 % 60);
+  }
+  return text;
+}
+
+class ProgressBar final : public tessera::Callback {
+ public:
+  explicit ProgressBar(const tessera::ComponentConfig& config)
+      : mode_(config.string("mode")), width_(config.integer("width")), every_(config.integer("every")) {}
+
+  void on_train_begin(tessera::CallbackContext& ctx) override {
+    if (ctx.run.rank != 0) return;
+    // A bar only makes sense where '\r' moves back over the line: an interactive terminal.
+    bar_ = mode_ == "bar" || (mode_ == "auto" && ::isatty(STDERR_FILENO) == 1);
+  }
+
+  void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
+    if (ctx.run.rank != 0) return;
+    window_tokens_ += m.step_tokens;
+    window_time_s_ += m.step_time_s;
+    last_ = m;
+    if (bar_) {
+      redraw(ctx);
+      // Done: what the run logs next (checkpoint, summary) starts on a line of its own.
+      if (ctx.progress.max_steps > 0 && m.step >= ctx.progress.max_steps) finish_line();
+    } else if (m.step % every_ == 0) {
+      tessera::log::info(status(ctx));
+    }
+  }
+
+  void on_train_end(tessera::CallbackContext& ctx) override {
+    if (ctx.run.rank != 0) return;
+    if (bar_) {
+      finish_line();
+    } else if (last_ && last_->step % every_ != 0) {
+      tessera::log::info(status(ctx));  // the last step, when it did not fall on `every`
+    }
+  }
+
+  // The error's message then starts on a line of its own.
+  void on_exception(tessera::CallbackContext& ctx, const std::string&) override {
+    if (ctx.run.rank == 0 && bar_) finish_line();
+  }
+
+ private:
+  // "[####....] 50/100  50% | 12.3k tok/s | loss 2.3412 | eta 6m10s"; without a step limit,
+  // "step 50 | 12.3k tok/s | loss 2.3412 | elapsed 25s" (and no bar).
+  std::string status(const tessera::CallbackContext& ctx) {
+    const tessera::StepMetrics& m = *last_;
+    const std::int64_t max_steps = ctx.progress.max_steps;
+    std::string text;
+    if (max_steps > 0) {
+      const double fraction = std::min(1.0, static_cast<double>(m.step) / static_cast<double>(max_steps));
+      const auto percent = static_cast<int>(fraction * 100.0);
+      if (bar_) {
+        const auto filled = static_cast<std::int64_t>(fraction * static_cast<double>(width_));
+        text = "[" + std::string(static_cast<std::size_t>(filled), '#') +
+               std::string(static_cast<std::size_t>(width_ - filled), '.') + "] " +
+               std::to_string(m.step) + "/" + std::to_string(max_steps) + " " +
+               format("%3.0f", percent) + "%";
+      } else {
+        text = "step " + std::to_string(m.step) + "/" + std::to_string(max_steps) + " (" +
+               std::to_string(percent) + "%)";
+      }
+    } else {
+      text = "step " + std::to_string(m.step);
+    }
+    // Throughput over the steps since the previous output, so one slow step does not dominate.
+    const double tokens_per_s = window_time_s_ > 0
+                                    ? static_cast<double>(window_tokens_) / window_time_s_
+                                    : m.tokens_per_s;
+    text += " | " + human_count(tokens_per_s) + " tok/s";
+    text += " | loss " + format("%.4f", m.loss);
+    if (m.eta_s) {
+      text += " | eta " + human_duration(*m.eta_s);
+    } else {
+      text += " | elapsed " + human_duration(m.elapsed_s);
+    }
+    window_tokens_ = 0;
+    window_time_s_ = 0;
+    return text;
+  }
+
+  // Straight to stderr, not through the logger: a log prefix on every redraw would be noise.
+  void redraw(const tessera::CallbackContext& ctx) {
+    std::string text = status(ctx);
+    const std::size_t length = text.size();
+    // Blank what is left of a longer previous line.
+    if (length < drawn_length_) text.append(drawn_length_ - length, ' ');
+    std::fputs(("\r" + text).c_str(), stderr);
+    std::fflush(stderr);
+    drawn_length_ = length;
+  }
+
+  void finish_line() {
+    if (drawn_length_ == 0) return;
+    std::fputs("\n", stderr);
+    std::fflush(stderr);
+    drawn_length_ = 0;
+  }
+
+  std::string mode_;
+  std::int64_t width_;
+  std::int64_t every_;
+  bool bar_ = false;
+  std::optional<tessera::StepMetrics> last_;
+  std::int64_t window_tokens_ = 0;
+  double window_time_s_ = 0;
+  std::size_t drawn_length_ = 0;  // of the bar line now on screen; 0 when none
+};
+
+void register_components(tessera::Registrar& registrar) {
+  tessera::Schema schema;
+  schema.string("mode", "bar: redraw one line; lines: a log line every N steps; auto: bar on a terminal")
+      .default_to("auto")
+      .one_of({"auto", "bar", "lines"});
+  schema.integer("width", "cells of the bar").default_to(30).at_least(1);
+  schema.integer("every", "in lines mode, a line every N optimizer steps").default_to(10).at_least(1);
+  registrar.add<tessera::Callback>(
+      "progress_bar", "a progress bar on a terminal, periodic lines elsewhere; rank 0 only", schema,
+      [](const tessera::ComponentConfig& c) { return std::make_shared<ProgressBar>(c); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("callback_progress_bar", "0.1.0", register_components)
