@@ -197,5 +197,31 @@ TEST(StepMetrics, BreakDownTheStepAndMeasureMemory) {
   EXPECT_NEAR(*m.eta_s, 8 * m.step_time_s, 1e-9);  // the second step is the only one past warm-up
 }
 
+// The trainer adds the model's own loss terms (MoE balancing) to the objective, not the report.
+TEST(AuxiliaryLoss, ShapesTheGradientButNotTheReportedLoss) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  auto moe = [&](const std::string& coef) {
+    return "model: {component_key: model, variant_key: gpt_moe,\n"
+           "        config: {vocab_size: 32, n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 16, num_experts: 4,\n"
+           "                 top_k: 1, z_loss_coef: 0, aux_loss_coef: " + coef + "}}\n"
+           "train_data: {component_key: dataset, variant_key: tokens, config: {path: " + data + ", seq_len: 16, ignore_token: 0}}\n"
+           "loss: {component_key: loss, variant_key: cross_entropy}\n"
+           "optimizer: {component_key: optimizer, variant_key: sgd, config: {lr: 0.5, model: {instance_key: model}}}\n";
+  };
+  auto without = testing::make_trainer(moe("0.0"), testing::settings(2, 2, 1));
+  auto with = testing::make_trainer(moe("1.0"), testing::settings(2, 2, 1));
+  const StepMetrics a = without.trainer->step(), b = with.trainer->step();
+  EXPECT_DOUBLE_EQ(a.loss, b.loss);  // same weights, same data: the reported loss is the LM loss
+  EXPECT_NE(a.grad_norm, b.grad_norm);
+  double router_change = 0;
+  for (const auto& item : without.trainer->model().named_parameters()) {
+    if (item.key().find("router") == std::string::npos) continue;
+    const at::Tensor other = with.trainer->model().named_parameters()[item.key()];
+    router_change += (item.value() - other).abs().sum().item<double>();
+  }
+  EXPECT_GT(router_change, 0) << "the balancing loss moved the router";
+}
+
 }  // namespace
 }  // namespace tessera::core

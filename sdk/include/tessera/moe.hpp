@@ -15,6 +15,7 @@ namespace tessera {
 // One MoE layer's routing, summed over the forward passes since the last take. Tensors live on
 // the model's device so a monitor can reduce them across ranks in one collective.
 struct RouterStatistics {
+  std::int64_t layer = -1;        // the block this MoE layer sits in (names its metrics); -1: its position
   at::Tensor expert_assignments;  // [experts] float: token->expert choices (k per token), before capacity drops
   at::Tensor dropped_assignments; // [] float: choices dropped because an expert was full
   at::Tensor tokens;              // [] float: tokens routed
