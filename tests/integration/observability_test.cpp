@@ -1,6 +1,7 @@
 // Observability end to end through `tessera`: the health watchdog ends a stalled run (one rank,
 // and two ranks where one stalls) and says where every rank is.
 #include <chrono>
+#include <filesystem>
 #include <regex>
 
 #include "cli_fixture.hpp"
@@ -55,6 +56,38 @@ TEST_F(Cli, WhenOneRankStallsTheOthersWatchdogReportsBothRanks) {
   const std::regex rank1_seen_by_0(R"(\[rank 0\] .*health:   rank 1: step 3: drawing data)");
   EXPECT_TRUE(std::regex_search(out, rank0_report)) << out;
   EXPECT_TRUE(std::regex_search(out, rank1_seen_by_0)) << out;
+}
+
+TEST_F(Cli, EverythingOnRunsAndEverySinkAndMonitorWrites) {
+  const std::string run_dir = dir_.file("everything");
+  std::string out;
+  const std::string args = " --set components.train_data.config.path=" + data_ +
+                           " --set components.callbacks.1.config.data.config.path=" + data_ +
+                           " --set components.callbacks.1.config.every=6 --set trainer.max_steps=12" +
+                           " --set components.scheduler.config.warmup_steps=2 --set settings.num_threads=2";
+  ASSERT_EQ(run_command(tessera("train " + testing::source_dir() + "/configs/everything.yaml" + args + " --run-dir " +
+                                run_dir),
+                        out),
+            0)
+      << out;
+  const auto steps = read_metrics(run_dir + "/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 12u);
+  for (const char* key : {"mfu", "eta_s", "moe/maxvio", "moe/layer0/entropy", "moe/aux_loss", "time_communication_s",
+                          "memory_peak_bytes"}) {
+    EXPECT_TRUE(steps.back().contains(key)) << key;
+  }
+  EXPECT_TRUE(steps.front().contains("memory/max_rank_peak_bytes"));  // memory_monitor at step 1
+  EXPECT_EQ(read_eval_metrics(run_dir + "/metrics.jsonl").size(), 2u);  // steps 6 and 12
+  EXPECT_NE(out.find("eval val at step 12"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/profiles/rank_0/trace_steps_10-11.json")) << out;
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/health/rank_0.txt"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step_00000012/metadata.json"));
+  bool events = false;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir + "/tensorboard")) {
+    events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events);
+  EXPECT_NE(out.find("sample: The "), std::string::npos) << out;
 }
 
 TEST_F(Cli, PlotTurnsARunsMetricsIntoPngs) {
