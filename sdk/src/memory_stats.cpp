@@ -15,23 +15,16 @@
 namespace tessera {
 namespace {
 
-// A "Name:   1234 kB" line of /proc/self/status, in bytes; 0 when absent.
-std::int64_t proc_status_bytes(const std::string& name) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.compare(0, name.size() + 1, name + ":") == 0) {
-      return std::stoll(line.substr(name.size() + 1)) * 1024;
-    }
-  }
-  return 0;
-}
-
 MemoryStats host_stats() {
   MemoryStats s;
   s.source = "process_rss";
-  s.in_use = proc_status_bytes("VmRSS");
+  // "VmHWM:   1234 kB" and "VmRSS: ..." lines of /proc/self/status, read in one pass.
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, 6, "VmHWM:") == 0) s.peak = std::stoll(line.substr(6)) * 1024;
+    if (line.compare(0, 6, "VmRSS:") == 0) s.in_use = std::stoll(line.substr(6)) * 1024;
+  }
   s.reserved = s.in_use;
-  s.peak = proc_status_bytes("VmHWM");
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   s.total = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
   return s;
