@@ -47,6 +47,8 @@ const char* to_string(ComputePrecision precision) {
 
 std::optional<double> known_peak_flops(const std::string& device_name, ComputePrecision precision) {
   const std::string name = upper(device_name);
+  // A MIG slice ("NVIDIA H100 80GB HBM3 MIG 1g.10gb") has a fraction of the GPU's peak.
+  if (name.find("MIG") != std::string::npos) return std::nullopt;
   for (const GpuPeak& gpu : kGpuPeaks) {
     if (name.find(gpu.family) == std::string::npos) continue;
     if (*gpu.variant && name.find(gpu.variant) == std::string::npos) continue;

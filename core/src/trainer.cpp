@@ -277,6 +277,24 @@ std::string Trainer::stop_reason() const {
   return {};
 }
 
+void Trainer::wait_for_last_save() {
+  if (!checkpointer_) return;
+  std::exception_ptr failure;
+  try {
+    checkpointer_->wait();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Every rank learns whether the last save failed anywhere, so none goes on into on_train_end
+  // (where callbacks may run collectives) while another has failed.
+  if (context_.communicator->world_size() > 1) {
+    at::Tensor failed = at::tensor({static_cast<std::int64_t>(failure ? 1 : 0)}, at::kLong);
+    context_.communicator->all_reduce(failed, ReduceOp::max);
+    if (!failure && failed.item<std::int64_t>() != 0) throw Error("the last checkpoint save failed on another rank (see its log)");
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
 std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
   std::string reason = stop_reason();
   save_requested = control_.save_requested();
@@ -341,7 +359,7 @@ TrainResult Trainer::fit() {
       for (auto& cb : parts_.callbacks) cb->on_step_end(ctx, metrics);
     }
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
-    if (checkpointer_) checkpointer_->wait();
+    wait_for_last_save();
     announce_saved_checkpoints(ctx);
     for (auto& cb : parts_.callbacks) cb->on_train_end(ctx);
   } catch (const std::exception& e) {
@@ -365,7 +383,13 @@ StepMetrics Trainer::step() {
   const auto t_begin = Clock::now();
   Communicator& comm = *context_.communicator;
   const double waited_before = comm.wait_seconds();
-  reset_peak_memory(device_);
+  if (control_.skip_requested()) {
+    // Asked after the last optimizer step (on_collect_metrics, on_step_end, an evaluation):
+    // skipping a later, healthy step instead would be wrong.
+    log::warn("a skip requested after step ", progress_.step, "'s optimizer step is dropped; "
+              "request skips up to on_before_optimizer_step");
+    control_.clear_skip();
+  }
   auto ctx = callback_context();
   for (auto& cb : parts_.callbacks) cb->on_step_begin(ctx);
   failpoint("trainer.step");
@@ -497,7 +521,10 @@ StepMetrics Trainer::step() {
   m.memory_in_use_bytes = memory.in_use;
   m.memory_peak_bytes = memory.peak;
   m.memory_reserved_bytes = memory.reserved;
-  fill_rates(m, seq_len);
+  // The next peak window starts here, so it covers what runs between steps (evaluation, samples,
+  // checkpoint copies) as well as the next step.
+  reset_peak_memory(device_);
+  fill_rates(m, seq_len, t_begin, t_end);
   if (pause_s_ > 0) {
     // The copy of the state a save made before this step, while training waited.
     m.extra["time_checkpoint_s"] = pause_s_;
@@ -514,23 +541,25 @@ StepMetrics Trainer::step() {
   return m;
 }
 
-void Trainer::fill_rates(StepMetrics& m, std::int64_t seq_len) {
+void Trainer::fill_rates(StepMetrics& m, std::int64_t seq_len, Clock::time_point begin, Clock::time_point end) {
   const double devices = static_cast<double>(context_.world_size);
   m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.step_tokens) / m.step_time_s : 0.0;
   m.tokens_per_s_per_device = m.tokens_per_s / devices;
   if (peak_.flops) {
     m.mfu = model_flops_utilisation(parts_.model->flops_per_token(seq_len), m.tokens_per_s_per_device, *peak_.flops);
   }
-  // The first step of a process warms up allocators and kernels; past it, leave it out of the rate.
-  if (run_steps_ == 1 && !warmup_dropped_) {
-    warmup_dropped_ = true;
-    run_steps_ = 0;
-    run_step_time_s_ = 0;
-    run_tokens_ = 0;
-  }
+  // The ETA's rates: wall time from the start of this process's second step (the first warms
+  // up allocators and kernels) to the end of this one, so the work between steps (evaluation,
+  // samples, saves, sinks) counts too. After the first step only its own time is known.
   ++run_steps_;
-  run_step_time_s_ += m.step_time_s;
-  run_tokens_ += m.step_tokens;
+  double seconds_per_step = m.step_time_s, tokens_per_s = m.tokens_per_s;
+  if (run_steps_ == 2) rate_start_ = begin;
+  if (run_steps_ >= 2) {
+    run_tokens_ += m.step_tokens;
+    const double wall = seconds_between(rate_start_, end);
+    seconds_per_step = wall / static_cast<double>(run_steps_ - 1);
+    tokens_per_s = wall > 0 ? static_cast<double>(run_tokens_) / wall : 0.0;
+  }
   EtaInputs eta;
   eta.step = progress_.step;
   eta.max_steps = settings_.max_steps;
@@ -538,8 +567,8 @@ void Trainer::fill_rates(StepMetrics& m, std::int64_t seq_len) {
   eta.max_tokens = settings_.max_tokens;
   eta.elapsed_s = progress_.elapsed_s;
   eta.max_time_s = settings_.max_time_s;
-  eta.seconds_per_step = run_step_time_s_ / static_cast<double>(run_steps_);
-  eta.tokens_per_s = run_step_time_s_ > 0 ? static_cast<double>(run_tokens_) / run_step_time_s_ : 0.0;
+  eta.seconds_per_step = seconds_per_step;
+  eta.tokens_per_s = tokens_per_s;
   m.eta_s = estimate_eta(eta);
 }
 

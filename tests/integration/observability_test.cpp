@@ -91,6 +91,46 @@ TEST_F(Cli, EverythingOnRunsAndEverySinkAndMonitorWrites) {
   EXPECT_NE(out.find("sample: The "), std::string::npos) << out;
 }
 
+// Two ranks evaluate their shards and reduce Σloss and Σtokens: the result is one rank's over the
+// same sequences (spaces are ignored labels, so micro-batches carry different target counts).
+TEST_F(Cli, TwoRanksEvaluateLikeOneRankWithTheirBatchesTogether) {
+  const std::string config = dir_.write(
+      "eval2.yaml", "include: [" + tiny() + "]\n"
+                    "components:\n"
+                    "  train_data: {config: {ignore_token: 32}}\n"
+                    "  callbacks:\n"
+                    "    - component_key: callback\n"
+                    "      variant_key: evaluation\n"
+                    "      config:\n"
+                    "        data: {component_key: dataset, variant_key: tokens, config: {path: " + data_ +
+                    ", seq_len: 32, ignore_token: 32}}\n"
+                    "        loss: {instance_key: loss, pass_type: BY_REFERENCE}\n"
+                    "        every: 2\n"
+                    "        batches: 3\n");
+  const std::string common = data_set() + " --set trainer.max_steps=4 --set trainer.micro_batch_size=4" +
+                             " --set components.scheduler.config.warmup_steps=2";
+  std::string out;
+  ASSERT_EQ(run_command(tessera("train " + config + common + " --set trainer.grad_accum=2" +
+                                " --set components.callbacks.0.config.micro_batch_size=4 --run-dir " + dir_.file("one")),
+                        out),
+            0)
+      << out;
+  ASSERT_EQ(run_command(tessera("launch --nproc-per-node 2 -- train " + config + common + " --set trainer.grad_accum=1" +
+                                " --set components.callbacks.0.config.micro_batch_size=2 --run-dir " + dir_.file("two")),
+                        out),
+            0)
+      << out;
+  const auto one = read_eval_metrics(dir_.file("one") + "/metrics.jsonl");
+  const auto two = read_eval_metrics(dir_.file("two") + "/metrics.jsonl");
+  ASSERT_EQ(one.size(), 2u);
+  ASSERT_EQ(two.size(), 2u);
+  for (size_t i = 0; i < one.size(); ++i) {
+    const double a = one[i]["val/loss"], b = two[i]["val/loss"];
+    EXPECT_NEAR(b, a, 1e-5 * a) << "evaluation " << i;
+    EXPECT_EQ(two[i]["val/tokens"], one[i]["val/tokens"]);
+  }
+}
+
 TEST_F(Cli, PlotTurnsARunsMetricsIntoPngs) {
   const std::string python = testing::source_dir() + "/.venv/bin/python3";
   std::string out;

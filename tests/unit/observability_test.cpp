@@ -158,6 +158,7 @@ TEST(PeakFlops, TheTableKnowsH100H200AndA100AndNothingElse) {
   EXPECT_DOUBLE_EQ(*known_peak_flops("NVIDIA A100-SXM4-80GB", ComputePrecision::bf16), 312.0e12);
   EXPECT_DOUBLE_EQ(*known_peak_flops("NVIDIA A100-PCIE-40GB", ComputePrecision::tf32), 156.0e12);
   EXPECT_FALSE(known_peak_flops("NVIDIA GeForce RTX 4090", ComputePrecision::bf16));
+  EXPECT_FALSE(known_peak_flops("NVIDIA H100 80GB HBM3 MIG 1g.10gb", ComputePrecision::bf16));  // a slice
   EXPECT_FALSE(known_peak_flops("cpu", ComputePrecision::fp32));
   // The configuration wins over the table; without either there is no number at all.
   EXPECT_DOUBLE_EQ(*resolve_peak_flops(1e12, "NVIDIA H100 80GB HBM3", ComputePrecision::bf16).flops, 1e12);
@@ -197,6 +198,22 @@ TEST(StepMetrics, BreakDownTheStepAndMeasureMemory) {
   EXPECT_NEAR(*m.eta_s, 8 * m.step_time_s, 1e-9);  // the second step is the only one past warm-up
 }
 
+// A skip asked for after the optimizer step must not skip the next, healthy step.
+TEST(Events, ASkipRequestedTooLateIsDroppedNotCarriedOver) {
+  class LateSkipper final : public Callback {
+   public:
+    void on_step_end(CallbackContext& ctx, const StepMetrics&) override { ctx.control.request_skip_step("too late"); }
+  };
+  TempDir dir;
+  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), testing::settings(1, 2, 3),
+                                   {std::make_shared<LateSkipper>()});
+  ::testing::internal::CaptureStderr();
+  run.trainer->fit();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("a skip requested after step 1's optimizer step is dropped"), std::string::npos) << log;
+  EXPECT_EQ(run.trainer->progress().step, 3);
+}
+
 // The trainer adds the model's own loss terms (MoE balancing) to the objective, not the report.
 TEST(AuxiliaryLoss, ShapesTheGradientButNotTheReportedLoss) {
   TempDir dir;
@@ -221,6 +238,46 @@ TEST(AuxiliaryLoss, ShapesTheGradientButNotTheReportedLoss) {
     router_change += (item.value() - other).abs().sum().item<double>();
   }
   EXPECT_GT(router_change, 0) << "the balancing loss moved the router";
+}
+
+// The weight is 1 / (micro-batches x ranks): with top-1 routing the gates are 1 and the router
+// learns from the balancing loss alone, so its SGD update is -lr x mean over micro-batches of
+// d(aux)/d(router), computed here by hand from the same two micro-batches.
+TEST(AuxiliaryLoss, EachMicroBatchCountsOneOverTheirNumber) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  const std::string yaml =
+      "model: {component_key: model, variant_key: gpt_moe,\n"
+      "        config: {vocab_size: 32, n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 16, num_experts: 4,\n"
+      "                 top_k: 1, z_loss_coef: 0, aux_loss_coef: 0.5}}\n"
+      "train_data: {component_key: dataset, variant_key: tokens, config: {path: " + data + ", seq_len: 16, ignore_token: 0}}\n"
+      "loss: {component_key: loss, variant_key: cross_entropy}\n"
+      "optimizer: {component_key: optimizer, variant_key: sgd, config: {lr: 0.5, model: {instance_key: model}}}\n";
+  auto trained = testing::make_trainer(yaml, testing::settings(2, 2, 1));
+  auto by_hand = testing::make_trainer(yaml, testing::settings(2, 2, 1));  // same seed: same weights, same data
+  auto router_of = [](Model& m) {
+    for (const auto& item : m.named_parameters()) {
+      if (item.key().find("router") != std::string::npos) return item.value();
+    }
+    return at::Tensor();
+  };
+  const at::Tensor before = router_of(trained.trainer->model()).detach().clone();
+  trained.trainer->step();
+  const at::Tensor update = router_of(trained.trainer->model()).detach() - before;
+
+  Model& model = by_hand.trainer->model();
+  auto dataset = testing::built<Dataset>(by_hand.components, "train_data");
+  at::Tensor aux_sum;
+  for (int i = 0; i < 2; ++i) {
+    model.forward(dataset->next_batch(2).input_ids);
+    const at::Tensor aux = model.auxiliary_loss();
+    aux_sum = i == 0 ? aux : aux_sum + aux;
+  }
+  (aux_sum / 2.0).backward();
+  const at::Tensor expected = -0.5 * router_of(model).grad();
+  ASSERT_GT(expected.abs().max().item<double>(), 1e-6);
+  EXPECT_TRUE(at::allclose(update, expected, 1e-4, 1e-7))
+      << "update " << update.abs().sum().item<double>() << " vs expected " << expected.abs().sum().item<double>();
 }
 
 }  // namespace

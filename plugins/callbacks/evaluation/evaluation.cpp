@@ -39,6 +39,8 @@ class Evaluation final : public tessera::Callback {
   void on_train_begin(tessera::CallbackContext& ctx) override {
     data_->set_shard(ctx.run.rank, ctx.run.world_size);
     start_ = data_->state_dict();  // rewound to here before every evaluation
+    // A resumed run's last step was evaluated (or not) by the attempt that reached it.
+    last_step_ = ctx.progress.step > 0 ? ctx.progress.step : -1;
   }
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {

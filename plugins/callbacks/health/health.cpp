@@ -33,6 +33,10 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 enum class Policy { warn, skip_step, save_and_stop, stop };
 
 Policy parse_policy(const std::string& text) {
@@ -61,28 +65,45 @@ double robust_z(double x, std::vector<double> history) {
 // The recent values of one metric, for spike detection.
 class SpikeDetector {
  public:
-  SpikeDetector(std::size_t window, std::size_t min_history, double threshold)
-      : window_(window), min_history_(min_history), threshold_(threshold) {}
+  SpikeDetector(std::string what, std::size_t window, std::size_t min_history, double threshold,
+                std::size_t max_consecutive)
+      : what_(std::move(what)),
+        window_(window),
+        min_history_(min_history),
+        threshold_(threshold),
+        max_consecutive_(max_consecutive) {}
 
   // The z-score when `x` is an upward spike against the history, else nothing. Values that are
-  // spikes stay out of the history, so one spike does not hide the next.
+  // spikes stay out of the history, so one spike does not hide the next. After max_consecutive
+  // spikes in a row the values are a new level, not spikes: the history restarts from them (a
+  // skip_step policy would otherwise skip every step from then on and the run would never move).
   std::optional<double> check(double x) {
     std::optional<double> spike;
     if (history_.size() >= min_history_) {
       const double z = robust_z(x, {history_.begin(), history_.end()});
       if (z > threshold_) spike = z;
     }
-    if (!spike) {
-      history_.push_back(x);
-      if (history_.size() > window_) history_.pop_front();
+    if (spike) {
+      recent_spikes_.push_back(x);
+      if (recent_spikes_.size() < max_consecutive_) return spike;
+      tessera::log::warn("health: ", recent_spikes_.size(), " ", what_, " spikes in a row: taking them as the new level");
+      history_.assign(recent_spikes_.begin(), recent_spikes_.end());
+      recent_spikes_.clear();
+      return std::nullopt;
     }
-    return spike;
+    recent_spikes_.clear();
+    history_.push_back(x);
+    if (history_.size() > window_) history_.pop_front();
+    return std::nullopt;
   }
 
  private:
+  std::string what_;
   std::size_t window_, min_history_;
   double threshold_;
+  std::size_t max_consecutive_;
   std::deque<double> history_;
+  std::vector<double> recent_spikes_;  // the current run of consecutive spikes
 };
 
 // Where this rank is in the loop, shared with the watchdog thread.
@@ -114,10 +135,12 @@ class Health final : public tessera::Callback {
       : nonfinite_(parse_policy(config.string("nonfinite"))),
         loss_spike_(parse_policy(config.string("loss_spike"))),
         grad_spike_(parse_policy(config.string("grad_spike"))),
-        loss_history_(static_cast<std::size_t>(config.integer("spike_window")),
-                      static_cast<std::size_t>(config.integer("spike_min_history")), config.number("spike_threshold")),
-        grad_history_(static_cast<std::size_t>(config.integer("spike_window")),
-                      static_cast<std::size_t>(config.integer("spike_min_history")), config.number("spike_threshold")),
+        loss_history_("loss", static_cast<std::size_t>(config.integer("spike_window")),
+                      static_cast<std::size_t>(config.integer("spike_min_history")), config.number("spike_threshold"),
+                      static_cast<std::size_t>(config.integer("spike_max_consecutive"))),
+        grad_history_("grad-norm", static_cast<std::size_t>(config.integer("spike_window")),
+                      static_cast<std::size_t>(config.integer("spike_min_history")), config.number("spike_threshold"),
+                      static_cast<std::size_t>(config.integer("spike_max_consecutive"))),
         hang_timeout_s_(config.number("hang_timeout_s")),
         hang_exit_code_(static_cast<int>(config.integer("hang_exit_code"))) {}
 
@@ -200,10 +223,19 @@ class Health final : public tessera::Callback {
   }
 
   void start_watchdog() {
+    stop_watchdog();  // a second fit() starts a fresh one
+    {
+      std::lock_guard<std::mutex> lock(stop_mutex_);
+      stopping_ = false;
+    }
     std::error_code ignored;
     fs::create_directories(status_dir_, ignored);
+    // An earlier attempt's status would be read as this one's by the other ranks.
+    fs::remove(status_file(rank_), ignored);
     watchdog_ = std::thread([this] { watch(); });
   }
+
+  fs::path status_file(std::int64_t rank) const { return status_dir_ / ("rank_" + std::to_string(rank) + ".txt"); }
 
   void stop_watchdog() {
     {
@@ -216,12 +248,14 @@ class Health final : public tessera::Callback {
 
   // This rank's whereabouts as a file the other ranks' watchdogs read: a hung rank cannot take
   // part in a collective, but its watchdog thread still writes.
+  // Line 1: the position; line 2: when it was written (seconds since the epoch), so a reader
+  // can tell a live rank's status from one that stopped writing.
   void publish(const std::string& where, double idle_s) {
-    const fs::path file = status_dir_ / ("rank_" + std::to_string(rank_) + ".txt");
+    const fs::path file = status_file(rank_);
     const fs::path tmp = file.string() + ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << where << " (last progress " << static_cast<std::int64_t>(idle_s) << " s ago)\n";
+      out << where << " (last progress " << static_cast<std::int64_t>(idle_s) << " s ago)\n" << unix_seconds() << "\n";
     }
     std::error_code ignored;
     fs::rename(tmp, file, ignored);
@@ -238,10 +272,19 @@ class Health final : public tessera::Callback {
       tessera::log::error("health: no progress for ", idle, " s (hang_timeout_s ", hang_timeout_s_,
                           "); where each rank is:");
       for (std::int64_t r = 0; r < world_; ++r) {
-        std::ifstream in(status_dir_ / ("rank_" + std::to_string(r) + ".txt"));
+        std::ifstream in(status_file(r));
         std::string line;
+        double written = 0;
         std::getline(in, line);
-        tessera::log::error("health:   rank ", r, ": ", line.empty() ? "(no status written)" : line);
+        in >> written;
+        const double age = unix_seconds() - written;
+        if (line.empty()) {
+          line = "(no status: the rank never started its watchdog, or its run directory is not shared with this one)";
+        } else if (age > 5 * poll.count() + 2) {
+          line += " [status not refreshed for " + std::to_string(static_cast<std::int64_t>(age)) +
+                  " s: the process itself may be gone or frozen]";
+        }
+        tessera::log::error("health:   rank ", r, ": ", line);
       }
       tessera::log::error("health: the run looks hung; exiting with code ", hang_exit_code_,
                           " (raise hang_timeout_s if steps, evaluations or saves legitimately take longer)");
@@ -275,6 +318,9 @@ void register_components(tessera::Registrar& registrar) {
   schema.number("spike_threshold", "robust z-score (0.6745 (x - median) / MAD) above which a value is a spike")
       .default_to(6.0)
       .greater_than(0);
+  schema.integer("spike_max_consecutive", "this many spikes in a row are a new level: the history restarts from them")
+      .default_to(5)
+      .at_least(1);
   schema.number("hang_timeout_s", "watchdog: no progress (a micro-batch, step, evaluation or save finishing) "
                                   "for this long ends the process (0: off)")
       .default_to(0.0)

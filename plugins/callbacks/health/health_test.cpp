@@ -23,7 +23,8 @@ using testing::TempDir;
 // parameter is scaled by `factor` (NaN poisons the loss and every gradient), then put back.
 class ParameterPoison final : public Callback {
  public:
-  ParameterPoison(std::int64_t at, double factor) : at_(at), factor_(factor) {}
+  // `restore` false: the change stays (a lasting shift rather than a one-step fault).
+  ParameterPoison(std::int64_t at, double factor, bool restore = true) : at_(at), factor_(factor), restore_(restore) {}
   void on_step_begin(CallbackContext& ctx) override {
     if (ctx.progress.step + 1 != at_) return;
     c10::NoGradGuard no_grad;
@@ -32,7 +33,7 @@ class ParameterPoison final : public Callback {
     p.mul_(factor_);
   }
   void on_before_optimizer_step(CallbackContext& ctx, const BeforeOptimizerStep&) override {
-    if (!saved_.defined()) return;
+    if (!saved_.defined() || !restore_) return;
     c10::NoGradGuard no_grad;
     ctx.model.parameters().front().copy_(saved_);
     saved_ = at::Tensor();
@@ -41,6 +42,7 @@ class ParameterPoison final : public Callback {
  private:
   std::int64_t at_;
   double factor_;
+  bool restore_;
   at::Tensor saved_;
 };
 
@@ -140,6 +142,25 @@ TEST(Health, ALossSpikeIsCaughtByTheRobustZScore) {
     skipped.push_back(run.trainer->step().skipped);
   }
   for (int i = 0; i < 10; ++i) EXPECT_EQ(skipped[static_cast<size_t>(i)], i == 8) << "step " << i + 1;
+}
+
+TEST(Health, ALastingShiftIsANewLevelAfterSpikeMaxConsecutiveSteps) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  // From step 6 on the loss stays high: skipping cannot undo a change the updates did not make.
+  auto shift = std::make_shared<ParameterPoison>(6, 30.0, /*restore=*/false);
+  auto run = testing::make_trainer(
+      testing::components_yaml(data, "adamw", "lr: 0.001") +
+          health_yaml("{loss_spike: skip_step, spike_min_history: 4, spike_max_consecutive: 3}"),
+      testing::settings(1, 4, 12), {shift}, {"health"}, dir.path().string());
+  log::set_level(log::Level::info);
+  CaptureStderr();
+  std::vector<bool> skipped;
+  for (int i = 0; i < 12; ++i) skipped.push_back(run.trainer->step().skipped);
+  const std::string log = GetCapturedStderr();
+  // Steps 6 and 7 are skipped as spikes; the third in a row (step 8) starts the new level.
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(skipped[static_cast<size_t>(i)], i == 5 || i == 6) << "step " << i + 1;
+  EXPECT_NE(log.find("health: 3 loss spikes in a row: taking them as the new level"), std::string::npos) << log;
 }
 
 TEST(Health, ANonFiniteGradientAloneIsCaught) {

@@ -114,13 +114,12 @@ class TensorBoard final : public tessera::Callback {
       scalars.emplace_back(m.name + "/" + key, static_cast<float>(value));
     }
     write_record(tessera::tensorboard::scalars_event(unix_time_s(), m.step, scalars));
-    maybe_flush();
+    flush();  // evaluations are rare, and the last may come after on_train_end
   }
 
-  void on_train_end(tessera::CallbackContext&) override {
-    flush();
-    if (out_.is_open()) out_.close();
-  }
+  // The file stays open until the callback goes: a callback listed after this one may still
+  // announce a final evaluation from its own on_train_end.
+  void on_train_end(tessera::CallbackContext&) override { flush(); }
   void on_exception(tessera::CallbackContext&, const std::string&) override { flush(); }
 
  private:

@@ -144,7 +144,8 @@ class TESSERA_API Callback {
   virtual void on_collect_metrics(CallbackContext&, StepMetrics&) {}
   virtual void on_step_end(CallbackContext&, const StepMetrics&) {}
   virtual void on_evaluation_end(CallbackContext&, const EvalMetrics&) {}
-  // A checkpoint's files are complete on disk (for a background save: when its writer finished).
+  // A checkpoint's files are complete on this rank's disk (a background save: at the first step
+  // boundary after its writer finished). Rank-local timing: no collectives here.
   virtual void on_checkpoint_saved(CallbackContext&, const CheckpointEvent&) {}
   virtual void on_train_end(CallbackContext&) {}
   // Training failed; `what` is the error. Called before the error leaves the trainer.

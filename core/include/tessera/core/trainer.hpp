@@ -98,7 +98,10 @@ class Trainer : private CallbackEvents {
   void evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) override;
   // on_checkpoint_saved for the checkpoints this rank's writer finished since the last call.
   void announce_saved_checkpoints(CallbackContext& ctx);
-  void fill_rates(StepMetrics& m, std::int64_t seq_len);
+  void fill_rates(StepMetrics& m, std::int64_t seq_len, std::chrono::steady_clock::time_point begin,
+                  std::chrono::steady_clock::time_point end);
+  // Waits for the background save; rethrows its failure on every rank if it failed on any.
+  void wait_for_last_save();
   double elapsed_s() const;
   MemoryReport measure_memory() const;
 
@@ -118,10 +121,10 @@ class Trainer : private CallbackEvents {
   double pause_s_ = 0;         // time the last save held training (reported with the next step)
   std::string restored_from_;  // the checkpoint restore() read, for the checkpoint-loaded event
   PeakFlops peak_;
-  // This process's steps, for the ETA (a resumed run's rate is its own).
+  // This process's steps, for the ETA (a resumed run's rate is its own): counted, and the
+  // tokens and start time of those after the first.
   std::int64_t run_steps_ = 0, run_tokens_ = 0;
-  double run_step_time_s_ = 0;
-  bool warmup_dropped_ = false;
+  std::chrono::steady_clock::time_point rate_start_;
 };
 
 }  // namespace tessera::core
