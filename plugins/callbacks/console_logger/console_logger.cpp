@@ -10,40 +10,14 @@
 #include <string>
 
 #include "tessera/callback.hpp"
+#include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
 
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, pattern, value);
-  return text;
-}
-
-// 950, 12.3k, 4.56M: throughput at a glance.
-std::string human_count(double value) {
-  if (value >= 1e9) return format("%.2fG", value / 1e9);
-  if (value >= 1e6) return format("%.2fM", value / 1e6);
-  if (value >= 1e3) return format("%.1fk", value / 1e3);
-  return format("%.0f", value);
-}
-
-// 25s, 6m10s, 2h05m.
-std::string human_duration(double seconds) {
-  const auto total = static_cast<std::int64_t>(seconds + 0.5);
-  char text[64];
-  if (total < 60) {
-    std::snprintf(text, sizeof text, "%llds", static_cast<long long>(total));
-  } else if (total < 3600) {
-    std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(total / 60),
-                  static_cast<long long>(total % 60));
-  } else {
-    std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(total / 3600),
-                  static_cast<long long>(total / 60 % 60));
-  }
-  return text;
-}
+namespace human = tessera::human;
+using human::format;
 
 class ConsoleLogger final : public tessera::Callback {
  public:
@@ -85,13 +59,13 @@ class ConsoleLogger final : public tessera::Callback {
     line += " | grad_norm " + format("%.3f", m.grad_norm);
     line += " | lr " + format("%.2e", m.lr);
     if (window_time > 0) {
-      line += " | tok/s " + human_count(static_cast<double>(window_tokens_) / window_time);
+      line += " | tok/s " + human::count(static_cast<double>(window_tokens_) / window_time);
     }
     if (m.mfu) line += " | mfu " + format("%.1f%%", *m.mfu * 100.0);
     line += " | " + format("%.3g", window_time / static_cast<double>(window_steps_)) + " s/step";
-    if (m.memory_peak_bytes > 0) line += " | mem " + human_count(static_cast<double>(m.memory_peak_bytes)) + "B";
-    line += " | elapsed " + human_duration(m.elapsed_s);
-    if (m.eta_s) line += " | eta " + human_duration(*m.eta_s);
+    if (m.memory_peak_bytes > 0) line += " | mem " + human::count(static_cast<double>(m.memory_peak_bytes)) + "B";
+    line += " | elapsed " + human::duration(m.elapsed_s);
+    if (m.eta_s) line += " | eta " + human::duration(*m.eta_s);
     if (m.skipped) line += " | skipped";
     tessera::log::info(line);
     window_time_s_ = 0;

@@ -8,6 +8,7 @@
 #include "tessera/callback.hpp"
 #include "tessera/log.hpp"
 #include "tessera/model.hpp"
+#include "callback_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -16,32 +17,16 @@ namespace {
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
 
-struct Harness {
-  testing::TempDir dir;
-  RunContext run;
-  TrainProgress progress;
-  TrainerControl control;
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Callback> logger;
-  std::optional<double> mfu;
-  std::int64_t memory_peak = 0;
-
-  explicit Harness(const std::string& config, std::int64_t rank = 0) {
-    run.run_dir = dir.path().string();
-    run.rank = rank;
-    run.world_size = 2;
+struct Harness : testing::CallbackRig {
+  explicit Harness(const std::string& config, std::int64_t rank = 0)
+      : CallbackRig("console_logger", config, rank) {
     progress.max_steps = 10;
-    components = testing::build_components(
-        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 4}}\n"
-        "logger: {component_key: callback, variant_key: console_logger, config: " + config + "}\n",
-        run);
-    model = testing::built<Model>(components, "model");
-    logger = testing::built<Callback>(components, "logger");
     log::set_level(log::Level::info);
   }
 
-  CallbackContext context() { return CallbackContext{run, progress, *model, control}; }
+  std::shared_ptr<Callback>& logger = callback;
+  std::optional<double> mfu;
+  std::int64_t memory_peak = 0;
 
   // Ends step `step` and returns what was logged.
   std::string step_end(std::int64_t step, bool skipped = false) {

@@ -12,6 +12,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/model.hpp"
+#include "callback_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -19,28 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Harness {
-  testing::TempDir dir;
-  RunContext run;
-  TrainProgress progress;
-  TrainerControl control;
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Callback> metrics;
-
-  explicit Harness(const std::string& config, std::int64_t rank = 0) {
-    run.run_dir = (dir.path() / "run").string();
-    run.rank = rank;
-    run.world_size = 2;
-    components = testing::build_components(
-        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 4}}\n"
-        "metrics: {component_key: callback, variant_key: jsonl_metrics, config: " + config + "}\n",
-        run);
-    model = testing::built<Model>(components, "model");
-    metrics = testing::built<Callback>(components, "metrics");
+struct Harness : testing::CallbackRig {
+  explicit Harness(const std::string& config, std::int64_t rank = 0)
+      : CallbackRig("jsonl_metrics", config, rank) {
   }
 
-  CallbackContext context() { return CallbackContext{run, progress, *model, control}; }
+  std::shared_ptr<Callback>& metrics = callback;
+
   void begin() {
     CallbackContext ctx = context();
     metrics->on_train_begin(ctx);

@@ -7,6 +7,7 @@
 #include "tessera/log.hpp"
 #include "tessera/memory_stats.hpp"
 #include "tessera/model.hpp"
+#include "callback_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -15,24 +16,14 @@ namespace {
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
 
-struct Harness {
-  RunContext run;
-  TrainProgress progress;
-  TrainerControl control;
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Callback> monitor;
-
-  explicit Harness(const std::string& config) {
+struct Harness : testing::CallbackRig {
+  explicit Harness(const std::string& config) : CallbackRig("memory_monitor", config, 0, 1) {
     run.communicator = core::make_local_communicator();
-    components = testing::build_components(
-        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 4}}\n"
-        "monitor: {component_key: callback, variant_key: memory_monitor, config: " + config + "}\n",
-        run);
-    model = testing::built<Model>(components, "model");
-    monitor = testing::built<Callback>(components, "monitor");
     log::set_level(log::Level::info);
   }
+
+  std::shared_ptr<Callback>& monitor = callback;
+
   StepMetrics collect(std::int64_t step, std::string* logged = nullptr) {
     StepMetrics m;
     m.step = step;

@@ -17,6 +17,7 @@
 #include "tessera/core/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
+#include "gloo_ranks.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -130,27 +131,13 @@ TEST(MoeMonitor, SumsTheWindowBetweenCollections) {
 }
 
 TEST(MoeMonitor, AggregatesAcrossTwoGlooRanks) {
-  core::DistributedEnv env;
-  env.world_size = 2;
-  env.master_port = 32000 + ::getpid() % 20000;
   std::vector<std::map<std::string, double>> seen(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> ranks;
-  for (std::int64_t r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        core::DistributedEnv mine = env;
-        mine.rank = r;
-        Monitored m("top_k: 1", "{}", core::make_gloo_communicator(mine, std::chrono::seconds(60)));
-        m.force_expert(r);  // rank 0 routes everything to expert 0, rank 1 to expert 1
-        m.model->forward(tokens());
-        seen[r] = m.collect(1);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const std::vector<std::string> errors = testing::run_on_gloo_ranks(2, [&](std::int64_t r, std::shared_ptr<Communicator> comm) {
+    Monitored m("top_k: 1", "{}", std::move(comm));
+    m.force_expert(r);  // rank 0 routes everything to expert 0, rank 1 to expert 1
+    m.model->forward(tokens());
+    seen[static_cast<std::size_t>(r)] = m.collect(1);
+  });
   for (std::size_t r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     ASSERT_EQ(errors[r], "");

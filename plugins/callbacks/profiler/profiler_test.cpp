@@ -16,6 +16,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/model.hpp"
+#include "callback_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -23,29 +24,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Harness {
-  testing::TempDir dir;
-  RunContext run;
-  TrainProgress progress;
-  TrainerControl control;
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Callback> profiler;
-
-  explicit Harness(const std::string& config, std::int64_t rank = 0) {
-    run.run_dir = (dir.path() / "run").string();
-    run.rank = rank;
-    run.world_size = 2;
+struct Harness : testing::CallbackRig {
+  explicit Harness(const std::string& config, std::int64_t rank = 0)
+      : CallbackRig("profiler", config, rank, 2, "{vocab_size: 16, n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 8}") {
     progress.max_steps = 6;
-    components = testing::build_components(
-        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 8}}\n"
-        "profiler: {component_key: callback, variant_key: profiler, config: " + config + "}\n",
-        run);
-    model = testing::built<Model>(components, "model");
-    profiler = testing::built<Callback>(components, "profiler");
   }
 
-  CallbackContext context() { return CallbackContext{run, progress, *model, control}; }
+  std::shared_ptr<Callback>& profiler = callback;
+
   fs::path profiles() const { return fs::path(run.run_dir) / "profiles"; }
 
   void begin() {

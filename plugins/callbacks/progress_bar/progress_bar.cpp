@@ -11,38 +11,14 @@
 #include <string>
 
 #include "tessera/callback.hpp"
+#include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
 
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, pattern, value);
-  return text;
-}
-
-// 950, 12.3k, 4.56M.
-std::string human_count(double value) {
-  if (value >= 1e9) return format("%.2fG", value / 1e9);
-  if (value >= 1e6) return format("%.2fM", value / 1e6);
-  if (value >= 1e3) return format("%.1fk", value / 1e3);
-  return format("%.0f", value);
-}
-
-// 25s, 6m10s, 2h05m.
-std::string human_duration(double seconds) {
-  const auto total = static_cast<long long>(seconds + 0.5);
-  char text[64];
-  if (total < 60) {
-    std::snprintf(text, sizeof text, "%llds", total);
-  } else if (total < 3600) {
-    std::snprintf(text, sizeof text, "%lldm%02llds", total / 60, total % 60);
-  } else {
-    std::snprintf(text, sizeof text, "%lldh%02lldm", total / 3600, total / 60 % 60);
-  }
-  return text;
-}
+namespace human = tessera::human;
+using human::format;
 
 class ProgressBar final : public tessera::Callback {
  public:
@@ -110,12 +86,12 @@ class ProgressBar final : public tessera::Callback {
     const double tokens_per_s = window_time_s_ > 0
                                     ? static_cast<double>(window_tokens_) / window_time_s_
                                     : m.tokens_per_s;
-    text += " | " + human_count(tokens_per_s) + " tok/s";
+    text += " | " + human::count(tokens_per_s) + " tok/s";
     text += " | loss " + format("%.4f", m.loss);
     if (m.eta_s) {
-      text += " | eta " + human_duration(*m.eta_s);
+      text += " | eta " + human::duration(*m.eta_s);
     } else {
-      text += " | elapsed " + human_duration(m.elapsed_s);
+      text += " | elapsed " + human::duration(m.elapsed_s);
     }
     window_tokens_ = 0;
     window_time_s_ = 0;

@@ -10,6 +10,7 @@
 #include "tessera/callback.hpp"
 #include "tessera/log.hpp"
 #include "tessera/model.hpp"
+#include "callback_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -18,30 +19,15 @@ namespace {
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
 
-struct Harness {
-  testing::TempDir dir;
-  RunContext run;
-  TrainProgress progress;
-  TrainerControl control;
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Callback> bar;
-
-  explicit Harness(const std::string& config, std::int64_t max_steps, std::int64_t rank = 0) {
-    run.run_dir = dir.path().string();
-    run.rank = rank;
-    run.world_size = 2;
+struct Harness : testing::CallbackRig {
+  explicit Harness(const std::string& config, std::int64_t max_steps, std::int64_t rank = 0)
+      : CallbackRig("progress_bar", config, rank) {
     progress.max_steps = max_steps;
-    components = testing::build_components(
-        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 4}}\n"
-        "bar: {component_key: callback, variant_key: progress_bar, config: " + config + "}\n",
-        run);
-    model = testing::built<Model>(components, "model");
-    bar = testing::built<Callback>(components, "bar");
     log::set_level(log::Level::info);
   }
 
-  CallbackContext context() { return CallbackContext{run, progress, *model, control}; }
+  std::shared_ptr<Callback>& bar = callback;
+
 
   // Each returns what went to stderr. train_begin runs with stderr captured, so it is not a tty.
   std::string train_begin() {

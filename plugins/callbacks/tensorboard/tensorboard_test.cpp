@@ -24,6 +24,7 @@
 #include "tessera/callback.hpp"
 #include "tessera/crc32c.hpp"
 #include "tessera/model.hpp"
+#include "callback_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -212,30 +213,15 @@ std::vector<Event> read_events(const fs::path& file) {
 
 // ---- The callback, built for real ------------------------------------------------------
 
-struct Harness {
-  testing::TempDir dir;
-  RunContext run;
-  TrainProgress progress;
-  TrainerControl control;
-  core::BuiltComponents components;
-  std::shared_ptr<Model> model;
-  std::shared_ptr<Callback> board;
-
-  explicit Harness(const std::string& config, std::int64_t rank = 0) {
-    run.run_dir = (dir.path() / "run").string();
-    run.rank = rank;
-    run.world_size = 2;
+struct Harness : testing::CallbackRig {
+  explicit Harness(const std::string& config, std::int64_t rank = 0)
+      : CallbackRig("tensorboard", config, rank) {
     progress.max_steps = 10;
-    components = testing::build_components(
-        "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 4}}\n"
-        "board: {component_key: callback, variant_key: tensorboard, config: " + config + "}\n",
-        run);
-    model = testing::built<Model>(components, "model");
-    board = testing::built<Callback>(components, "board");
   }
 
+  std::shared_ptr<Callback>& board = callback;
+
   fs::path board_dir() const { return fs::path(run.run_dir) / "tensorboard"; }
-  CallbackContext context() { return CallbackContext{run, progress, *model, control}; }
   void begin() {
     CallbackContext ctx = context();
     board->on_train_begin(ctx);

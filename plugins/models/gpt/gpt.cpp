@@ -23,6 +23,7 @@
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 #include "tessera/safetensors.hpp"
+#include "transformer_parts.hpp"
 
 namespace {
 
@@ -33,81 +34,17 @@ struct GptConfig {
   std::string init_from;  // a safetensors file (or an export folder holding model.safetensors)
 };
 
-torch::nn::Linear linear_layer(std::int64_t in, std::int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
-// torch::nn::LayerNorm has no bias switch, so this one holds its own affine parameters.
-class LayerNorm : public torch::nn::Module {
- public:
-  LayerNorm(std::int64_t dim, bool bias) : dim_(dim) {
-    weight_ = register_parameter("weight", at::ones({dim}));
-    if (bias) bias_ = register_parameter("bias", at::zeros({dim}));
-  }
-  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {dim_}, weight_, bias_); }
-
- private:
-  std::int64_t dim_;
-  at::Tensor weight_, bias_;  // bias_ stays undefined when bias is off
-};
-
-class CausalSelfAttention : public torch::nn::Module {
- public:
-  explicit CausalSelfAttention(const GptConfig& c)
-      : n_head_(c.n_head),
-        dropout_(c.dropout),
-        qkv_(register_module("c_attn", linear_layer(c.n_embd, 3 * c.n_embd, c.bias))),
-        out_(register_module("c_proj", linear_layer(c.n_embd, c.n_embd, c.bias))) {}
-
-  at::Tensor forward(const at::Tensor& x) {
-    const std::int64_t batch = x.size(0), seq = x.size(1), embd = x.size(2);
-    // [B, T, 3C] -> three [B, H, T, C/H]
-    std::vector<at::Tensor> qkv = qkv_->forward(x)
-                                      .view({batch, seq, 3, n_head_, embd / n_head_})
-                                      .permute({2, 0, 3, 1, 4})
-                                      .unbind(0);
-    const double attn_dropout = is_training() ? dropout_ : 0.0;
-    at::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
-                                                    attn_dropout, /*is_causal=*/true);
-    y = y.transpose(1, 2).contiguous().view({batch, seq, embd});
-    return at::dropout(out_->forward(y), dropout_, is_training());
-  }
-
-  torch::nn::Linear& out_proj() { return out_; }
-  torch::nn::Linear& qkv_proj() { return qkv_; }
-
- private:
-  std::int64_t n_head_;
-  double dropout_;
-  torch::nn::Linear qkv_, out_;
-};
-
-class Mlp : public torch::nn::Module {
- public:
-  explicit Mlp(const GptConfig& c)
-      : dropout_(c.dropout),
-        up_(register_module("c_fc", linear_layer(c.n_embd, 4 * c.n_embd, c.bias))),
-        down_(register_module("c_proj", linear_layer(4 * c.n_embd, c.n_embd, c.bias))) {}
-
-  at::Tensor forward(const at::Tensor& x) {
-    return at::dropout(down_->forward(at::gelu(up_->forward(x))), dropout_, is_training());
-  }
-
-  torch::nn::Linear& up_proj() { return up_; }
-  torch::nn::Linear& down_proj() { return down_; }
-
- private:
-  double dropout_;
-  torch::nn::Linear up_, down_;
-};
+using tessera::gpt_parts::CausalSelfAttention;
+using tessera::gpt_parts::LayerNorm;
+using tessera::gpt_parts::Mlp;
 
 class Block : public torch::nn::Module {
  public:
   explicit Block(const GptConfig& c)
       : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
-        attn(register_module("attn", std::make_shared<CausalSelfAttention>(c))),
+        attn(register_module("attn", std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.bias, c.dropout))),
         ln_2(register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
-        mlp(register_module("mlp", std::make_shared<Mlp>(c))) {}
+        mlp(register_module("mlp", std::make_shared<Mlp>(c.n_embd, c.bias, c.dropout))) {}
 
   at::Tensor forward(at::Tensor x) {
     x = x + attn->forward(ln_1->forward(x));

@@ -33,6 +33,7 @@
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
 #include "tessera/plugin.hpp"
+#include "../gpt/transformer_parts.hpp"
 
 namespace {
 
@@ -56,61 +57,10 @@ void init_affine(at::Tensor& weight, at::Tensor& bias, double std_dev) {
   if (bias.defined()) bias.zero_();
 }
 
-torch::nn::Linear make_linear(std::int64_t in, std::int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
-// Layer norm whose bias can be switched off (torch::nn::LayerNorm cannot).
-class Norm : public torch::nn::Module {
- public:
-  Norm(std::int64_t width, bool with_bias) : width_(width) {
-    scale_ = register_parameter("weight", at::ones({width}));
-    if (with_bias) shift_ = register_parameter("bias", at::zeros({width}));
-  }
-  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {width_}, scale_, shift_); }
-
- private:
-  std::int64_t width_;
-  at::Tensor scale_, shift_;
-};
-
-// Causal multi-head self-attention on at::scaled_dot_product_attention.
-class Attention : public torch::nn::Module {
- public:
-  explicit Attention(const MoeSettings& s)
-      : heads_(s.n_head), dropout_(s.dropout),
-        c_attn(register_module("c_attn", make_linear(s.n_embd, 3 * s.n_embd, s.bias))),
-        c_proj(register_module("c_proj", make_linear(s.n_embd, s.n_embd, s.bias))) {}
-
-  at::Tensor forward(const at::Tensor& x) {
-    const auto b = x.size(0), t = x.size(1), c = x.size(2);
-    auto split = c_attn->forward(x).view({b, t, 3, heads_, c / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
-    const double p = is_training() ? dropout_ : 0.0;
-    at::Tensor mixed = at::scaled_dot_product_attention(split[0], split[1], split[2], {}, p, /*is_causal=*/true);
-    mixed = mixed.transpose(1, 2).reshape({b, t, c});
-    return at::dropout(c_proj->forward(mixed), dropout_, is_training());
-  }
-
-  std::int64_t heads_;
-  double dropout_;
-  torch::nn::Linear c_attn, c_proj;
-};
-
-// The dense feed-forward of blocks that are not MoE.
-class DenseFeedForward : public torch::nn::Module {
- public:
-  explicit DenseFeedForward(const MoeSettings& s)
-      : dropout_(s.dropout),
-        c_fc(register_module("c_fc", make_linear(s.n_embd, 4 * s.n_embd, s.bias))),
-        c_proj(register_module("c_proj", make_linear(4 * s.n_embd, s.n_embd, s.bias))) {}
-
-  at::Tensor forward(const at::Tensor& x) {
-    return at::dropout(c_proj->forward(at::gelu(c_fc->forward(x))), dropout_, is_training());
-  }
-
-  double dropout_;
-  torch::nn::Linear c_fc, c_proj;
-};
+using tessera::gpt_parts::CausalSelfAttention;
+using tessera::gpt_parts::LayerNorm;
+using tessera::gpt_parts::linear_layer;
+using tessera::gpt_parts::Mlp;
 
 // Routing sums of one MoE layer since the last take (tessera::RouterStatistics).
 class RoutingSums {
@@ -183,7 +133,7 @@ class ExpertLinear : public torch::nn::Module {
 class MoeFeedForward : public torch::nn::Module {
  public:
   explicit MoeFeedForward(const MoeSettings& s) : s_(s) {
-    router = register_module("router", make_linear(s.n_embd, s.num_experts, false));
+    router = register_module("router", linear_layer(s.n_embd, s.num_experts, false));
     auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
     up = experts->register_module("c_fc", std::make_shared<ExpertLinear>(s.num_experts, s.n_embd, s.expert_hidden, s.bias));
     down = experts->register_module("c_proj", std::make_shared<ExpertLinear>(s.num_experts, s.expert_hidden, s.n_embd, s.bias));
@@ -273,13 +223,13 @@ class MoeFeedForward : public torch::nn::Module {
 class Block : public torch::nn::Module {
  public:
   Block(const MoeSettings& s, bool moe_block)
-      : ln_1(register_module("ln_1", std::make_shared<Norm>(s.n_embd, s.bias))),
-        attn(register_module("attn", std::make_shared<Attention>(s))),
-        ln_2(register_module("ln_2", std::make_shared<Norm>(s.n_embd, s.bias))) {
+      : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias))),
+        attn(register_module("attn", std::make_shared<CausalSelfAttention>(s.n_embd, s.n_head, s.bias, s.dropout))),
+        ln_2(register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias))) {
     if (moe_block) {
       moe = register_module("moe", std::make_shared<MoeFeedForward>(s));
     } else {
-      mlp = register_module("mlp", std::make_shared<DenseFeedForward>(s));
+      mlp = register_module("mlp", std::make_shared<Mlp>(s.n_embd, s.bias, s.dropout));
     }
   }
 
@@ -289,10 +239,10 @@ class Block : public torch::nn::Module {
     return x + (moe ? moe->forward(h) : mlp->forward(h));
   }
 
-  std::shared_ptr<Norm> ln_1;
-  std::shared_ptr<Attention> attn;
-  std::shared_ptr<Norm> ln_2;
-  std::shared_ptr<DenseFeedForward> mlp;  // exactly one of mlp and moe is set
+  std::shared_ptr<LayerNorm> ln_1;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<LayerNorm> ln_2;
+  std::shared_ptr<Mlp> mlp;  // exactly one of mlp and moe is set
   std::shared_ptr<MoeFeedForward> moe;
 };
 
@@ -310,7 +260,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
         moe_blocks_.push_back(static_cast<std::int64_t>(blocks_.size()) - 1);
       }
     }
-    ln_f_ = register_module("ln_f", std::make_shared<Norm>(s.n_embd, s.bias));
+    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias));
     init_weights();
     // Active parameters: a token passes through k of the E experts of an MoE layer. The position
     // table is a lookup (no FLOPs); the tied token embedding is the output matmul.
@@ -380,13 +330,13 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     wte_->weight.normal_(0.0, s_.init_std);
     wpe_->weight.normal_(0.0, s_.init_std);
     for (const auto& block : blocks_) {
-      init_affine(block->attn->c_attn->weight, block->attn->c_attn->bias, s_.init_std);
-      init_affine(block->attn->c_proj->weight, block->attn->c_proj->bias, s_.residual_std());
+      init_affine(block->attn->qkv_proj()->weight, block->attn->qkv_proj()->bias, s_.init_std);
+      init_affine(block->attn->out_proj()->weight, block->attn->out_proj()->bias, s_.residual_std());
       if (block->moe) {
         block->moe->init_weights();
       } else {
-        init_affine(block->mlp->c_fc->weight, block->mlp->c_fc->bias, s_.init_std);
-        init_affine(block->mlp->c_proj->weight, block->mlp->c_proj->bias, s_.residual_std());
+        init_affine(block->mlp->up_proj()->weight, block->mlp->up_proj()->bias, s_.init_std);
+        init_affine(block->mlp->down_proj()->weight, block->mlp->down_proj()->bias, s_.residual_std());
       }
     }
   }
@@ -396,7 +346,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   std::vector<std::shared_ptr<Block>> blocks_;
   std::vector<std::shared_ptr<MoeFeedForward>> moe_layers_;
   std::vector<std::int64_t> moe_blocks_;  // the block index of each MoE layer
-  std::shared_ptr<Norm> ln_f_;
+  std::shared_ptr<LayerNorm> ln_f_;
   at::Tensor aux_loss_;
   double active_params_ = 0;
 };

@@ -2,12 +2,8 @@
 // balance and z-losses and capacity drops on hand-routed tiny cases, gradients of unused experts,
 // training with the real trainer, and 2 Gloo ranks against 1 rank with twice the micro-batches.
 #include <ATen/ATen.h>
-#include <arpa/inet.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <mutex>
@@ -20,6 +16,7 @@
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
 #include "tessera/parallel.hpp"
+#include "gloo_ranks.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -280,17 +277,6 @@ TEST(GptMoe, TrainsOnARepeatedSequence) {
   EXPECT_LT(losses.back(), 0.3 * losses.front()) << "first " << losses.front() << ", last " << losses.back();
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // One sample per micro-batch, so both runs route the same groups of tokens (capacity and the
 // balance loss depend on what shares a forward pass). ddp and fsdp: fsdp frees a block's
@@ -302,27 +288,13 @@ void expect_two_ranks_match_one(const std::string& strategy) {
   StateDict reference_weights;
   const auto reference = train(run_yaml(data), core::make_local_communicator(), 2, 1, 3, &reference_weights);
 
-  core::DistributedEnv env;
-  env.world_size = 2;
-  env.master_port = free_port();
   std::vector<std::vector<double>> losses(2);
   std::vector<StateDict> weights(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> ranks;
-  for (std::int64_t r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        core::DistributedEnv mine = env;
-        mine.rank = r;
-        auto comm = core::make_gloo_communicator(mine, std::chrono::seconds(60));
-        losses[r] = train(run_yaml(data, "parallel: {component_key: parallel, variant_key: " + strategy + "}\n"), comm,
-                          1, 1, 3, &weights[r]);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const std::vector<std::string> errors = testing::run_on_gloo_ranks(2, [&](std::int64_t r, std::shared_ptr<Communicator> comm) {
+    const auto i = static_cast<std::size_t>(r);
+    losses[i] = train(run_yaml(data, "parallel: {component_key: parallel, variant_key: " + strategy + "}\n"),
+                      std::move(comm), 1, 1, 3, &weights[i]);
+  });
   for (std::size_t r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     ASSERT_EQ(errors[r], "");

@@ -1,0 +1,59 @@
+// Several ranks in one test process: each a thread with its own real Gloo process group over a
+// TCPStore on 127.0.0.1, as separate processes would have.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/communicator.hpp"
+#include "tessera/core/distributed.hpp"
+
+namespace tessera::testing {
+
+// A port the kernel just handed out on the loopback interface (free at the time of asking).
+inline int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs body(rank, communicator) on `world` threads; returns each rank's error ("" if none).
+inline std::vector<std::string> run_on_gloo_ranks(
+    std::int64_t world, const std::function<void(std::int64_t, std::shared_ptr<Communicator>)>& body) {
+  core::DistributedEnv env;
+  env.world_size = world;
+  env.master_port = free_loopback_port();
+  std::vector<std::string> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> ranks;
+  for (std::int64_t r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        core::DistributedEnv mine = env;
+        mine.rank = r;
+        body(r, core::make_gloo_communicator(mine, std::chrono::seconds(60)));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return errors;
+}
+
+}  // namespace tessera::testing
