@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <fstream>
+#include <mutex>
 
 #include <nlohmann/json.hpp>
 
+#include "gloo_ranks.hpp"
 #include "small_trainer.hpp"
 
 namespace tessera {
@@ -95,6 +97,86 @@ TEST(Evaluation, TheSameWeightsGiveTheSameLossEveryTime) {
   const double first = lines[0].at("val/loss").get<double>();
   EXPECT_NEAR(lines[1].at("val/loss").get<double>(), first, 1e-7 * first);
   EXPECT_NEAR(lines[2].at("val/loss").get<double>(), first, 1e-7 * first);
+}
+
+// Keeps what an evaluation announced, as the trainer's dispatch would hand it to the sinks.
+class Announcements final : public CallbackEvents {
+ public:
+  void evaluation_end(CallbackContext&, const EvalMetrics& metrics) override { seen.push_back(metrics); }
+  std::vector<EvalMetrics> seen;
+};
+
+const char* kEvalModel =
+    "model: {component_key: model, variant_key: gpt, config: {vocab_size: 32, n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 16}}\n";
+
+// Two Gloo ranks each evaluate their shard; the result must be Σ loss / Σ target tokens over both
+// shards' batches (computed here in one process), which on this unevenly padded data is not the
+// mean of the two ranks' own losses.
+TEST(Evaluation, TwoRanksReduceSummedLossAndTokens) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  const std::string eval = "eval: {component_key: callback, variant_key: evaluation, config: {every: 1, batches: 2,"
+                           " micro_batch_size: 2, loss: {component_key: loss, variant_key: cross_entropy},"
+                           " data: {component_key: dataset, variant_key: tokens, config: {path: " + data +
+                           ", seq_len: 16, ignore_token: 0}}}}\n";
+  std::mutex build;
+  std::vector<double> announced(2, 0);
+  const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t r, std::shared_ptr<Communicator> comm) {
+    RunContext run;
+    run.seed = 42;
+    run.rank = r;
+    run.world_size = 2;
+    run.communicator = std::move(comm);
+    core::BuiltComponents built;
+    {
+      std::lock_guard<std::mutex> lock(build);  // the same initial weights on both ranks
+      core::seed_everything(42, "cpu");
+      built = testing::build_components(std::string(kEvalModel) + eval, run);
+    }
+    auto model = testing::built<Model>(built, "model");
+    auto callback = testing::built<Callback>(built, "eval");
+    TrainProgress progress;
+    TrainerControl control;
+    Announcements sink;
+    CallbackContext ctx{run, progress, *model, control, &sink};
+    callback->on_train_begin(ctx);
+    progress.step = 1;
+    StepMetrics m;
+    m.step = 1;
+    callback->on_step_end(ctx, m);
+    if (sink.seen.size() != 1) throw std::runtime_error("expected one announced evaluation");
+    announced[static_cast<std::size_t>(r)] = sink.seen[0].values.at("loss");
+  });
+  ASSERT_EQ(errors, std::vector<std::string>(2, ""));
+
+  // By hand: both shards' batches in one process, with the same weights.
+  RunContext run;
+  run.seed = 42;
+  core::seed_everything(42, "cpu");
+  auto built = testing::build_components(std::string(kEvalModel) + "loss: {component_key: loss, variant_key: cross_entropy}\n", run);
+  auto model = testing::built<Model>(built, "model");
+  auto loss = testing::built<Loss>(built, "loss");
+  model->eval();
+  c10::NoGradGuard no_grad;
+  double sum = 0, tokens = 0, mean_of_means = 0;
+  for (std::int64_t r = 0; r < 2; ++r) {
+    auto shard = testing::build_components(
+        "data: {component_key: dataset, variant_key: tokens, config: {path: " + data + ", seq_len: 16, ignore_token: 0}}\n", run);
+    auto dataset = testing::built<Dataset>(shard, "data");
+    dataset->set_shard(r, 2);
+    double rank_sum = 0, rank_tokens = 0;
+    for (int i = 0; i < 2; ++i) {
+      Batch b = dataset->next_batch(2);
+      rank_sum += loss->compute(model->forward(b.input_ids), b.labels).sum.item<double>();
+      rank_tokens += static_cast<double>(b.num_target_tokens);
+    }
+    sum += rank_sum;
+    tokens += rank_tokens;
+    mean_of_means += rank_sum / rank_tokens / 2;
+  }
+  const double expected = sum / tokens;
+  ASSERT_GT(std::abs(mean_of_means - expected), 1e-4 * expected) << "the data should tell the two apart";
+  for (double value : announced) EXPECT_NEAR(value, expected, 1e-6 * expected);
 }
 
 }  // namespace
