@@ -458,8 +458,10 @@ StepMetrics Trainer::step() {
     grads = present_grads(parameters_);
     grad_norm = global_grad_norm(grads);
   }
+  // The step's loss (all ranks), for the callbacks here and the metrics at the end.
+  const at::Tensor step_loss = loss_sum * inv_tokens;
   if (!parts_.callbacks.empty()) {
-    const BeforeOptimizerStep before{grad_norm, loss_sum * inv_tokens};
+    const BeforeOptimizerStep before{grad_norm, step_loss};
     for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, before);
   }
 
@@ -501,7 +503,7 @@ StepMetrics Trainer::step() {
   m.step = progress_.step;
   // The one host synchronisation of the step: the values the sinks log, in one copy.
   const at::Tensor logged =
-      at::stack({loss_sum * inv_tokens, grad_norm.to(loss_sum.device())}).to(at::kCPU, at::kDouble);
+      at::stack({step_loss, grad_norm.to(step_loss.device())}).to(at::kCPU, at::kDouble);
   m.loss = logged[0].item<double>();
   m.grad_norm = logged[1].item<double>();
   const auto t_end = Clock::now();

@@ -1,12 +1,13 @@
-// Callback `memory_monitor`: every N steps, every rank's memory (CUDA allocator or process RSS)
-// gathered across ranks: the largest and smallest peak, in use and reserved, written to the
-// sinks as memory/* metrics; rank 0 logs a line and warns when the largest peak nears the
-// device's (or host's) capacity.
+// Callback `memory_monitor`: every N steps, every rank's memory as the trainer measured it for
+// the step (CUDA allocator or process RSS), gathered across ranks: the largest and smallest peak,
+// in use and reserved, written to the sinks as memory/* metrics; rank 0 logs a line and warns
+// when the largest peak nears the device's (or host's) capacity.
 #include <ATen/ops/tensor.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tessera/callback.hpp"
@@ -30,11 +31,13 @@ class MemoryMonitor final : public tessera::Callback {
 
   void on_collect_metrics(tessera::CallbackContext& ctx, tessera::StepMetrics& m) override {
     if (m.step % every_ != 0 && m.step != 1) return;
-    const tessera::MemoryStats mine = tessera::memory_stats(c10::Device(ctx.run.device));
-    // The step's own peak (the trainer's window) where it has one; the allocator's otherwise.
-    const std::int64_t peak = m.memory_peak_bytes > 0 ? m.memory_peak_bytes : mine.peak;
+    // The trainer measured this rank's memory for the step already; only the capacity, which
+    // does not change, is asked for, once.
+    if (!capacity_) capacity_ = tessera::memory_stats(c10::Device(ctx.run.device));
     // Maxima and, negated, minima in one collective.
-    at::Tensor v = at::tensor({peak, mine.in_use, mine.reserved, -peak, mine.total}, at::kLong);
+    at::Tensor v = at::tensor({m.memory_peak_bytes, m.memory_in_use_bytes, m.memory_reserved_bytes,
+                               -m.memory_peak_bytes, capacity_->total},
+                              at::kLong);
     if (ctx.run.communicator && ctx.run.communicator->world_size() > 1) {
       ctx.run.communicator->all_reduce(v, tessera::ReduceOp::max);
     }
@@ -47,7 +50,7 @@ class MemoryMonitor final : public tessera::Callback {
     m.extra["memory/max_rank_reserved_bytes"] = static_cast<double>(v[2].item<std::int64_t>());
     if (total > 0) m.extra["memory/max_rank_peak_fraction"] = max_peak / total;
     if (ctx.run.rank != 0) return;
-    tessera::log::info("memory at step ", m.step, " (", mine.source, "): peak ", gib(max_peak), " on the fullest rank, ",
+    tessera::log::info("memory at step ", m.step, " (", capacity_->source, "): peak ", gib(max_peak), " on the fullest rank, ",
                        gib(min_peak), " on the emptiest", total > 0 ? " of " + gib(total) : std::string());
     if (total > 0 && max_peak / total > warn_fraction_) {
       tessera::log::warn("memory: the fullest rank peaked at ", 100.0 * max_peak / total, "% of ", gib(total),
@@ -58,6 +61,7 @@ class MemoryMonitor final : public tessera::Callback {
  private:
   std::int64_t every_;
   double warn_fraction_;
+  std::optional<tessera::MemoryStats> capacity_;  // source and total of this rank's memory
 };
 
 void register_components(tessera::Registrar& registrar) {

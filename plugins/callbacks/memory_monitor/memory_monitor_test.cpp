@@ -27,6 +27,11 @@ struct Harness : testing::CallbackRig {
   StepMetrics collect(std::int64_t step, std::string* logged = nullptr) {
     StepMetrics m;
     m.step = step;
+    // What the trainer puts in every step's metrics.
+    const MemoryStats now = memory_stats(c10::Device(c10::kCPU));
+    m.memory_in_use_bytes = now.in_use;
+    m.memory_peak_bytes = now.peak;
+    m.memory_reserved_bytes = now.reserved;
     CallbackContext ctx{run, progress, *model, control};
     CaptureStderr();
     monitor->on_collect_metrics(ctx, m);
