@@ -1,5 +1,6 @@
 // Out-of-line destructors give each SDK interface one home for its vtable and type info, so
 // host and plugins agree on them across shared-library boundaries.
+#include <ATen/ops/stack.h>
 #include <torch/nn/module.h>
 
 #include "tessera/callback.hpp"
@@ -30,6 +31,12 @@ Stateful::~Stateful() = default;
 Model::~Model() = default;
 ForwardHooks::~ForwardHooks() = default;
 ParallelStrategy::~ParallelStrategy() = default;
+
+LossAndGradNorm ParallelStrategy::reduce_loss_and_grad_norm(Communicator& comm, const at::Tensor& loss_sum) {
+  at::Tensor sums = at::stack({loss_sum, grad_norm_squared_share().to(loss_sum.device(), at::kFloat)});
+  comm.all_reduce(sums);
+  return {sums[0], sums[1].sqrt()};
+}
 PendingCollective::~PendingCollective() = default;
 
 at::Tensor Model::forward(const at::Tensor& input_ids) {

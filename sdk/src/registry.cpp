@@ -56,7 +56,7 @@ Registrar::Registrar(Registry& registry, std::string origin,
     : registry_(registry), origin_(std::move(origin)), keep_alive_(std::move(keep_alive)) {}
 
 void Registrar::add_any(std::string kind, std::string variant, std::string doc, Schema schema,
-                        AnyFactory factory) {
+                        AnyFactory factory, AnyCheck check) {
   ComponentInfo info;
   info.keep_alive = keep_alive_;
   info.kind = std::move(kind);
@@ -65,6 +65,7 @@ void Registrar::add_any(std::string kind, std::string variant, std::string doc, 
   info.schema = std::move(schema);
   info.origin = origin_;
   info.make = std::move(factory);
+  info.check = std::move(check);
   registry_.add(std::move(info));
 }
 

@@ -30,7 +30,7 @@ std::string number_text(double v) {
 
 FieldSpec& FieldSpec::default_to(bool v) {
   default_value = v;
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::default_to(long long v) {
@@ -39,20 +39,20 @@ FieldSpec& FieldSpec::default_to(long long v) {
   } else {
     default_value = static_cast<std::int64_t>(v);
   }
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::default_to(int v) { return default_to(static_cast<long long>(v)); }
 FieldSpec& FieldSpec::default_to(long v) { return default_to(static_cast<long long>(v)); }
 FieldSpec& FieldSpec::default_to(double v) {
   default_value = v;
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::default_to(const char* v) { return default_to(std::string(v)); }
 FieldSpec& FieldSpec::default_to(std::string v) {
   default_value = std::move(v);
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::default_to(std::vector<std::int64_t> v) {
@@ -61,21 +61,26 @@ FieldSpec& FieldSpec::default_to(std::vector<std::int64_t> v) {
   } else {
     default_value = std::move(v);
   }
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::default_to(std::vector<double> v) {
   default_value = std::move(v);
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::default_to(std::vector<std::string> v) {
   default_value = std::move(v);
-  required = false;
+  is_required = false;
   return *this;
 }
 FieldSpec& FieldSpec::optional() {
-  required = false;
+  is_required = false;
+  return *this;
+}
+FieldSpec& FieldSpec::required() {
+  default_value = std::monostate{};
+  is_required = true;
   return *this;
 }
 FieldSpec& FieldSpec::at_least(double v) {

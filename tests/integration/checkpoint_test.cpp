@@ -7,7 +7,8 @@
 #include <fstream>
 
 #include "cli_fixture.hpp"
-#include "tessera/core/checkpoint.hpp"
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
+#include "tessera/core/checkpoint/checkpoint_store.hpp"
 #include "tessera/safetensors.hpp"
 
 namespace tessera {
@@ -34,7 +35,7 @@ class Checkpoints : public Cli {
     return out;
   }
   static StateDict model_at(const std::string& run_dir, std::int64_t step) {
-    return read_safetensors(run_dir + "/checkpoints/" + core::checkpoint_name(step) + "/model.safetensors").tensors;
+    return read_safetensors(run_dir + "/checkpoints/" + core::CheckpointStore::name_of(step) + "/model.safetensors").tensors;
   }
   static std::string strategy(const std::string& name) {
     return " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" + name;
@@ -192,7 +193,7 @@ TEST_F(Checkpoints, ACorruptFileIsFoundByItsChecksumAndSkipped) {
   EXPECT_NE(out.find("resumed from " + dir_.file("run") + "/checkpoints/step_00000002 at step 2"), std::string::npos) << out;
   // The resumed run saved step 4 again, replacing the corrupt one.
   EXPECT_EQ(core::verify_checkpoint(newest).step, 4);
-  EXPECT_EQ(core::find_resumable_checkpoint(dir_.file("run") + "/checkpoints"), dir_.file("run") + "/checkpoints/step_00000006");
+  EXPECT_EQ(core::CheckpointStore(dir_.file("run") + "/checkpoints", "").newest_valid(), dir_.file("run") + "/checkpoints/step_00000006");
 }
 
 TEST_F(Checkpoints, KeepLastPrunesOlderOnesAndLatestNamesTheNewest) {
@@ -230,7 +231,7 @@ TEST_F(Checkpoints, ResumingFromAnOlderCheckpointSetsTheLaterOnesAside) {
   // Steps 5-6 were trained again from step 4: the first history's step 6 is kept aside, the new
   // one is the checkpoint, pruning (keep_last 2) did not touch the new ones.
   EXPECT_TRUE(fs::exists(checkpoints + "/step_00000006.superseded")) << out;
-  EXPECT_EQ(core::find_resumable_checkpoint(checkpoints), checkpoints + "/step_00000006");
+  EXPECT_EQ(core::CheckpointStore(checkpoints, "").newest_valid(), checkpoints + "/step_00000006");
   EXPECT_EQ(core::verify_checkpoint(checkpoints + "/step_00000004").step, 4);
 }
 
@@ -262,7 +263,7 @@ TEST_F(Checkpoints, SigtermSavesBeforeExiting) {
   std::string out;
   ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
   EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
-  const std::string found = core::find_resumable_checkpoint(run + "/checkpoints");
+  const std::string found = core::CheckpointStore(run + "/checkpoints", "").newest_valid();
   ASSERT_FALSE(found.empty()) << "a preempted run leaves a checkpoint";
   EXPECT_EQ(core::verify_checkpoint(found).step, static_cast<std::int64_t>(read_metrics(metrics).size()));
 }

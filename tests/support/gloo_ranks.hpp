@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tessera/communicator.hpp"
-#include "tessera/core/distributed.hpp"
+#include "tessera/core/distributed/distributed.hpp"
 
 namespace tessera::testing {
 

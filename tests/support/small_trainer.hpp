@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/distributed.hpp"
-#include "tessera/core/trainer.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "test_support.hpp"
 
 namespace tessera::testing {
@@ -53,7 +53,8 @@ struct Built {
 // (so they may refer to the run's other components); `run_dir` is the run context's.
 inline Built make_trainer(const std::string& yaml, TrainerSettings settings,
                           std::vector<std::shared_ptr<Callback>> callbacks = {},
-                          const std::vector<std::string>& callback_instances = {}, const std::string& run_dir = {}) {
+                          const std::vector<std::string>& callback_instances = {}, const std::string& run_dir = {},
+                          double peak_flops = 0) {
   RunContext context;
   context.seed = 42;
   context.run_dir = run_dir;
@@ -68,7 +69,7 @@ inline Built make_trainer(const std::string& yaml, TrainerSettings settings,
   parts.optimizer = testing::built<Optimizer>(b.components, "optimizer");
   parts.callbacks = std::move(callbacks);
   for (const auto& name : callback_instances) parts.callbacks.push_back(testing::built<Callback>(b.components, name));
-  b.trainer = std::make_unique<Trainer>(std::move(parts), settings, context);
+  b.trainer = std::make_unique<Trainer>(std::move(parts), settings, context, peak_flops);
   return b;
 }
 

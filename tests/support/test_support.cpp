@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "tessera/core/config_tree.hpp"
+#include "tessera/core/config/config_file.hpp"
 
 namespace fs = std::filesystem;
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "tessera/context.hpp"
-#include "tessera/core/component_factory.hpp"
-#include "tessera/core/plugin_host.hpp"
+#include "tessera/core/components/component_factory.hpp"
+#include "tessera/core/plugins/plugin_host.hpp"
 
 namespace tessera::testing {
 

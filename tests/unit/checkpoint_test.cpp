@@ -1,6 +1,9 @@
 // Checkpoint pieces without a training run: joining optimizer state saved in parts by several
 // ranks and cutting it for another layout, and finding the newest valid checkpoint.
-#include "tessera/core/checkpoint.hpp"
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
+#include "tessera/core/checkpoint/checkpoint_store.hpp"
+#include "tessera/core/checkpoint/checkpoint_writer.hpp"
+#include "tessera/core/checkpoint/reshard.hpp"
 
 #include <gtest/gtest.h>
 
@@ -63,6 +66,7 @@ TEST(OptimizerReshard, StateForAnotherModelIsRefused) {
 TEST(CheckpointDiscovery, IgnoresIncompleteAndCorruptAndPicksTheNewestValid) {
   TempDir dir;
   namespace fs = std::filesystem;
+  const CheckpointStore store(dir.path().string(), dir.file("exports"));
   auto save = [&](std::int64_t step) {
     CheckpointState state;
     state.step = step;
@@ -71,14 +75,14 @@ TEST(CheckpointDiscovery, IgnoresIncompleteAndCorruptAndPicksTheNewestValid) {
     state.optimizer = {{"param.0.exp_avg", at::arange(4).to(at::kFloat)}};
     state.optimizer_ranges = {{"param.0", range(0, 4, 4)}};
     state.data = {{"position", at::scalar_tensor(step, at::kLong)}};
-    ASSERT_TRUE(write_checkpoint(dir.path().string(), state, /*keep_last=*/0, std::chrono::seconds(5)));
+    ASSERT_TRUE(write_checkpoint(store, state, /*keep_last=*/0, std::chrono::seconds(5)));
   };
   save(2);
   save(4);
-  EXPECT_FALSE(write_checkpoint(dir.path().string(), CheckpointState{4}, 0, std::chrono::seconds(5)))
+  EXPECT_FALSE(write_checkpoint(store, CheckpointState{4}, 0, std::chrono::seconds(5)))
       << "a step that exists is not written again";
   fs::create_directories(dir.file("step_00000006.tmp/rank_00000"));  // an interrupted save
-  EXPECT_EQ(find_resumable_checkpoint(dir.path().string()), dir.file("step_00000004"));
+  EXPECT_EQ(store.newest_valid(), dir.file("step_00000004"));
   const auto loaded = read_checkpoint(dir.file("step_00000004"), 0);
   EXPECT_EQ(loaded.metadata.step, 4);
   EXPECT_EQ(loaded.data.at("position").item<std::int64_t>(), 4);
@@ -86,8 +90,8 @@ TEST(CheckpointDiscovery, IgnoresIncompleteAndCorruptAndPicksTheNewestValid) {
 
   std::ofstream(dir.file("step_00000004/model.safetensors"), std::ios::app) << "x";  // grown by a byte
   EXPECT_THROW(verify_checkpoint(dir.file("step_00000004")), CheckpointError);
-  EXPECT_EQ(find_resumable_checkpoint(dir.path().string()), dir.file("step_00000002"));
-  remove_incomplete_checkpoints(dir.path().string());
+  EXPECT_EQ(store.newest_valid(), dir.file("step_00000002"));
+  store.remove_incomplete();
   EXPECT_FALSE(fs::exists(dir.file("step_00000006.tmp")));
   EXPECT_TRUE(fs::exists(dir.file("step_00000002")));
 }

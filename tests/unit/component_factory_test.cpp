@@ -1,8 +1,11 @@
 // The component factory on the real bundled plugins: references, inline nesting, build order,
 // cycles, unknown keys and values with their YAML positions.
-#include "tessera/core/component_factory.hpp"
+#include "tessera/core/components/component_factory.hpp"
+#include "tessera/core/config/config_file.hpp"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
@@ -127,17 +130,36 @@ TEST(ComponentFactory, MissingRequiredFieldIsNamed) {
   EXPECT_NE(error.find("components.d.config.path: required string is missing"), std::string::npos) << error;
 }
 
-TEST(ComponentFactory, FactoryErrorsPointAtTheField) {
-  // gpt rejects n_embd not divisible by n_head when it is built; validation alone cannot know.
+TEST(ComponentFactory, DeclaredRulesFailValidationAtTheField) {
+  // gpt declares that n_embd must be divisible by n_head: `tessera validate` says so, before
+  // anything is built.
   const std::string yaml = "model: {component_key: model, variant_key: gpt, config: {n_head: 3, n_embd: 16}}\n";
+  EXPECT_NE(validation_error(yaml).find(
+                "test.yaml:1:77: components.model.config.n_embd: n_embd (16) must be divisible by n_head (3)"),
+            std::string::npos)
+      << validation_error(yaml);
+  // Rules across nested parts too: a scheduler whose warmup outlasts it.
+  const std::string schedule =
+      "scheduler: {component_key: scheduler, variant_key: linear, config: {warmup_steps: 9, total_steps: 4}}\n";
+  EXPECT_NE(validation_error(schedule).find("components.scheduler.config.warmup_steps: warmup_steps (9) must not exceed"),
+            std::string::npos)
+      << validation_error(schedule);
+}
+
+TEST(ComponentFactory, FactoryErrorsPointAtTheField) {
+  // An empty token file: only building the dataset (which reads the file) can tell.
+  testing::TempDir dir;
+  std::ofstream(dir.file("empty.bin")).flush();
+  const std::string yaml = "train_data: {component_key: dataset, variant_key: tokens, config: {seq_len: 4, path: " +
+                           dir.file("empty.bin") + "}}\n";
   EXPECT_EQ(validation_error(yaml), "");
   try {
     build_components(yaml);
     FAIL() << "expected a ConfigIssue";
   } catch (const ConfigIssue& e) {
-    EXPECT_NE(std::string(e.what()).find("test.yaml:1:77: components.model.config.n_embd: n_embd (16) must be divisible"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("test.yaml:1:86: components.train_data.config.path: "), std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("empty.bin is empty"), std::string::npos) << e.what();
   }
 }
 

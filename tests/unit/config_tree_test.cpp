@@ -1,5 +1,8 @@
 // Includes, --set overrides and ${...} interpolation, and the positions errors carry.
-#include "tessera/core/config_tree.hpp"
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/core/config/config_file.hpp"
+#include "tessera/core/config/config_interpolation.hpp"
+#include "tessera/core/config/config_override.hpp"
 
 #include <gtest/gtest.h>
 

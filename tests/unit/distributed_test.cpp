@@ -1,6 +1,6 @@
 // The c10d-backed communicator: two ranks as two threads of this process, rendezvous over a real
 // TCPStore on loopback and a real Gloo process group; and reading ranks from the environment.
-#include "tessera/core/distributed.hpp"
+#include "tessera/core/distributed/distributed.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

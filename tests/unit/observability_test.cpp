@@ -6,7 +6,8 @@
 #include <filesystem>
 
 #include "small_trainer.hpp"
-#include "tessera/core/throughput.hpp"
+#include "tessera/core/checkpoint/checkpoint_store.hpp"
+#include "tessera/core/train/throughput.hpp"
 
 namespace tessera::core {
 namespace {
@@ -91,11 +92,10 @@ TEST(Events, CheckpointsSavedAndLoadedAreAnnounced) {
     TempDir dir;
     const std::string data = testing::uneven_token_file(dir);
     CheckpointContext checkpoints;
-    checkpoints.settings.dir = dir.file("checkpoints");
     checkpoints.settings.every_steps = 2;
     checkpoints.settings.async = async;
     checkpoints.settings.export_at_end = false;
-    checkpoints.exports_dir = dir.file("exports");
+    checkpoints.store = CheckpointStore(dir.file("checkpoints"), dir.file("exports"));
     std::vector<std::string> log;
     auto first = std::make_shared<EventRecorder>("first", log);
     {
@@ -123,8 +123,8 @@ TEST(Events, CheckpointsSavedAndLoadedAreAnnounced) {
 TEST(Mfu, MatchesAHandComputationForAKnownModelAndPeak) {
   TempDir dir;
   TrainerSettings s = testing::settings(1, 4, 2);
-  s.peak_flops = 2.5e9;
-  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), s);
+  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), s, {}, {}, {},
+                                   /*peak_flops=*/2.5e9);
   // gpt with vocab 32, 2 layers, width 16, biases, sequence 16. N (without the position table):
   // token embedding 32*16 = 512; per block ln 32 + qkv 16*48+48 + proj 16*16+16 + ln 32 +
   // fc 16*64+64 + proj 64*16+16 = 3280; final ln 32  ->  N = 512 + 2*3280 + 32 = 7104.

@@ -1,11 +1,18 @@
 // The plugin loader against real shared libraries, good and deliberately broken.
-#include "tessera/core/plugin_host.hpp"
+#include "tessera/core/plugins/plugin_host.hpp"
 
 #include <gtest/gtest.h>
 
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 
+#include "tessera/build_record.hpp"
+#include "tessera/core/plugins/plugin_build_record.hpp"
 #include "tessera/version.hpp"
 #include "test_support.hpp"
 
@@ -49,6 +56,100 @@ TEST(PluginHost, RefusesAnotherAbiVersionNamingBothAndTheFile) {
   EXPECT_NE(error.find(plugin_file("wrong_abi")), std::string::npos) << error;
   EXPECT_NE(error.find("ABI version 999"), std::string::npos) << error;
   EXPECT_NE(error.find("this host has ABI version " + std::to_string(kSdkAbiVersion)), std::string::npos) << error;
+}
+
+// Loads test plugin `name` with $TESSERA_TEST_LOAD_MARKER set: the build_record test plugins
+// create that file from a static initialiser, so its existence says whether their code ran.
+struct LoadAttempt {
+  std::string error;
+  bool plugin_code_ran = false;
+};
+LoadAttempt load_marked(const std::string& name) {
+  testing::TempDir dir;
+  const std::string marker = dir.file("loaded");
+  ::setenv("TESSERA_TEST_LOAD_MARKER", marker.c_str(), 1);
+  LoadAttempt attempt{load_error({testing::test_plugin_dir(name)}), false};
+  ::unsetenv("TESSERA_TEST_LOAD_MARKER");
+  attempt.plugin_code_ran = std::filesystem::exists(marker);
+  return attempt;
+}
+
+TEST(PluginHost, APluginWithTheHostsBuildRecordLoadsAndTheMarkerShowsItsCodeRan) {
+  // The control for the refusals below: the same source with a matching record loads, and its
+  // static initialiser leaves the marker.
+  const LoadAttempt attempt = load_marked("build_record");
+  EXPECT_EQ(attempt.error, "");
+  EXPECT_TRUE(attempt.plugin_code_ran);
+}
+
+TEST(PluginHost, RefusesAnotherLibTorchInOneLineBeforeAnyOfItsCodeRuns) {
+  const LoadAttempt attempt = load_marked("wrong_torch");
+  EXPECT_NE(attempt.error.find("plugin " + plugin_file("wrong_torch")), std::string::npos) << attempt.error;
+  EXPECT_NE(attempt.error.find("built against LibTorch 1.13.1"), std::string::npos) << attempt.error;
+  EXPECT_NE(attempt.error.find(std::string("this host runs LibTorch ") + TORCH_VERSION), std::string::npos)
+      << attempt.error;
+  EXPECT_EQ(attempt.error.find('\n'), std::string::npos) << "one line: " << attempt.error;
+  EXPECT_FALSE(attempt.plugin_code_ran) << "the plugin's static initialiser ran before the refusal";
+}
+
+TEST(PluginHost, RefusesAnotherCompilerNamingBoth) {
+  const LoadAttempt attempt = load_marked("wrong_compiler");
+  EXPECT_NE(attempt.error.find("built with clang 99.0.0, but this host with " + core::host_build_record().compiler),
+            std::string::npos)
+      << attempt.error;
+  EXPECT_NE(attempt.error.find(plugin_file("wrong_compiler")), std::string::npos) << attempt.error;
+  EXPECT_FALSE(attempt.plugin_code_ran);
+}
+
+TEST(PluginHost, RefusesAnotherStandardLibraryNamingBoth) {
+  const LoadAttempt attempt = load_marked("wrong_stdlib");
+  EXPECT_NE(attempt.error.find("the C++ library libc++, but this host uses " + core::host_build_record().stdlib),
+            std::string::npos)
+      << attempt.error;
+  EXPECT_FALSE(attempt.plugin_code_ran);
+}
+
+TEST(PluginHost, AFileWithoutABuildRecordIsRefused) {
+  const std::string error = load_error({testing::test_plugin_dir("no_record")});
+  EXPECT_NE(error.find(plugin_file("no_record") + " has no Tessera build record"), std::string::npos) << error;
+}
+
+TEST(PluginHost, AFileThatIsNotELFIsRefusedWithoutLoading) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("libtessera_text.so")) << "not a library\n";
+  const std::string error = load_error({dir.path().string()});
+  EXPECT_NE(error.find("libtessera_text.so: not an ELF shared library"), std::string::npos) << error;
+}
+
+TEST(BuildRecord, TheHostsRecordNamesThisBuild) {
+  const core::BuildRecord& host = core::host_build_record();
+  EXPECT_EQ(host.sdk_abi, std::to_string(kSdkAbiVersion));
+  EXPECT_EQ(host.torch, TORCH_VERSION);
+#if defined(__GNUC__) && !defined(__clang__)
+  EXPECT_EQ(host.compiler.rfind("gcc " + std::to_string(__GNUC__) + ".", 0), 0u) << host.compiler;
+#endif
+  EXPECT_EQ(host.stdlib, "libstdc++ cxx11-abi");
+}
+
+TEST(BuildRecord, EveryBundledPluginCarriesTheHostsRecord) {
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::plugin_dir())) {
+    if (!core::is_plugin_file_name(entry.path().filename().string())) continue;
+    const auto record = core::read_build_record_section(entry.path().string());
+    ASSERT_TRUE(record) << entry.path();
+    EXPECT_EQ(*record, TESSERA_BUILD_RECORD) << entry.path();
+    ++files;
+  }
+  EXPECT_GE(files, 20u);
+}
+
+TEST(BuildRecord, MinorReleasesOfOneCompilerMatch) {
+  core::BuildRecord plugin = core::host_build_record(), host = core::host_build_record();
+  plugin.compiler = "gcc 12.3.0";
+  host.compiler = "gcc 12.2.0";
+  EXPECT_EQ(core::build_record_mismatch(plugin, host), "");
+  plugin.compiler = "gcc 13.1.0";
+  EXPECT_NE(core::build_record_mismatch(plugin, host), "");
 }
 
 TEST(PluginHost, DuplicateRegistrationNamesBothFiles) {

@@ -1,13 +1,13 @@
 // The loop's arithmetic and control flow on the real plugins at small sizes.
-#include "tessera/core/trainer.hpp"
+#include "tessera/core/train/trainer.hpp"
 
 #include <gtest/gtest.h>
 
 #include <csignal>
 
-#include "tessera/core/distributed.hpp"
-#include "tessera/core/stop_signal.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/process/stop_signal.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "small_trainer.hpp"
 #include "test_support.hpp"
 

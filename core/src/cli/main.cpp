@@ -7,7 +7,7 @@
 #include <map>
 
 #include "commands.hpp"
-#include "tessera/core/plugin_host.hpp"
+#include "tessera/core/plugins/plugin_host.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
 #include "tessera/version.hpp"

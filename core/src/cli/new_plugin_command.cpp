@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "tessera/core/plugin_host.hpp"
-#include "tessera/core/plugin_scaffold.hpp"
-#include "tessera/core/suggest.hpp"
+#include "tessera/core/plugins/plugin_host.hpp"
+#include "tessera/tooling/plugin_scaffold.hpp"
+#include "tessera/core/config/suggest.hpp"
 
 namespace po = boost::program_options;
 
@@ -17,7 +17,7 @@ int new_plugin_command(const Args& args) {
   po::options_description visible(
       "usage: tessera new-plugin KIND NAME [--dir D]\n"
       "Writes D/NAME/ (source, CMakeLists.txt, README.md, a test run spec) for a plugin of KIND\n"
-      "(" + core::join(core::scaffold_kinds()) + ") that builds with find_package(Tessera).\n\noptions");
+      "(" + core::join(tooling::scaffold_kinds()) + ") that builds with find_package(Tessera).\n\noptions");
   visible.add_options()("dir", po::value<std::string>(&dir), "parent folder (default: .)")("help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("kind", po::value<std::string>(&kind))("name", po::value<std::string>(&name));
@@ -31,7 +31,7 @@ int new_plugin_command(const Args& args) {
   if (host.registry().find(kind, name)) {
     throw UsageError(kind + "/" + name + " is already registered by " + host.registry().find(kind, name)->origin);
   }
-  const std::string folder = core::scaffold_plugin(kind, name, dir);
+  const std::string folder = tooling::scaffold_plugin(kind, name, dir);
   std::cout << "wrote " << folder << "/{" << name << ".cpp, CMakeLists.txt, README.md, " << name << "_test.yaml}\n"
             << "build and test it against an installed Tessera:\n"
             << "  cmake -S " << folder << " -B " << folder << "/build -DCMAKE_PREFIX_PATH=<tessera prefix>\n"

@@ -5,10 +5,10 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "tessera/core/plugin_host.hpp"
-#include "tessera/core/registry_export.hpp"
-#include "tessera/core/run_spec.hpp"
-#include "tessera/core/suggest.hpp"
+#include "tessera/core/plugins/plugin_host.hpp"
+#include "tessera/tooling/registry_export.hpp"
+#include "tessera/core/run/spec_sections.hpp"
+#include "tessera/core/config/suggest.hpp"
 
 namespace po = boost::program_options;
 
@@ -56,7 +56,7 @@ void print_schema(const Schema& schema) {
     std::cout << "  " << f.name << " (" << to_string(f.type) << ")";
     if (f.has_default()) {
       std::cout << " = " << to_display_string(f.default_value);
-    } else if (f.required) {
+    } else if (f.is_required) {
       std::cout << " required";
     } else {
       std::cout << " optional";
@@ -74,7 +74,7 @@ int components_command(const Args& args) {
   core::PluginHost host;
   host.load_directories(core::plugin_search_path({}, parsed.plugin_paths));
   if (parsed.markdown) {
-    std::cout << core::components_markdown(host.registry());
+    std::cout << tooling::components_markdown(host.registry());
     return 0;
   }
   const auto list = host.registry().list(parsed.kind);
@@ -84,7 +84,7 @@ int components_command(const Args& args) {
                      "; loaded kinds: " + core::join(host.registry().kinds()));
   }
   if (parsed.json) {
-    std::cout << core::components_json(host.registry(), parsed.kind).dump(2) << "\n";
+    std::cout << tooling::components_json(host.registry(), parsed.kind).dump(2) << "\n";
     return 0;
   }
   for (const auto* info : list) {
@@ -131,7 +131,7 @@ int schema_command(const Args& args) {
   if (parsed.help) return 0;
   core::PluginHost host;
   host.load_directories(core::plugin_search_path({}, parsed.plugin_paths));
-  std::cout << core::run_spec_json_schema(host.registry()).dump(2) << "\n";
+  std::cout << tooling::run_spec_json_schema(host.registry()).dump(2) << "\n";
   return 0;
 }
 

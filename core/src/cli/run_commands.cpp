@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "tessera/core/stop_signal.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/process/stop_signal.hpp"
+#include "tessera/core/run/training_run.hpp"
 
 namespace po = boost::program_options;
 

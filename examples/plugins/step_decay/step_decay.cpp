@@ -1,32 +1,42 @@
 // scheduler/step_decay: multiplies the learning rate by `gamma` every `step_size` steps (the
 // classic StepLR), built out of tree against an installed Tessera.
 #include <cmath>
+#include <cstdint>
+#include <memory>
 
 #include "tessera/plugin.hpp"
 #include "tessera/scheduler.hpp"
 
 namespace {
 
+// The config, declared once: the members' initialisers are the defaults the host documents and
+// fills in; declare() names each field's YAML key, doc and constraints.
+struct StepDecayConfig {
+  std::int64_t step_size = 100;
+  double gamma = 0.5;
+
+  static void declare(tessera::ConfigFields<StepDecayConfig>& f) {
+    f.field("step_size", &StepDecayConfig::step_size, "steps between decays").at_least(1);
+    f.field("gamma", &StepDecayConfig::gamma, "multiplier at each decay").greater_than(0).at_most(1);
+  }
+};
+
 class StepDecay : public tessera::Scheduler {
  public:
-  explicit StepDecay(const tessera::ComponentConfig& config)
-      : step_size_(config.integer("step_size")), gamma_(config.number("gamma")) {}
+  explicit StepDecay(const StepDecayConfig& config) : config_(config) {}
 
   double lr_factor(std::int64_t step) const override {
-    return std::pow(gamma_, static_cast<double>(step / step_size_));
+    return std::pow(config_.gamma, static_cast<double>(step / config_.step_size));
   }
 
  private:
-  std::int64_t step_size_;
-  double gamma_;
+  StepDecayConfig config_;
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("step_size", "steps between decays").default_to(100).at_least(1);
-  schema.number("gamma", "multiplier at each decay").default_to(0.5).greater_than(0).at_most(1);
-  registrar.add<tessera::Scheduler>("step_decay", "lr times gamma every step_size steps", schema,
-                                    [](const tessera::ComponentConfig& c) { return std::make_shared<StepDecay>(c); });
+  registrar.add<tessera::Scheduler, StepDecayConfig>(
+      "step_decay", "lr times gamma every step_size steps",
+      [](const StepDecayConfig& c) { return std::make_shared<StepDecay>(c); });
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // callback/stop_at_loss: ends the run once the loss, averaged over the last `window` steps,
 // falls to `target` — an example of a callback asking the loop to stop.
+#include <cstdint>
 #include <deque>
+#include <memory>
 #include <numeric>
 
 #include "tessera/callback.hpp"
@@ -9,10 +11,20 @@
 
 namespace {
 
+struct StopAtLossConfig {
+  double target = 0;  // required: no default
+  std::int64_t window = 10;
+
+  static void declare(tessera::ConfigFields<StopAtLossConfig>& f) {
+    f.field("target", &StopAtLossConfig::target, "stop when the mean loss is at or below this").required().greater_than(0);
+    f.field("window", &StopAtLossConfig::window, "steps the loss is averaged over").at_least(1);
+  }
+};
+
 class StopAtLoss : public tessera::Callback {
  public:
-  explicit StopAtLoss(const tessera::ComponentConfig& config)
-      : target_(config.number("target")), window_(static_cast<size_t>(config.integer("window"))) {}
+  explicit StopAtLoss(const StopAtLossConfig& config)
+      : target_(config.target), window_(static_cast<std::size_t>(config.window)) {}
 
   void on_step_end(tessera::CallbackContext& context, const tessera::StepMetrics& metrics) override {
     recent_.push_back(metrics.loss);
@@ -26,16 +38,14 @@ class StopAtLoss : public tessera::Callback {
 
  private:
   double target_;
-  size_t window_;
+  std::size_t window_;
   std::deque<double> recent_;
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.number("target", "stop when the mean loss is at or below this").greater_than(0);
-  schema.integer("window", "steps the loss is averaged over").default_to(10).at_least(1);
-  registrar.add<tessera::Callback>("stop_at_loss", "stops the run once the mean loss reaches a target", schema,
-                                   [](const tessera::ComponentConfig& c) { return std::make_shared<StopAtLoss>(c); });
+  registrar.add<tessera::Callback, StopAtLossConfig>(
+      "stop_at_loss", "stops the run once the mean loss reaches a target",
+      [](const StopAtLossConfig& c) { return std::make_shared<StopAtLoss>(c); });
 }
 
 }  // namespace

@@ -19,10 +19,17 @@ namespace {
 namespace human = tessera::human;
 using human::format;
 
+struct ConsoleLoggerConfig {
+  std::int64_t every = 10;
+
+  static void declare(tessera::ConfigFields<ConsoleLoggerConfig>& f) {
+    f.field("every", &ConsoleLoggerConfig::every, "log every N optimizer steps (the first and last always)").at_least(1);
+  }
+};
+
 class ConsoleLogger final : public tessera::Callback {
  public:
-  explicit ConsoleLogger(const tessera::ComponentConfig& config)
-      : every_(config.integer("every")) {}
+  explicit ConsoleLogger(const ConsoleLoggerConfig& config) : every_(config.every) {}
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
     if (ctx.run.rank != 0) return;
@@ -81,13 +88,9 @@ class ConsoleLogger final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("every", "log every N optimizer steps (the first and last always)")
-      .default_to(10)
-      .at_least(1);
-  registrar.add<tessera::Callback>(
-      "console_logger", "one compact progress line every N steps on rank 0", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<ConsoleLogger>(c); });
+  registrar.add<tessera::Callback, ConsoleLoggerConfig>(
+      "console_logger", "one compact progress line every N steps on rank 0",
+      [](const ConsoleLoggerConfig& c) { return std::make_shared<ConsoleLogger>(c); });
 }
 
 }  // namespace

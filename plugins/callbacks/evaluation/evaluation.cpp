@@ -25,16 +25,37 @@
 
 namespace {
 
+struct EvaluationConfig {
+  std::shared_ptr<tessera::Dataset> data;
+  std::shared_ptr<tessera::Loss> loss;
+  std::string name = "val";
+  std::int64_t every = 100;
+  std::int64_t batches = 10;
+  std::int64_t micro_batch_size = 8;
+  bool at_end = true;
+
+  static void declare(tessera::ConfigFields<EvaluationConfig>& f) {
+    using C = EvaluationConfig;
+    f.field("data", &C::data, "the evaluation data (e.g. tokens from a held-out file)");
+    f.field("loss", &C::loss, "the loss to evaluate, usually the training loss by reference");
+    f.field("name", &C::name, "what the results are called in the sinks (val/loss, val/perplexity)");
+    f.field("every", &C::every, "evaluate every N optimizer steps (0: only at the end)").at_least(0);
+    f.field("batches", &C::batches, "micro-batches per rank per evaluation (the same ones every time)").at_least(1);
+    f.field("micro_batch_size", &C::micro_batch_size, "sequences per evaluation micro-batch").at_least(1);
+    f.field("at_end", &C::at_end, "also evaluate after the last step");
+  }
+};
+
 class Evaluation final : public tessera::Callback {
  public:
-  explicit Evaluation(const tessera::ComponentConfig& config)
-      : data_(config.component<tessera::Dataset>("data")),
-        loss_(config.component<tessera::Loss>("loss")),
-        name_(config.string("name")),
-        every_(config.integer("every")),
-        batches_(config.integer("batches")),
-        micro_batch_size_(config.integer("micro_batch_size")),
-        at_end_(config.boolean("at_end")) {}
+  explicit Evaluation(const EvaluationConfig& config)
+      : data_(config.data),
+        loss_(config.loss),
+        name_(config.name),
+        every_(config.every),
+        batches_(config.batches),
+        micro_batch_size_(config.micro_batch_size),
+        at_end_(config.at_end) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
     data_->set_shard(ctx.run.rank, ctx.run.world_size);
@@ -102,19 +123,9 @@ class Evaluation final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.component("data", "dataset", "the evaluation data (e.g. tokens from a held-out file)");
-  schema.component("loss", "loss", "the loss to evaluate, usually the training loss by reference");
-  schema.string("name", "what the results are called in the sinks (val/loss, val/perplexity)").default_to("val");
-  schema.integer("every", "evaluate every N optimizer steps (0: only at the end)").default_to(100).at_least(0);
-  schema.integer("batches", "micro-batches per rank per evaluation (the same ones every time)")
-      .default_to(10)
-      .at_least(1);
-  schema.integer("micro_batch_size", "sequences per evaluation micro-batch").default_to(8).at_least(1);
-  schema.boolean("at_end", "also evaluate after the last step").default_to(true);
-  registrar.add<tessera::Callback>(
-      "evaluation", "validation loss and perplexity on an evaluation dataset every N steps", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<Evaluation>(c); });
+  registrar.add<tessera::Callback, EvaluationConfig>(
+      "evaluation", "validation loss and perplexity on an evaluation dataset every N steps",
+      [](const EvaluationConfig& c) { return std::make_shared<Evaluation>(c); });
 }
 
 }  // namespace

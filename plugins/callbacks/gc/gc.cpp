@@ -14,10 +14,19 @@
 
 namespace {
 
+struct GcConfig {
+  std::int64_t every = 100;
+  bool host = true;
+
+  static void declare(tessera::ConfigFields<GcConfig>& f) {
+    f.field("every", &GcConfig::every, "release cached memory every N steps").at_least(1);
+    f.field("host", &GcConfig::host, "on a GPU, also trim the host heap");
+  }
+};
+
 class Gc final : public tessera::Callback {
  public:
-  explicit Gc(const tessera::ComponentConfig& config)
-      : every_(config.integer("every")), host_(config.boolean("host")) {}
+  explicit Gc(const GcConfig& config) : every_(config.every), host_(config.host) {}
 
   void on_collect_metrics(tessera::CallbackContext& ctx, tessera::StepMetrics& m) override {
     if (m.step % every_ != 0) return;
@@ -35,12 +44,8 @@ class Gc final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("every", "release cached memory every N steps").default_to(100).at_least(1);
-  schema.boolean("host", "on a GPU, also trim the host heap").default_to(true);
-  registrar.add<tessera::Callback>(
-      "gc", "empties the CUDA cache / trims host memory every N steps", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<Gc>(c); });
+  registrar.add<tessera::Callback, GcConfig>("gc", "empties the CUDA cache / trims host memory every N steps",
+                                             [](const GcConfig& c) { return std::make_shared<Gc>(c); });
 }
 
 }  // namespace

@@ -62,16 +62,23 @@ double robust_z(double x, std::vector<double> history) {
   return 0.6745 * (x - median) / mad;
 }
 
+// When a value is a spike: judged against the last `window` values once `min_history` were
+// seen; `max_consecutive` spikes in a row are a new level.
+struct SpikeRule {
+  std::size_t window, min_history;
+  double threshold;
+  std::size_t max_consecutive;
+};
+
 // The recent values of one metric, for spike detection.
 class SpikeDetector {
  public:
-  SpikeDetector(std::string what, std::size_t window, std::size_t min_history, double threshold,
-                std::size_t max_consecutive)
+  SpikeDetector(std::string what, const SpikeRule& rule)
       : what_(std::move(what)),
-        window_(window),
-        min_history_(min_history),
-        threshold_(threshold),
-        max_consecutive_(max_consecutive) {}
+        window_(rule.window),
+        min_history_(rule.min_history),
+        threshold_(rule.threshold),
+        max_consecutive_(rule.max_consecutive) {}
 
   // The z-score when `x` is an upward spike against the history, else nothing. Values that are
   // spikes stay out of the history, so one spike does not hide the next. After max_consecutive
@@ -129,20 +136,55 @@ class Whereabouts {
   Clock::time_point last_progress_ = Clock::now();
 };
 
+struct HealthConfig {
+  std::string nonfinite = "skip_step";
+  std::string loss_spike = "warn";
+  std::string grad_spike = "warn";
+  std::int64_t spike_window = 100;
+  std::int64_t spike_min_history = 20;
+  double spike_threshold = 6.0;
+  std::int64_t spike_max_consecutive = 5;
+  double hang_timeout_s = 0.0;
+  std::int64_t hang_exit_code = 3;
+
+  SpikeRule spikes() const {
+    return {static_cast<std::size_t>(spike_window), static_cast<std::size_t>(spike_min_history), spike_threshold,
+            static_cast<std::size_t>(spike_max_consecutive)};
+  }
+
+  static void declare(tessera::ConfigFields<HealthConfig>& f) {
+    using C = HealthConfig;
+    const std::vector<std::string> policies{"warn", "skip_step", "save_and_stop", "stop"};
+    f.field("nonfinite", &C::nonfinite, "policy for a NaN/Inf loss or gradient: warn, skip_step, save_and_stop or stop")
+        .one_of(policies);
+    f.field("loss_spike", &C::loss_spike, "policy for a loss spike").one_of(policies);
+    f.field("grad_spike", &C::grad_spike, "policy for a grad-norm spike").one_of(policies);
+    f.field("spike_window", &C::spike_window, "recent steps the robust z-score is taken over").at_least(3);
+    f.field("spike_min_history", &C::spike_min_history, "steps seen before spikes are judged").at_least(3);
+    f.field("spike_threshold", &C::spike_threshold,
+            "robust z-score (0.6745 (x - median) / MAD) above which a value is a spike")
+        .greater_than(0);
+    f.field("spike_max_consecutive", &C::spike_max_consecutive,
+            "this many spikes in a row are a new level: the history restarts from them")
+        .at_least(1);
+    f.field("hang_timeout_s", &C::hang_timeout_s,
+            "watchdog: no progress (a micro-batch, step, evaluation or save finishing) for this long ends the process "
+            "(0: off)")
+        .at_least(0);
+    f.field("hang_exit_code", &C::hang_exit_code, "exit code when the watchdog ends a hung process").at_least(1);
+  }
+};
+
 class Health final : public tessera::Callback {
  public:
-  explicit Health(const tessera::ComponentConfig& config)
-      : nonfinite_(parse_policy(config.string("nonfinite"))),
-        loss_spike_(parse_policy(config.string("loss_spike"))),
-        grad_spike_(parse_policy(config.string("grad_spike"))),
-        loss_history_("loss", static_cast<std::size_t>(config.integer("spike_window")),
-                      static_cast<std::size_t>(config.integer("spike_min_history")), config.number("spike_threshold"),
-                      static_cast<std::size_t>(config.integer("spike_max_consecutive"))),
-        grad_history_("grad-norm", static_cast<std::size_t>(config.integer("spike_window")),
-                      static_cast<std::size_t>(config.integer("spike_min_history")), config.number("spike_threshold"),
-                      static_cast<std::size_t>(config.integer("spike_max_consecutive"))),
-        hang_timeout_s_(config.number("hang_timeout_s")),
-        hang_exit_code_(static_cast<int>(config.integer("hang_exit_code"))) {}
+  explicit Health(const HealthConfig& config)
+      : nonfinite_(parse_policy(config.nonfinite)),
+        loss_spike_(parse_policy(config.loss_spike)),
+        grad_spike_(parse_policy(config.grad_spike)),
+        loss_history_("loss", config.spikes()),
+        grad_history_("grad-norm", config.spikes()),
+        hang_timeout_s_(config.hang_timeout_s),
+        hang_exit_code_(static_cast<int>(config.hang_exit_code)) {}
 
   ~Health() override { stop_watchdog(); }
 
@@ -306,29 +348,9 @@ class Health final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  const std::vector<std::string> policies{"warn", "skip_step", "save_and_stop", "stop"};
-  tessera::Schema schema;
-  schema.string("nonfinite", "policy for a NaN/Inf loss or gradient: warn, skip_step, save_and_stop or stop")
-      .default_to("skip_step")
-      .one_of(policies);
-  schema.string("loss_spike", "policy for a loss spike").default_to("warn").one_of(policies);
-  schema.string("grad_spike", "policy for a grad-norm spike").default_to("warn").one_of(policies);
-  schema.integer("spike_window", "recent steps the robust z-score is taken over").default_to(100).at_least(3);
-  schema.integer("spike_min_history", "steps seen before spikes are judged").default_to(20).at_least(3);
-  schema.number("spike_threshold", "robust z-score (0.6745 (x - median) / MAD) above which a value is a spike")
-      .default_to(6.0)
-      .greater_than(0);
-  schema.integer("spike_max_consecutive", "this many spikes in a row are a new level: the history restarts from them")
-      .default_to(5)
-      .at_least(1);
-  schema.number("hang_timeout_s", "watchdog: no progress (a micro-batch, step, evaluation or save finishing) "
-                                  "for this long ends the process (0: off)")
-      .default_to(0.0)
-      .at_least(0);
-  schema.integer("hang_exit_code", "exit code when the watchdog ends a hung process").default_to(3).at_least(1);
-  registrar.add<tessera::Callback>(
-      "health", "NaN/Inf and spike checks with per-check policies, and a hang watchdog", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<Health>(c); });
+  registrar.add<tessera::Callback, HealthConfig>(
+      "health", "NaN/Inf and spike checks with per-check policies, and a hang watchdog",
+      [](const HealthConfig& c) { return std::make_shared<Health>(c); });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "small_trainer.hpp"
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/log.hpp"
 
 namespace tessera {
@@ -80,10 +81,9 @@ std::unique_ptr<PoisonedRun> run_with_nan(const std::string& policy, bool checkp
                                  testing::settings(1, 4, 5), {poison}, {"health"}, r->dir.path().string());
   if (checkpoints) {
     core::CheckpointContext ck;
-    ck.settings.dir = r->dir.file("checkpoints");
     ck.settings.at_end = false;
     ck.settings.export_at_end = false;
-    ck.exports_dir = r->dir.file("exports");
+    ck.store = core::CheckpointStore(r->dir.file("checkpoints"), r->dir.file("exports"));
     r->run.trainer->enable_checkpoints(ck);
   }
   log::set_level(log::Level::info);

@@ -20,16 +20,20 @@ nlohmann::json number(double value) {
   return value;
 }
 
+struct JsonlMetricsConfig {
+  std::string path = "metrics.jsonl";
+  std::int64_t flush_every = 1;
+
+  static void declare(tessera::ConfigFields<JsonlMetricsConfig>& f) {
+    f.field("path", &JsonlMetricsConfig::path, "output file, relative to the run directory unless absolute");
+    f.field("flush_every", &JsonlMetricsConfig::flush_every, "flush the file every N lines").at_least(1);
+  }
+};
+
 class JsonlMetrics final : public tessera::Callback {
  public:
-  explicit JsonlMetrics(const tessera::ComponentConfig& config)
-      : flush_every_(config.integer("flush_every")) {
-    std::filesystem::path path = config.string("path");
-    if (path.is_relative() && !config.context().run_dir.empty()) {
-      path = std::filesystem::path(config.context().run_dir) / path;
-    }
-    path_ = path;
-  }
+  JsonlMetrics(const JsonlMetricsConfig& config, const tessera::RunContext& run)
+      : flush_every_(config.flush_every), path_(tessera::in_run_dir(run, config.path)) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
     if (ctx.run.rank != 0) return;
@@ -118,13 +122,9 @@ class JsonlMetrics final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.string("path", "output file, relative to the run directory unless absolute")
-      .default_to("metrics.jsonl");
-  schema.integer("flush_every", "flush the file every N lines").default_to(1).at_least(1);
-  registrar.add<tessera::Callback>(
-      "jsonl_metrics", "one JSON object per step appended to a file, rank 0 only", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<JsonlMetrics>(c); });
+  registrar.add<tessera::Callback, JsonlMetricsConfig>(
+      "jsonl_metrics", "one JSON object per step appended to a file, rank 0 only",
+      [](const JsonlMetricsConfig& c, const tessera::RunContext& run) { return std::make_shared<JsonlMetrics>(c, run); });
 }
 
 }  // namespace

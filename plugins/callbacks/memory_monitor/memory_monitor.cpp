@@ -24,10 +24,22 @@ std::string gib(double bytes) {
   return text;
 }
 
+struct MemoryMonitorConfig {
+  std::int64_t every = 10;
+  double warn_fraction = 0.9;
+
+  static void declare(tessera::ConfigFields<MemoryMonitorConfig>& f) {
+    f.field("every", &MemoryMonitorConfig::every, "measure every N steps (and at step 1)").at_least(1);
+    f.field("warn_fraction", &MemoryMonitorConfig::warn_fraction,
+            "warn when the fullest rank's peak exceeds this fraction of its memory")
+        .greater_than(0)
+        .at_most(1);
+  }
+};
+
 class MemoryMonitor final : public tessera::Callback {
  public:
-  explicit MemoryMonitor(const tessera::ComponentConfig& config)
-      : every_(config.integer("every")), warn_fraction_(config.number("warn_fraction")) {}
+  explicit MemoryMonitor(const MemoryMonitorConfig& config) : every_(config.every), warn_fraction_(config.warn_fraction) {}
 
   void on_collect_metrics(tessera::CallbackContext& ctx, tessera::StepMetrics& m) override {
     if (m.step % every_ != 0 && m.step != 1) return;
@@ -65,15 +77,9 @@ class MemoryMonitor final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("every", "measure every N steps (and at step 1)").default_to(10).at_least(1);
-  schema.number("warn_fraction", "warn when the fullest rank's peak exceeds this fraction of its memory")
-      .default_to(0.9)
-      .greater_than(0)
-      .at_most(1);
-  registrar.add<tessera::Callback>(
-      "memory_monitor", "every rank's memory peak, in use and reserved, across ranks, every N steps", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<MemoryMonitor>(c); });
+  registrar.add<tessera::Callback, MemoryMonitorConfig>(
+      "memory_monitor", "every rank's memory peak, in use and reserved, across ranks, every N steps",
+      [](const MemoryMonitorConfig& c) { return std::make_shared<MemoryMonitor>(c); });
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tessera/callback.hpp"
-#include "tessera/core/distributed.hpp"
+#include "tessera/core/distributed/distributed.hpp"
 #include "tessera/log.hpp"
 #include "tessera/memory_stats.hpp"
 #include "tessera/model.hpp"

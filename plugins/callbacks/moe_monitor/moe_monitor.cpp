@@ -45,10 +45,20 @@ struct LayerLoad {
 // over a long window stay exact.
 constexpr std::int64_t kScalarsPerLayer = 6;
 
+struct MoeMonitorConfig {
+  std::int64_t every = 1;
+  bool per_expert = true;
+
+  static void declare(tessera::ConfigFields<MoeMonitorConfig>& f) {
+    f.field("every", &MoeMonitorConfig::every, "collect every N steps; the model keeps summing its routing in between")
+        .at_least(1);
+    f.field("per_expert", &MoeMonitorConfig::per_expert, "also write each expert's share of the assignments");
+  }
+};
+
 class MoeMonitor final : public tessera::Callback {
  public:
-  explicit MoeMonitor(const tessera::ComponentConfig& config)
-      : every_(config.integer("every")), per_expert_(config.boolean("per_expert")) {}
+  explicit MoeMonitor(const MoeMonitorConfig& config) : every_(config.every), per_expert_(config.per_expert) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override { routing_of(ctx.model); }
 
@@ -136,14 +146,9 @@ class MoeMonitor final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("every", "collect every N steps; the model keeps summing its routing in between")
-      .default_to(1)
-      .at_least(1);
-  schema.boolean("per_expert", "also write each expert's share of the assignments").default_to(true);
-  registrar.add<tessera::Callback>(
-      "moe_monitor", "per-layer MoE expert load: max violation, router entropy, dead experts, drops", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<MoeMonitor>(c); });
+  registrar.add<tessera::Callback, MoeMonitorConfig>(
+      "moe_monitor", "per-layer MoE expert load: max violation, router entropy, dead experts, drops",
+      [](const MoeMonitorConfig& c) { return std::make_shared<MoeMonitor>(c); });
 }
 
 }  // namespace

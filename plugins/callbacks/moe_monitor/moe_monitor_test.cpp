@@ -12,9 +12,9 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/communicator.hpp"
-#include "tessera/core/distributed.hpp"
-#include "tessera/core/trainer.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "gloo_ranks.hpp"

@@ -54,28 +54,46 @@ double now_us() {
 
 std::string step_range_name(std::int64_t step) { return "ProfilerStep#" + std::to_string(step); }
 
+struct ProfilerConfig {
+  std::int64_t start_step = 5;
+  std::int64_t steps = 2;
+  std::vector<std::int64_t> ranks{0};
+  std::string dir = "profiles";
+  std::string backend = "auto";
+  bool record_shapes = false;
+  bool profile_memory = false;
+  bool with_stack = false;
+
+  static void declare(tessera::ConfigFields<ProfilerConfig>& f) {
+    using C = ProfilerConfig;
+    f.field("start_step", &C::start_step, "first profiled optimizer step (1-based)").at_least(1);
+    f.field("steps", &C::steps, "number of steps profiled").at_least(1);
+    f.field("ranks", &C::ranks, "ranks that profile");
+    f.field("dir", &C::dir, "output folder, relative to the run directory unless absolute");
+    f.field("backend", &C::backend, "kineto: LibTorch's profiler; phases: the step's phases; auto: kineto where available")
+        .one_of({"auto", "kineto", "phases"});
+    f.field("record_shapes", &C::record_shapes, "kineto: record operator input shapes");
+    f.field("profile_memory", &C::profile_memory, "kineto: record tensor allocations");
+    f.field("with_stack", &C::with_stack, "kineto: record source stacks of operators");
+    f.check([](const C& c) {
+      if (c.backend == "kineto" && !kineto_available()) {
+        throw tessera::ConfigError("Kineto is not available in this LibTorch; use backend: phases (or auto)", "backend");
+      }
+    });
+  }
+};
+
 class Profiler final : public tessera::Callback {
  public:
-  explicit Profiler(const tessera::ComponentConfig& config)
-      : start_step_(config.integer("start_step")),
-        steps_(config.integer("steps")),
-        ranks_(config.integers("ranks")),
-        record_shapes_(config.boolean("record_shapes")),
-        profile_memory_(config.boolean("profile_memory")),
-        with_stack_(config.boolean("with_stack")) {
-    fs::path dir = config.string("dir");
-    if (dir.is_relative() && !config.context().run_dir.empty()) {
-      dir = fs::path(config.context().run_dir) / dir;
-    }
-    dir_ = dir;
-    const std::string& backend = config.string("backend");
-    const bool has_kineto = kineto_available();
-    if (backend == "kineto" && !has_kineto) {
-      throw tessera::ConfigError(
-          "Kineto is not available in this LibTorch; use backend: phases (or auto)", "backend");
-    }
-    kineto_ = backend == "kineto" || (backend == "auto" && has_kineto);
-  }
+  Profiler(const ProfilerConfig& config, const tessera::RunContext& run)
+      : start_step_(config.start_step),
+        steps_(config.steps),
+        ranks_(config.ranks),
+        record_shapes_(config.record_shapes),
+        profile_memory_(config.profile_memory),
+        with_stack_(config.with_stack),
+        dir_(tessera::in_run_dir(run, config.dir)),
+        kineto_(config.backend == "kineto" || (config.backend == "auto" && kineto_available())) {}
 
   ~Profiler() override {
     // A window still open (no train end or exception event came): leave LibTorch unprofiled.
@@ -246,21 +264,9 @@ class Profiler final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("start_step", "first profiled optimizer step (1-based)").default_to(5).at_least(1);
-  schema.integer("steps", "number of steps profiled").default_to(2).at_least(1);
-  schema.integers("ranks", "ranks that profile").default_to(std::vector<std::int64_t>{0});
-  schema.string("dir", "output folder, relative to the run directory unless absolute")
-      .default_to("profiles");
-  schema.string("backend", "kineto: LibTorch's profiler; phases: the step's phases; auto: kineto where available")
-      .default_to("auto")
-      .one_of({"auto", "kineto", "phases"});
-  schema.boolean("record_shapes", "kineto: record operator input shapes").default_to(false);
-  schema.boolean("profile_memory", "kineto: record tensor allocations").default_to(false);
-  schema.boolean("with_stack", "kineto: record source stacks of operators").default_to(false);
-  registrar.add<tessera::Callback>(
+  registrar.add<tessera::Callback, ProfilerConfig>(
       "profiler", "Chrome trace of a window of steps on chosen ranks (Kineto, or the step phases)",
-      schema, [](const tessera::ComponentConfig& c) { return std::make_shared<Profiler>(c); });
+      [](const ProfilerConfig& c, const tessera::RunContext& run) { return std::make_shared<Profiler>(c, run); });
 }
 
 }  // namespace

@@ -20,10 +20,23 @@ namespace {
 namespace human = tessera::human;
 using human::format;
 
+struct ProgressBarConfig {
+  std::string mode = "auto";
+  std::int64_t width = 30;
+  std::int64_t every = 10;
+
+  static void declare(tessera::ConfigFields<ProgressBarConfig>& f) {
+    using C = ProgressBarConfig;
+    f.field("mode", &C::mode, "bar: redraw one line; lines: a log line every N steps; auto: bar on a terminal")
+        .one_of({"auto", "bar", "lines"});
+    f.field("width", &C::width, "cells of the bar").at_least(1);
+    f.field("every", &C::every, "in lines mode, a line every N optimizer steps").at_least(1);
+  }
+};
+
 class ProgressBar final : public tessera::Callback {
  public:
-  explicit ProgressBar(const tessera::ComponentConfig& config)
-      : mode_(config.string("mode")), width_(config.integer("width")), every_(config.integer("every")) {}
+  explicit ProgressBar(const ProgressBarConfig& config) : mode_(config.mode), width_(config.width), every_(config.every) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
     if (ctx.run.rank != 0) return;
@@ -127,15 +140,9 @@ class ProgressBar final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.string("mode", "bar: redraw one line; lines: a log line every N steps; auto: bar on a terminal")
-      .default_to("auto")
-      .one_of({"auto", "bar", "lines"});
-  schema.integer("width", "cells of the bar").default_to(30).at_least(1);
-  schema.integer("every", "in lines mode, a line every N optimizer steps").default_to(10).at_least(1);
-  registrar.add<tessera::Callback>(
-      "progress_bar", "a progress bar on a terminal, periodic lines elsewhere; rank 0 only", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<ProgressBar>(c); });
+  registrar.add<tessera::Callback, ProgressBarConfig>(
+      "progress_bar", "a progress bar on a terminal, periodic lines elsewhere; rank 0 only",
+      [](const ProgressBarConfig& c) { return std::make_shared<ProgressBar>(c); });
 }
 
 }  // namespace

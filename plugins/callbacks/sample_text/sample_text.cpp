@@ -62,20 +62,41 @@ class EvalModeGuard {
   bool was_training_;
 };
 
+struct SampleTextConfig {
+  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
+  std::string prompt = "The ";
+  std::int64_t max_new_tokens = 200;
+  double temperature = 0.8;
+  std::int64_t top_k = 0;
+  std::int64_t every = 0;
+  std::int64_t seed = -1;
+
+  static void declare(tessera::ConfigFields<SampleTextConfig>& f) {
+    using C = SampleTextConfig;
+    f.field("tokenizer", &C::tokenizer, "turns the prompt into token ids and the sample back into text");
+    f.field("prompt", &C::prompt, "text the sample starts from");
+    f.field("max_new_tokens", &C::max_new_tokens, "tokens to generate").at_least(1);
+    f.field("temperature", &C::temperature, "divides the logits; lower is more conservative").greater_than(0);
+    f.field("top_k", &C::top_k, "sample only from the k most likely tokens; 0 = all").at_least(0);
+    f.field("every", &C::every, "also sample every N steps; 0 = only at train end").at_least(0);
+    f.field("seed", &C::seed, "seed of the sampling generator; -1 = the run seed").at_least(-1);
+    f.check([](const C& c) {
+      if (c.prompt.empty()) throw tessera::ConfigError("prompt must not be empty", "prompt");
+    });
+  }
+};
+
 class SampleText final : public tessera::Callback {
  public:
-  explicit SampleText(const tessera::ComponentConfig& config)
-      : tokenizer_(config.component<tessera::kinds::Tokenizer>("tokenizer")),
-        prompt_(config.string("prompt")),
-        max_new_tokens_(config.integer("max_new_tokens")),
-        temperature_(config.number("temperature")),
-        top_k_(config.integer("top_k")),
-        every_(config.integer("every")),
-        seed_(config.integer("seed") < 0 ? config.context().seed
-                                         : static_cast<std::uint64_t>(config.integer("seed"))),
-        samples_path_(std::filesystem::path(config.context().run_dir) / "samples.txt") {
-    if (prompt_.empty()) throw tessera::ConfigError("prompt must not be empty", "prompt");
-  }
+  SampleText(const SampleTextConfig& config, const tessera::RunContext& run)
+      : tokenizer_(config.tokenizer),
+        prompt_(config.prompt),
+        max_new_tokens_(config.max_new_tokens),
+        temperature_(config.temperature),
+        top_k_(config.top_k),
+        every_(config.every),
+        seed_(config.seed < 0 ? run.seed : static_cast<std::uint64_t>(config.seed)),
+        samples_path_(std::filesystem::path(run.run_dir) / "samples.txt") {}
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
     if (every_ == 0 || m.step % every_ != 0) return;
@@ -159,25 +180,9 @@ class SampleText final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.component("tokenizer", "tokenizer", "turns the prompt into token ids and the sample back into text");
-  schema.string("prompt", "text the sample starts from").default_to("The ");
-  schema.integer("max_new_tokens", "tokens to generate").default_to(200).at_least(1);
-  schema.number("temperature", "divides the logits; lower is more conservative")
-      .default_to(0.8)
-      .greater_than(0);
-  schema.integer("top_k", "sample only from the k most likely tokens; 0 = all")
-      .default_to(0)
-      .at_least(0);
-  schema.integer("every", "also sample every N steps; 0 = only at train end")
-      .default_to(0)
-      .at_least(0);
-  schema.integer("seed", "seed of the sampling generator; -1 = the run seed")
-      .default_to(-1)
-      .at_least(-1);
-  registrar.add<tessera::Callback>(
-      "sample_text", "generates text from the model (on every rank) and logs it (rank 0)", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<SampleText>(c); });
+  registrar.add<tessera::Callback, SampleTextConfig>(
+      "sample_text", "generates text from the model (on every rank) and logs it (rank 0)",
+      [](const SampleTextConfig& c, const tessera::RunContext& run) { return std::make_shared<SampleText>(c, run); });
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "tessera/callback.hpp"
-#include "tessera/core/config_tree.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/log.hpp"
 #include "tessera/model.hpp"
 #include "test_support.hpp"

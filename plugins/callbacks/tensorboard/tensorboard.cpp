@@ -53,16 +53,23 @@ fs::path new_event_file(const fs::path& dir) {
   }
 }
 
+struct TensorBoardConfig {
+  std::string dir = "tensorboard";
+  std::int64_t every = 1;
+  double flush_every_s = 10.0;
+
+  static void declare(tessera::ConfigFields<TensorBoardConfig>& f) {
+    using C = TensorBoardConfig;
+    f.field("dir", &C::dir, "folder of the event file, relative to the run directory unless absolute");
+    f.field("every", &C::every, "write the step scalars every N optimizer steps").at_least(1);
+    f.field("flush_every_s", &C::flush_every_s, "flush the file at most this many seconds after a write").at_least(0);
+  }
+};
+
 class TensorBoard final : public tessera::Callback {
  public:
-  explicit TensorBoard(const tessera::ComponentConfig& config)
-      : every_(config.integer("every")), flush_every_s_(config.number("flush_every_s")) {
-    fs::path dir = config.string("dir");
-    if (dir.is_relative() && !config.context().run_dir.empty()) {
-      dir = fs::path(config.context().run_dir) / dir;
-    }
-    dir_ = dir;
-  }
+  TensorBoard(const TensorBoardConfig& config, const tessera::RunContext& run)
+      : every_(config.every), flush_every_s_(config.flush_every_s), dir_(tessera::in_run_dir(run, config.dir)) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
     if (ctx.run.rank != 0) return;
@@ -168,16 +175,9 @@ class TensorBoard final : public tessera::Callback {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.string("dir", "folder of the event file, relative to the run directory unless absolute")
-      .default_to("tensorboard");
-  schema.integer("every", "write the step scalars every N optimizer steps").default_to(1).at_least(1);
-  schema.number("flush_every_s", "flush the file at most this many seconds after a write")
-      .default_to(10.0)
-      .at_least(0);
-  registrar.add<tessera::Callback>(
-      "tensorboard", "step metrics and evaluations as TensorBoard scalars, rank 0 only", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<TensorBoard>(c); });
+  registrar.add<tessera::Callback, TensorBoardConfig>(
+      "tensorboard", "step metrics and evaluations as TensorBoard scalars, rank 0 only",
+      [](const TensorBoardConfig& c, const tessera::RunContext& run) { return std::make_shared<TensorBoard>(c, run); });
 }
 
 }  // namespace

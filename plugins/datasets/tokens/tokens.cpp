@@ -83,23 +83,44 @@ std::vector<std::int64_t> epoch_order(std::int64_t n, std::uint64_t seed, std::i
   return order;
 }
 
+struct TokensConfig {
+  std::string path;
+  std::string dtype = "uint16";
+  std::int64_t seq_len = 1;
+  std::int64_t stride = 0;  // 0: seq_len
+  std::int64_t ignore_token = -1;
+  bool shuffle = true;
+  std::int64_t seed = -1;  // -1: the run seed
+
+  static void declare(tessera::ConfigFields<TokensConfig>& f) {
+    using C = TokensConfig;
+    f.field("path", &C::path, "flat binary file of token ids").required();
+    // uint8 reads any file as byte-level tokens (a text file is its own token file).
+    f.field("dtype", &C::dtype, "width of one token id in the file (uint8: raw bytes)").one_of({"uint8", "uint16", "uint32"});
+    f.field("seq_len", &C::seq_len, "tokens per sample (each sample reads seq_len + 1)").required().at_least(1);
+    f.field("stride", &C::stride, "tokens between window starts; 0 means seq_len (no overlap)").at_least(0);
+    f.field("ignore_token", &C::ignore_token, "token id whose label position takes no loss; -1 = none").at_least(-1);
+    f.field("shuffle", &C::shuffle, "a new seeded order every epoch");
+    f.field("seed", &C::seed, "seed of the sample order; -1 = the run seed").at_least(-1);
+  }
+};
+
 class TokenWindowDataset final : public tessera::Dataset {
  public:
-  explicit TokenWindowDataset(const tessera::ComponentConfig& config)
-      : path_(config.string("path")),
+  TokenWindowDataset(const TokensConfig& config, std::uint64_t run_seed)
+      : path_(config.path),
         file_(path_),
-        token_bytes_(config.string("dtype") == "uint32" ? 4 : config.string("dtype") == "uint8" ? 1 : 2),
-        seq_len_(config.integer("seq_len")),
-        stride_(config.integer("stride") == 0 ? seq_len_ : config.integer("stride")),
-        ignore_token_(config.integer("ignore_token")),
-        shuffle_(config.boolean("shuffle")),
-        seed_(config.integer("seed") < 0 ? config.context().seed
-                                         : static_cast<std::uint64_t>(config.integer("seed"))) {
+        token_bytes_(config.dtype == "uint32" ? 4 : config.dtype == "uint8" ? 1 : 2),
+        seq_len_(config.seq_len),
+        stride_(config.stride == 0 ? seq_len_ : config.stride),
+        ignore_token_(config.ignore_token),
+        shuffle_(config.shuffle),
+        seed_(config.seed < 0 ? run_seed : static_cast<std::uint64_t>(config.seed)) {
     if (file_.size() == 0) throw tessera::ConfigError(path_ + " is empty", "path");
     if (file_.size() % token_bytes_ != 0) {
       throw tessera::ConfigError(path_ + " has " + std::to_string(file_.size()) +
                                      " bytes, not a multiple of " + std::to_string(token_bytes_) +
-                                     " (" + config.string("dtype") + "); is dtype right?",
+                                     " (" + config.dtype + "); is dtype right?",
                                  "path");
     }
     num_tokens_ = static_cast<std::int64_t>(file_.size() / token_bytes_);
@@ -208,24 +229,9 @@ class TokenWindowDataset final : public tessera::Dataset {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.string("path", "flat binary file of token ids");
-  // uint8 reads any file as byte-level tokens (a text file is its own token file).
-  schema.string("dtype", "width of one token id in the file (uint8: raw bytes)")
-      .default_to("uint16")
-      .one_of({"uint8", "uint16", "uint32"});
-  schema.integer("seq_len", "tokens per sample (each sample reads seq_len + 1)").at_least(1);
-  schema.integer("stride", "tokens between window starts; 0 means seq_len (no overlap)")
-      .default_to(0)
-      .at_least(0);
-  schema.integer("ignore_token", "token id whose label position takes no loss; -1 = none")
-      .default_to(-1)
-      .at_least(-1);
-  schema.boolean("shuffle", "a new seeded order every epoch").default_to(true);
-  schema.integer("seed", "seed of the sample order; -1 = the run seed").default_to(-1).at_least(-1);
-  registrar.add<tessera::Dataset>(
-      "tokens", "fixed-length windows over a memory-mapped flat token file", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<TokenWindowDataset>(c); });
+  registrar.add<tessera::Dataset, TokensConfig>(
+      "tokens", "fixed-length windows over a memory-mapped flat token file",
+      [](const TokensConfig& c, const tessera::RunContext& run) { return std::make_shared<TokenWindowDataset>(c, run.seed); });
 }
 
 }  // namespace

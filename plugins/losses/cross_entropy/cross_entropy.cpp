@@ -12,10 +12,19 @@
 
 namespace {
 
+struct CrossEntropyConfig {
+  double label_smoothing = 0.0;
+
+  static void declare(tessera::ConfigFields<CrossEntropyConfig>& f) {
+    f.field("label_smoothing", &CrossEntropyConfig::label_smoothing, "mass spread uniformly over the vocabulary")
+        .at_least(0)
+        .less_than(1);
+  }
+};
+
 class CrossEntropyLoss final : public tessera::Loss {
  public:
-  explicit CrossEntropyLoss(const tessera::ComponentConfig& config)
-      : label_smoothing_(config.number("label_smoothing")) {}
+  explicit CrossEntropyLoss(const CrossEntropyConfig& config) : label_smoothing_(config.label_smoothing) {}
 
   tessera::LossSum compute(const at::Tensor& logits, const at::Tensor& labels) override {
     const std::int64_t vocab = logits.size(-1);
@@ -34,14 +43,9 @@ class CrossEntropyLoss final : public tessera::Loss {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.number("label_smoothing", "mass spread uniformly over the vocabulary")
-      .default_to(0.0)
-      .at_least(0)
-      .less_than(1);
-  registrar.add<tessera::Loss>(
-      "cross_entropy", "summed token cross-entropy in float32, ignoring padded labels", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<CrossEntropyLoss>(c); });
+  registrar.add<tessera::Loss, CrossEntropyConfig>(
+      "cross_entropy", "summed token cross-entropy in float32, ignoring padded labels",
+      [](const CrossEntropyConfig& c) { return std::make_shared<CrossEntropyLoss>(c); });
 }
 
 }  // namespace

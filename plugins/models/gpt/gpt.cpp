@@ -23,15 +23,20 @@
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 #include "tessera/safetensors.hpp"
+#include "gpt_architecture.hpp"
 #include "transformer_parts.hpp"
 
 namespace {
 
-struct GptConfig {
-  std::int64_t vocab_size, n_layer, n_head, n_embd, max_seq_len;
-  double dropout, init_std;
-  bool bias;
+struct GptConfig : tessera::gpt_parts::GptArchitecture {
   std::string init_from;  // a safetensors file (or an export folder holding model.safetensors)
+
+  static void declare(tessera::ConfigFields<GptConfig>& f) {
+    tessera::gpt_parts::declare_gpt_architecture(
+        f, {"dropout on embeddings, attention and residual branches", "biases in linear layers and layer norms"});
+    f.field("init_from", &GptConfig::init_from,
+            "start from these weights: a safetensors file or a Tessera export folder");
+  }
 };
 
 using tessera::gpt_parts::CausalSelfAttention;
@@ -172,49 +177,9 @@ class Gpt final : public tessera::Model {
   double flop_params_ = 0;
 };
 
-std::shared_ptr<tessera::Model> make_gpt(const tessera::ComponentConfig& config) {
-  GptConfig c;
-  c.vocab_size = config.integer("vocab_size");
-  c.n_layer = config.integer("n_layer");
-  c.n_head = config.integer("n_head");
-  c.n_embd = config.integer("n_embd");
-  c.max_seq_len = config.integer("max_seq_len");
-  c.dropout = config.number("dropout");
-  c.bias = config.boolean("bias");
-  c.init_std = config.number("init_std");
-  c.init_from = config.string("init_from");
-  if (c.n_embd % c.n_head != 0) {
-    throw tessera::ConfigError("n_embd (" + std::to_string(c.n_embd) +
-                                   ") must be divisible by n_head (" + std::to_string(c.n_head) +
-                                   ")",
-                               "n_embd");
-  }
-  return std::make_shared<Gpt>(c);
-}
-
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.integer("vocab_size", "number of token ids").default_to(256).at_least(1);
-  schema.integer("n_layer", "transformer blocks").default_to(4).at_least(1);
-  schema.integer("n_head", "attention heads per block").default_to(4).at_least(1);
-  schema.integer("n_embd", "width of the residual stream (divisible by n_head)")
-      .default_to(128)
-      .at_least(1);
-  schema.integer("max_seq_len", "longest sequence (size of the position embedding)")
-      .default_to(256)
-      .at_least(1);
-  schema.number("dropout", "dropout on embeddings, attention and residual branches")
-      .default_to(0.0)
-      .at_least(0)
-      .less_than(1);
-  schema.boolean("bias", "biases in linear layers and layer norms").default_to(true);
-  schema.number("init_std", "standard deviation of the normal weight init")
-      .default_to(0.02)
-      .greater_than(0);
-  schema.string("init_from", "start from these weights: a safetensors file or a Tessera export folder")
-      .default_to("");
-  registrar.add<tessera::Model>("gpt", "GPT-2 style decoder-only transformer with tied head",
-                                schema, make_gpt);
+  registrar.add<tessera::Model, GptConfig>("gpt", "GPT-2 style decoder-only transformer with tied head",
+                                           [](const GptConfig& c) { return std::make_shared<Gpt>(c); });
 }
 
 }  // namespace

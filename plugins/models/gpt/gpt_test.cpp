@@ -7,8 +7,8 @@
 #include <set>
 #include <string>
 
-#include "tessera/core/config_tree.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "test_support.hpp"

@@ -21,6 +21,12 @@ inline torch::nn::Linear linear_layer(std::int64_t in, std::int64_t out, bool bi
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
+// GPT-2 init of an affine map: normal weights, zero bias (when there is one).
+inline void init_affine(at::Tensor& weight, at::Tensor& bias, double std_dev) {
+  weight.normal_(0.0, std_dev);
+  if (bias.defined()) bias.zero_();
+}
+
 // torch::nn::LayerNorm has no bias switch, so this one holds its own affine parameters.
 class LayerNorm : public torch::nn::Module {
  public:

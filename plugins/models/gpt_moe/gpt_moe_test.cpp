@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "tessera/communicator.hpp"
-#include "tessera/core/distributed.hpp"
-#include "tessera/core/trainer.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
 #include "tessera/parallel.hpp"

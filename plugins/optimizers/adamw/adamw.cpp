@@ -14,28 +14,42 @@
 
 namespace {
 
-class AdamWOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim::AdamW> {
- public:
-  explicit AdamWOptimizer(const tessera::ComponentConfig& config)
-      : TorchOptimizer(config.component<tessera::Model>("model"), config.number("lr"), "optimizer/adamw") {
-    auto options = torch::optim::AdamWOptions(base_lr_)
-                       .betas(std::make_tuple(config.number("beta1"), config.number("beta2")))
-                       .eps(config.number("eps"))
-                       .weight_decay(config.number("weight_decay"));
+struct AdamWConfig {
+  std::shared_ptr<tessera::Model> model;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decay_norm_and_bias = false;
 
+  static void declare(tessera::ConfigFields<AdamWConfig>& f) {
+    using C = AdamWConfig;
+    f.field("model", &C::model, "the model whose parameters are optimised");
+    f.field("lr", &C::lr, "base learning rate (the scheduler multiplies it)").greater_than(0);
+    f.field("beta1", &C::beta1, "decay of the first-moment average").at_least(0).less_than(1);
+    f.field("beta2", &C::beta2, "decay of the second-moment average").at_least(0).less_than(1);
+    f.field("eps", &C::eps, "added to the denominator for stability").greater_than(0);
+    f.field("weight_decay", &C::weight_decay, "decoupled weight decay").at_least(0);
+    f.field("decay_norm_and_bias", &C::decay_norm_and_bias, "also decay tensors with fewer than 2 dimensions");
+  }
+};
+
+using AdamWBase = tessera_plugins::TorchOptimizer<torch::optim::AdamW, torch::optim::AdamWParamState>;
+
+class AdamWOptimizer final : public AdamWBase {
+ public:
+  explicit AdamWOptimizer(const AdamWConfig& config) : AdamWBase(config.model, config.lr, "optimizer/adamw") {
+    auto options = torch::optim::AdamWOptions(base_lr_)
+                       .betas(std::make_tuple(config.beta1, config.beta2))
+                       .eps(config.eps)
+                       .weight_decay(config.weight_decay);
     std::vector<at::Tensor> decayed, not_decayed;
-    for (const at::Tensor& p : model_->parameters()) {
-      if (!p.requires_grad()) continue;
-      const bool decay = config.boolean("decay_norm_and_bias") || p.dim() >= 2;
-      (decay ? decayed : not_decayed).push_back(p);
-    }
-    if (decayed.empty() && not_decayed.empty()) {
-      throw tessera::ConfigError("the model has no trainable parameters", "model");
+    for (const at::Tensor& p : trainable_parameters()) {
+      (config.decay_norm_and_bias || p.dim() >= 2 ? decayed : not_decayed).push_back(p);
     }
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    if (!decayed.empty()) {
-      groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(options));
-    }
+    if (!decayed.empty()) groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(options));
     if (!not_decayed.empty()) {
       auto no_decay = options;
       no_decay.weight_decay(0.0);
@@ -44,59 +58,26 @@ class AdamWOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim
     adopt(std::make_unique<torch::optim::AdamW>(groups, options));
   }
 
-  // Host copies, so a later step cannot change a state dict already handed to a checkpoint, and
-  // saving never holds a second copy of the state on the device.
-  tessera::StateDict state_dict() const override {
-    tessera::StateDict state;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const auto* s = state_of<torch::optim::AdamWParamState>(i);
-      if (!s) continue;  // never stepped
-      state[state_key(i, "step")] = at::scalar_tensor(s->step(), at::kLong);
-      state[state_key(i, "exp_avg")] = s->exp_avg().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-      state[state_key(i, "exp_avg_sq")] = s->exp_avg_sq().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-    }
-    return state;
+ protected:
+  std::vector<tessera_plugins::StateField> state_fields() const override {
+    return {{"step", false}, {"exp_avg", true}, {"exp_avg_sq", true}};
   }
-
-  void load_state_dict(const tessera::StateDict& state) override {
-    std::size_t used = 0;
-    clear_state();
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const std::string step_key = state_key(i, "step");
-      if (state.count(step_key) == 0) continue;  // never stepped when saved
-      const std::string avg_key = state_key(i, "exp_avg"), sq_key = state_key(i, "exp_avg_sq");
-      auto s = std::make_unique<torch::optim::AdamWParamState>();
-      s->step(saved(state, step_key).item<std::int64_t>());
-      s->exp_avg(restore_like(saved(state, avg_key), i, avg_key));
-      s->exp_avg_sq(restore_like(saved(state, sq_key), i, sq_key));
-      set_state(i, std::move(s));
-      used += 3;
-    }
-    check_all_used(state, used, "moments");
+  std::vector<at::Tensor> save_fields(const torch::optim::AdamWParamState& s) const override {
+    return {at::scalar_tensor(s.step(), at::kLong), s.exp_avg(), s.exp_avg_sq()};
+  }
+  std::unique_ptr<torch::optim::AdamWParamState> load_fields(const std::vector<at::Tensor>& values) const override {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(values[0].item<std::int64_t>());
+    s->exp_avg(values[1]);
+    s->exp_avg_sq(values[2]);
+    return s;
   }
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.component("model", "model", "the model whose parameters are optimised");
-  schema.number("lr", "base learning rate (the scheduler multiplies it)")
-      .default_to(1e-3)
-      .greater_than(0);
-  schema.number("beta1", "decay of the first-moment average")
-      .default_to(0.9)
-      .at_least(0)
-      .less_than(1);
-  schema.number("beta2", "decay of the second-moment average")
-      .default_to(0.999)
-      .at_least(0)
-      .less_than(1);
-  schema.number("eps", "added to the denominator for stability").default_to(1e-8).greater_than(0);
-  schema.number("weight_decay", "decoupled weight decay").default_to(0.0).at_least(0);
-  schema.boolean("decay_norm_and_bias", "also decay tensors with fewer than 2 dimensions")
-      .default_to(false);
-  registrar.add<tessera::Optimizer>(
-      "adamw", "AdamW with decoupled weight decay (biases and norms undecayed by default)", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<AdamWOptimizer>(c); });
+  registrar.add<tessera::Optimizer, AdamWConfig>(
+      "adamw", "AdamW with decoupled weight decay (biases and norms undecayed by default)",
+      [](const AdamWConfig& c) { return std::make_shared<AdamWOptimizer>(c); });
 }
 
 }  // namespace

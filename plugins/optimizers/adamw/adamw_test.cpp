@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"

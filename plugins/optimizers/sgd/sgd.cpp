@@ -11,68 +11,55 @@
 
 namespace {
 
-class SgdOptimizer final : public tessera_plugins::TorchOptimizer<torch::optim::SGD> {
+struct SgdConfig {
+  std::shared_ptr<tessera::Model> model;
+  double lr = 1e-3;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+
+  static void declare(tessera::ConfigFields<SgdConfig>& f) {
+    using C = SgdConfig;
+    f.field("model", &C::model, "the model whose parameters are optimised");
+    f.field("lr", &C::lr, "base learning rate (the scheduler multiplies it)").greater_than(0);
+    f.field("momentum", &C::momentum, "momentum factor (0 = plain SGD)").at_least(0);
+    f.field("nesterov", &C::nesterov, "use Nesterov momentum (needs momentum > 0)");
+    f.field("weight_decay", &C::weight_decay, "L2 penalty added to the gradient").at_least(0);
+    f.check([](const C& c) {
+      if (c.nesterov && c.momentum <= 0) throw tessera::ConfigError("nesterov needs momentum > 0", "nesterov");
+    });
+  }
+};
+
+using SgdBase = tessera_plugins::TorchOptimizer<torch::optim::SGD, torch::optim::SGDParamState>;
+
+// Without momentum SGD has no state and its state dict is empty.
+class SgdOptimizer final : public SgdBase {
  public:
-  explicit SgdOptimizer(const tessera::ComponentConfig& config)
-      : TorchOptimizer(config.component<tessera::Model>("model"), config.number("lr"), "optimizer/sgd") {
-    const double momentum = config.number("momentum");
-    const bool nesterov = config.boolean("nesterov");
-    if (nesterov && momentum <= 0) {
-      throw tessera::ConfigError("nesterov needs momentum > 0", "nesterov");
-    }
-    std::vector<at::Tensor> trainable;
-    for (const at::Tensor& p : model_->parameters()) {
-      if (p.requires_grad()) trainable.push_back(p);
-    }
-    if (trainable.empty()) {
-      throw tessera::ConfigError("the model has no trainable parameters", "model");
-    }
-    auto options =
-        torch::optim::SGDOptions(base_lr_).momentum(momentum).nesterov(nesterov).weight_decay(
-            config.number("weight_decay"));
-    adopt(std::make_unique<torch::optim::SGD>(trainable, options));
+  explicit SgdOptimizer(const SgdConfig& config) : SgdBase(config.model, config.lr, "optimizer/sgd") {
+    auto options = torch::optim::SGDOptions(base_lr_)
+                       .momentum(config.momentum)
+                       .nesterov(config.nesterov)
+                       .weight_decay(config.weight_decay);
+    adopt(std::make_unique<torch::optim::SGD>(trainable_parameters(), options));
   }
 
-  // Host copies, so a later step cannot change a state dict already handed to a checkpoint, and
-  // saving never holds a second copy of the state on the device.
-  // Without momentum SGD has no state and the dict is empty.
-  tessera::StateDict state_dict() const override {
-    tessera::StateDict state;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (const auto* s = state_of<torch::optim::SGDParamState>(i)) {
-        state[state_key(i, "momentum_buffer")] = s->momentum_buffer().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-      }
-    }
-    return state;
+ protected:
+  std::vector<tessera_plugins::StateField> state_fields() const override { return {{"momentum_buffer", true}}; }
+  std::vector<at::Tensor> save_fields(const torch::optim::SGDParamState& s) const override {
+    return {s.momentum_buffer()};
   }
-
-  void load_state_dict(const tessera::StateDict& state) override {
-    std::size_t used = 0;
-    clear_state();
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const std::string key = state_key(i, "momentum_buffer");
-      if (state.count(key) == 0) continue;
-      auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(restore_like(saved(state, key), i, key));
-      set_state(i, std::move(s));
-      ++used;
-    }
-    check_all_used(state, used, "momentum buffers");
+  std::unique_ptr<torch::optim::SGDParamState> load_fields(const std::vector<at::Tensor>& values) const override {
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(values[0]);
+    return s;
   }
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  schema.component("model", "model", "the model whose parameters are optimised");
-  schema.number("lr", "base learning rate (the scheduler multiplies it)")
-      .default_to(1e-3)
-      .greater_than(0);
-  schema.number("momentum", "momentum factor (0 = plain SGD)").default_to(0.0).at_least(0);
-  schema.boolean("nesterov", "use Nesterov momentum (needs momentum > 0)").default_to(false);
-  schema.number("weight_decay", "L2 penalty added to the gradient").default_to(0.0).at_least(0);
-  registrar.add<tessera::Optimizer>(
-      "sgd", "stochastic gradient descent with optional (Nesterov) momentum", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<SgdOptimizer>(c); });
+  registrar.add<tessera::Optimizer, SgdConfig>(
+      "sgd", "stochastic gradient descent with optional (Nesterov) momentum",
+      [](const SgdConfig& c) { return std::make_shared<SgdOptimizer>(c); });
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/config_tree.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"

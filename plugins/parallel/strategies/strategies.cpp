@@ -12,50 +12,54 @@ using tessera_plugins::DataParallel;
 using tessera_plugins::DataParallelOptions;
 using tessera_plugins::GradReduction;
 
-std::int64_t bucket_bytes(const tessera::ComponentConfig& config) {
-  return static_cast<std::int64_t>(config.number("bucket_mb") * 1024.0 * 1024.0);
-}
+struct BucketedConfig {
+  double bucket_mb = 25.0;
 
-tessera::Schema bucket_schema() {
-  tessera::Schema schema;
-  schema.number("bucket_mb", "gradient bucket size in MiB: each bucket's reduction starts as soon as backward fills it")
-      .default_to(25.0)
-      .greater_than(0);
-  return schema;
-}
+  static void declare(tessera::ConfigFields<BucketedConfig>& f) {
+    f.field("bucket_mb", &BucketedConfig::bucket_mb,
+            "gradient bucket size in MiB: each bucket's reduction starts as soon as backward fills it")
+        .greater_than(0);
+  }
+};
+
+struct FsdpConfig {
+  bool prefetch = true;
+
+  static void declare(tessera::ConfigFields<FsdpConfig>& f) {
+    f.field("prefetch", &FsdpConfig::prefetch, "gather the next unit's parameters while the current one computes");
+  }
+};
 
 // ddp, zero1 and zero2 differ only in how bucket gradients are reduced.
 auto bucketed(const char* name, GradReduction reduction) {
-  return [name, reduction](const tessera::ComponentConfig& c) {
+  return [name, reduction](const BucketedConfig& c) {
     DataParallelOptions o;
     o.name = name;
     o.reduction = reduction;
-    o.bucket_bytes = bucket_bytes(c);
+    o.bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024.0 * 1024.0);
     return std::make_shared<DataParallel>(o);
   };
 }
 
 void register_components(tessera::Registrar& registrar) {
-  registrar.add<tessera::ParallelStrategy>(
+  registrar.add<tessera::ParallelStrategy, BucketedConfig>(
       "ddp", "data parallel: whole replicas; gradient buckets all-reduced during backward, on the last micro-batch only",
-      bucket_schema(), bucketed("ddp", GradReduction::all_reduce));
-  registrar.add<tessera::ParallelStrategy>(
+      bucketed("ddp", GradReduction::all_reduce));
+  registrar.add<tessera::ParallelStrategy, BucketedConfig>(
       "zero1", "ZeRO stage 1: optimizer state sharded; gradients reduce-scattered, shards updated, parameters all-gathered",
-      bucket_schema(), bucketed("zero1", GradReduction::reduce_scatter_final));
-  registrar.add<tessera::ParallelStrategy>(
+      bucketed("zero1", GradReduction::reduce_scatter_final));
+  registrar.add<tessera::ParallelStrategy, BucketedConfig>(
       "zero2", "ZeRO stage 2: optimizer state and gradients sharded; every backward reduce-scatters its buckets",
-      bucket_schema(), bucketed("zero2", GradReduction::reduce_scatter_each));
-  tessera::Schema fsdp;
-  fsdp.boolean("prefetch", "gather the next unit's parameters while the current one computes").default_to(true);
-  registrar.add<tessera::ParallelStrategy>(
+      bucketed("zero2", GradReduction::reduce_scatter_each));
+  registrar.add<tessera::ParallelStrategy, FsdpConfig>(
       "fsdp",
       "fully sharded: parameters, gradients and optimizer state sharded; the model's units gathered one at a time",
-      fsdp, [](const tessera::ComponentConfig& c) {
+      [](const FsdpConfig& c) {
         DataParallelOptions o;
         o.name = "fsdp";
         o.reduction = GradReduction::reduce_scatter_each;
         o.shard_parameters = true;
-        o.prefetch = c.boolean("prefetch");
+        o.prefetch = c.prefetch;
         return std::make_shared<DataParallel>(o);
       });
 }

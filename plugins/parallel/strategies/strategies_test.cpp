@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "tessera/communicator.hpp"
-#include "tessera/core/distributed.hpp"
-#include "tessera/core/trainer.hpp"
-#include "tessera/core/training_run.hpp"
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/parallel.hpp"
 #include "test_support.hpp"
 

@@ -8,10 +8,13 @@
 
 namespace {
 
+struct ConstantConfig : tessera::schedulers::WarmupConfig {
+  static void declare(tessera::ConfigFields<ConstantConfig>& f) { tessera::schedulers::declare_warmup(f); }
+};
+
 class ConstantScheduler final : public tessera::Scheduler {
  public:
-  explicit ConstantScheduler(const tessera::ComponentConfig& config)
-      : warmup_steps_(config.integer("warmup_steps")) {}
+  explicit ConstantScheduler(const ConstantConfig& config) : warmup_steps_(config.warmup_steps) {}
 
   double lr_factor(std::int64_t step) const override {
     return tessera::schedulers::warmup_factor(step, warmup_steps_);
@@ -22,11 +25,9 @@ class ConstantScheduler final : public tessera::Scheduler {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  tessera::schedulers::declare_warmup(schema);
-  registrar.add<tessera::Scheduler>(
-      "constant", "constant lr after an optional linear warmup", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<ConstantScheduler>(c); });
+  registrar.add<tessera::Scheduler, ConstantConfig>(
+      "constant", "constant lr after an optional linear warmup",
+      [](const ConstantConfig& c) { return std::make_shared<ConstantScheduler>(c); });
 }
 
 }  // namespace

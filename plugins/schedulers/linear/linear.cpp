@@ -9,9 +9,14 @@
 
 namespace {
 
+struct LinearConfig : tessera::schedulers::WarmupDecayConfig {
+  LinearConfig() : WarmupDecayConfig(/*default_min_lr_ratio=*/0.0) {}
+  static void declare(tessera::ConfigFields<LinearConfig>& f) { tessera::schedulers::declare_warmup_decay(f); }
+};
+
 class LinearScheduler final : public tessera::Scheduler {
  public:
-  explicit LinearScheduler(const tessera::ComponentConfig& config) : schedule_(config) {}
+  explicit LinearScheduler(const LinearConfig& config) : schedule_(config) {}
 
   double lr_factor(std::int64_t step) const override {
     return schedule_.factor(step, [](double progress) { return 1.0 - progress; });
@@ -22,11 +27,9 @@ class LinearScheduler final : public tessera::Scheduler {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  tessera::schedulers::WarmupDecay::declare(schema, /*default_min_lr_ratio=*/0.0);
-  registrar.add<tessera::Scheduler>(
-      "linear", "linear warmup, then linear decay to min_lr_ratio at total_steps", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<LinearScheduler>(c); });
+  registrar.add<tessera::Scheduler, LinearConfig>(
+      "linear", "linear warmup, then linear decay to min_lr_ratio at total_steps",
+      [](const LinearConfig& c) { return std::make_shared<LinearScheduler>(c); });
 }
 
 }  // namespace

@@ -12,13 +12,17 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
+struct WarmupCosineConfig : tessera::schedulers::WarmupDecayConfig {
+  WarmupCosineConfig() : WarmupDecayConfig(/*default_min_lr_ratio=*/0.1) {}
+  static void declare(tessera::ConfigFields<WarmupCosineConfig>& f) { tessera::schedulers::declare_warmup_decay(f); }
+};
+
 class WarmupCosineScheduler final : public tessera::Scheduler {
  public:
-  explicit WarmupCosineScheduler(const tessera::ComponentConfig& config) : schedule_(config) {}
+  explicit WarmupCosineScheduler(const WarmupCosineConfig& config) : schedule_(config) {}
 
   double lr_factor(std::int64_t step) const override {
-    return schedule_.factor(step,
-                            [](double progress) { return 0.5 * (1.0 + std::cos(kPi * progress)); });
+    return schedule_.factor(step, [](double progress) { return 0.5 * (1.0 + std::cos(kPi * progress)); });
   }
 
  private:
@@ -26,11 +30,9 @@ class WarmupCosineScheduler final : public tessera::Scheduler {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  tessera::Schema schema;
-  tessera::schedulers::WarmupDecay::declare(schema, /*default_min_lr_ratio=*/0.1);
-  registrar.add<tessera::Scheduler>(
-      "warmup_cosine", "linear warmup, then cosine decay to min_lr_ratio at total_steps", schema,
-      [](const tessera::ComponentConfig& c) { return std::make_shared<WarmupCosineScheduler>(c); });
+  registrar.add<tessera::Scheduler, WarmupCosineConfig>(
+      "warmup_cosine", "linear warmup, then cosine decay to min_lr_ratio at total_steps",
+      [](const WarmupCosineConfig& c) { return std::make_shared<WarmupCosineScheduler>(c); });
 }
 
 }  // namespace

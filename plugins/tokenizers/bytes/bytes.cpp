@@ -29,9 +29,9 @@ class ByteTokenizer : public tessera::kinds::Tokenizer {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  registrar.add<tessera::kinds::Tokenizer>(
-      "bytes", "byte-level tokenizer: token id = byte value (256 ids)", tessera::Schema{},
-      [](const tessera::ComponentConfig&) { return std::make_shared<ByteTokenizer>(); });
+  registrar.add<tessera::kinds::Tokenizer, tessera::NoConfig>(
+      "bytes", "byte-level tokenizer: token id = byte value (256 ids)",
+      [](const tessera::NoConfig&) { return std::make_shared<ByteTokenizer>(); });
 }
 
 }  // namespace

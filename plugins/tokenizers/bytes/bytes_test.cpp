@@ -2,7 +2,7 @@
 // plugin (callback/sample_text) consumes it.
 #include <gtest/gtest.h>
 
-#include "tessera/core/config_tree.hpp"
+#include "tessera/core/config/config_tree.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "test_support.hpp"
 

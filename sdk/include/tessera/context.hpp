@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -19,5 +20,10 @@ struct RunContext {
   // The other ranks (tessera/communicator.hpp); set by the host for every run, also of one rank.
   std::shared_ptr<Communicator> communicator;
 };
+
+// Where a component's output path lands: relative paths are inside the run directory.
+inline std::filesystem::path in_run_dir(const RunContext& run, const std::filesystem::path& path) {
+  return path.is_relative() && !run.run_dir.empty() ? std::filesystem::path(run.run_dir) / path : path;
+}
 
 }  // namespace tessera

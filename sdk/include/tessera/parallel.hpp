@@ -5,11 +5,14 @@
 //   setup(model, optimizer, comm)                 once, before the first step
 //   per step:  begin_micro_batch(i, n)            before each micro-batch's forward
 //              finish_gradients()                 after the last backward
-//              gradients(), grad_norm_squared_share()   clipping and the global norm
+//              reduce_loss_and_grad_norm(...)     the step's loss and global norm over ranks
+//              gradients()                        what clipping scales
 //              optimizer_step(optimizer)          the update, and parameters in sync again
 //              zero_grad(optimizer)
 //
-// A strategy built for a run of one rank must give that rank's plain result.
+// A run of one rank has a strategy too: the host's `local` one (a null object), so the trainer
+// runs one step shape for every run. A strategy built for a run of one rank must give that
+// rank's plain result.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +37,13 @@ struct ParallelMemory {
   std::int64_t gradients = 0;
 };
 
+// A step's loss summed over ranks and the gradients' global L2 norm: 0-dim fp32 tensors on the
+// device, never read back to the host here.
+struct LossAndGradNorm {
+  at::Tensor loss_sum;
+  at::Tensor grad_norm;
+};
+
 class TESSERA_API ParallelStrategy {
  public:
   static constexpr const char* kKind = "parallel";
@@ -52,6 +62,11 @@ class TESSERA_API ParallelStrategy {
   virtual std::vector<at::Tensor> gradients() = 0;
   // This rank's share of the squared global gradient norm; the shares of all ranks sum to it.
   virtual at::Tensor grad_norm_squared_share() = 0;
+  // After finish_gradients(): `loss_sum` (this rank's summed token loss) summed over ranks, and
+  // the global gradient norm. The default does both in one collective, summing
+  // [loss_sum, grad_norm_squared_share()] and taking the root; a strategy with a more direct
+  // way overrides it (one rank: no collective, the norm taken straight from the gradients).
+  virtual LossAndGradNorm reduce_loss_and_grad_norm(Communicator& comm, const at::Tensor& loss_sum);
   // Updates this rank's part with the optimizer (lr already set) and brings the parameters of
   // every rank up to date.
   virtual void optimizer_step(Optimizer& optimizer) = 0;

@@ -22,7 +22,7 @@ struct TESSERA_API FieldSpec {
   std::string doc;
   std::string component_kind;  // for FieldType::component: the kind the value must be
   Value default_value;         // std::monostate when there is none
-  bool required = true;        // false once a default is given or optional() is called
+  bool is_required = true;     // false once a default is given or optional() is called
   std::optional<double> min, max;
   bool min_exclusive = false, max_exclusive = false;
   std::vector<std::string> choices;  // for strings: the allowed values
@@ -39,6 +39,7 @@ struct TESSERA_API FieldSpec {
   FieldSpec& default_to(std::vector<double> v);
   FieldSpec& default_to(std::vector<std::string> v);
   FieldSpec& optional();  // may be absent; ComponentConfig::has() tells
+  FieldSpec& required();  // must be given: drops the default
   FieldSpec& at_least(double v);
   FieldSpec& greater_than(double v);
   FieldSpec& at_most(double v);

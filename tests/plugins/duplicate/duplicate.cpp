@@ -7,8 +7,8 @@ struct One : tessera::Scheduler {
   double lr_factor(std::int64_t) const override { return 1.0; }
 };
 void register_components(tessera::Registrar& r) {
-  r.add<tessera::Scheduler>("constant", "a second constant scheduler", tessera::Schema{},
-                            [](const tessera::ComponentConfig&) { return std::make_shared<One>(); });
+  r.add<tessera::Scheduler, tessera::NoConfig>("constant", "a second constant scheduler",
+                                               [](const tessera::NoConfig&) { return std::make_shared<One>(); });
 }
 }  // namespace
 

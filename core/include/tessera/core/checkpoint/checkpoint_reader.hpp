@@ -1,0 +1,19 @@
+// Verifying a checkpoint folder and reading back what one rank needs to resume.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/core/checkpoint/checkpoint_state.hpp"
+
+namespace tessera::core {
+
+// Checks a checkpoint folder: metadata readable and of a known format, every listed file present
+// with its size and CRC-32C. Throws CheckpointError saying what is wrong.
+CheckpointMetadata verify_checkpoint(const std::string& path);
+
+// Verifies, then reads what `rank` needs. Every rank reads every optimizer file when the state
+// was sharded, so any number of ranks can resume from any other.
+LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank);
+
+}  // namespace tessera::core

@@ -1,0 +1,25 @@
+// The `checkpoint` section of a run spec (docs/checkpointing.md): when to save and export, how
+// many to keep, whether to write in the background. Declared once (tessera/config_fields.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tessera/config_fields.hpp"
+
+namespace tessera::core {
+
+struct CheckpointSettings {
+  std::optional<std::string> dir;  // absent: RUN_DIR/checkpoints (the run plan resolves it)
+  std::int64_t every_steps = 0;    // 0: only at the end and when a callback asks
+  std::int64_t keep_last = 0;      // 0: keep all
+  bool at_end = true;
+  bool async = true;
+  std::int64_t export_every_steps = 0;
+  bool export_at_end = true;
+
+  static void declare(ConfigFields<CheckpointSettings>& f);
+};
+
+}  // namespace tessera::core

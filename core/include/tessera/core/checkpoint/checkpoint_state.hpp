@@ -1,0 +1,63 @@
+// What a checkpoint holds, in memory: one rank's part as the trainer captures it, the metadata a
+// complete checkpoint carries, and what a rank reads back to resume.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "tessera/durable_file.hpp"
+#include "tessera/error.hpp"
+#include "tessera/stateful.hpp"
+
+namespace tessera::core {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// A checkpoint that cannot be used: missing, incomplete, or corrupt.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// One rank's part of a checkpoint: host copies taken at a step boundary.
+struct CheckpointState {
+  std::int64_t step = 0, tokens = 0, samples = 0;
+  double elapsed_s = 0;
+  std::int64_t rank = 0, world_size = 1;
+  std::string strategy = "none";
+  StateDict model;                 // rank 0: every parameter and buffer, whole, by name
+  bool write_optimizer = false;    // whether this rank writes optimizer state
+  bool optimizer_sharded = false;  // whether each rank's optimizer state covers only its part
+  StateDict optimizer;             // the optimizer's state_dict on this rank
+  // "param.<i>" -> int64 [begin, end, numel]: the part of parameter i (flattened) it covers.
+  StateDict optimizer_ranges;
+  StateDict data;  // the dataset's state on this rank
+  StateDict rng;   // this rank's generators
+  std::string config_yaml;        // rank 0: the resolved spec
+  std::string model_config_json;  // rank 0: the model's component spec, for exports
+};
+
+struct CheckpointMetadata {
+  std::string path;
+  int format_version = 0;
+  std::string tessera_version;
+  std::int64_t world_size = 0;
+  std::string strategy;
+  bool optimizer_sharded = false;
+  std::int64_t step = 0, tokens = 0, samples = 0;
+  double elapsed_s = 0;
+  std::map<std::string, WrittenFile> files;  // relative path -> size and CRC-32C
+};
+
+struct LoadedCheckpoint {
+  CheckpointMetadata metadata;
+  StateDict model;
+  // The optimizer state as one rank would hold it with no sharding: per-parameter tensors
+  // ("param.<i>.<field>") whole but flattened; others as saved.
+  StateDict optimizer;
+  StateDict data;  // this rank's if it was saved, else rank 0's
+  StateDict rng;   // this rank's if it was saved, else empty
+};
+
+}  // namespace tessera::core

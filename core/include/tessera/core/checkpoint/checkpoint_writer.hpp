@@ -1,0 +1,23 @@
+// Writing a checkpoint crash-safely from every rank, and a model export.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "tessera/core/checkpoint/checkpoint_state.hpp"
+#include "tessera/core/checkpoint/checkpoint_store.hpp"
+
+namespace tessera::core {
+
+// Writes this rank's part of the checkpoint for state.step into the store. Rank 0 then waits
+// (up to `timeout`) for every rank's manifest, writes metadata.json, renames the folder into
+// place, points `latest` at it and prunes beyond `keep_last` (0: keep all).
+// Returns false when a valid checkpoint of that step exists (nothing written); an invalid one is
+// replaced.
+bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state, std::int64_t keep_last,
+                      std::chrono::milliseconds timeout);
+// Rank 0: the store's export folder of state.step: {model.safetensors, config.json}, written then
+// renamed.
+void write_model_export(const CheckpointStore& store, const CheckpointState& state);
+
+}  // namespace tessera::core

@@ -1,0 +1,39 @@
+// Turns the `components` section of a run spec into objects: checks every node against the
+// registry and the declared schemas, resolves references, orders the build by dependency and
+// calls the plugins' factories. Every created object keeps its plugin library loaded.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/context.hpp"
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/registry.hpp"
+#include "tessera/value.hpp"
+
+namespace tessera::core {
+
+struct BuiltComponents {
+  std::map<std::string, ComponentHandle> instances;            // components.NAME: {...}
+  std::map<std::string, std::vector<ComponentHandle>> lists;   // components.NAME: [{...}, ...]
+};
+
+class ComponentFactory {
+ public:
+  ComponentFactory(const Registry& registry, RunContext context);
+
+  // Checks everything a build would check, builds nothing. Throws ConfigIssue.
+  void validate(const ConfigNode& components) const;
+  // Validates, then builds in dependency order. Throws ConfigIssue (also for a factory that
+  // throws: the message names the component's place in the spec).
+  BuiltComponents build(const ConfigNode& components) const;
+
+ private:
+  BuiltComponents walk(const ConfigNode& components, bool build) const;
+
+  const Registry& registry_;
+  RunContext context_;
+};
+
+}  // namespace tessera::core

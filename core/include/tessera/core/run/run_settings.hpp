@@ -1,0 +1,34 @@
+// The `settings` and `plugins` sections of a run spec: what the whole run shares (seed, run
+// directory, device, threads, timeouts, the MFU peak, logging) and where plugins are searched.
+// Declared once (tessera/config_fields.hpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/config_fields.hpp"
+
+namespace tessera::core {
+
+struct RunSettings {
+  std::int64_t seed = 1234;
+  std::optional<std::string> run_dir;  // absent: runs/NAME
+  std::string device = "cpu";          // cpu, cuda or cuda:N
+  bool deterministic = false;
+  std::int64_t num_threads = 0;
+  double collective_timeout_s = 300.0;
+  double peak_flops = 0.0;  // one device's peak FLOP/s for MFU; 0: the table of known GPUs
+  std::string log_level = "info";
+
+  static void declare(ConfigFields<RunSettings>& f);
+};
+
+struct PluginSettings {
+  std::vector<std::string> paths;
+
+  static void declare(ConfigFields<PluginSettings>& f);
+};
+
+}  // namespace tessera::core

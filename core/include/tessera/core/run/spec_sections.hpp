@@ -1,0 +1,35 @@
+// The fixed shape of a run spec: its top-level keys, the trainer's component roles, and the
+// schemas of the sections the host reads itself (plugins, settings, trainer, checkpoint), for
+// validation, `tessera describe`, the JSON Schema and docs/components.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/schema.hpp"
+
+namespace tessera::core {
+
+const std::vector<std::string>& top_level_keys();
+
+// The trainer's roles under `components`: name, kind, and whether it may be left out.
+struct ComponentRole {
+  const char* name;
+  const char* kind;
+  bool required;
+  bool list;
+  const char* doc;
+};
+const std::vector<ComponentRole>& trainer_roles();
+
+// Fails on the first role that is missing, of the wrong shape (one component or a list) or
+// declared with another kind. `components` may be null; `top` is where to point then.
+void check_trainer_roles(const ConfigNode* components, const SourcePos& top);
+
+Schema plugins_schema();
+Schema settings_schema();
+Schema trainer_schema();
+Schema checkpoint_schema();
+
+}  // namespace tessera::core

@@ -1,0 +1,42 @@
+// One run from its plan: load the plugins, validate every component, then (for `train`) join
+// the process group, seed, build, write the resolved config and run the loop. Teardown order is
+// fixed: components, then the registry, then the plugin libraries.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tessera/core/plugins/plugin_host.hpp"
+#include "tessera/core/run/run_plan.hpp"
+#include "tessera/core/train/trainer.hpp"
+
+namespace tessera::core {
+
+class TrainingRun {
+ public:
+  // Plans the run, loads the plugins and validates everything; builds nothing. Throws
+  // ConfigIssue or PluginLoadError.
+  explicit TrainingRun(const RunOptions& options);
+
+  const RunPlan& plan() const { return plan_; }
+  const PluginHost& plugins() const { return host_; }
+
+  // Builds the components, hands them to a Trainer (resumed when options asked for it, with
+  // checkpoints enabled) and runs it to a stop condition.
+  TrainResult train();
+  // Builds the trainer without running it (tests drive single steps).
+  std::unique_ptr<Trainer> make_trainer();
+
+ private:
+  // --resume auto: the newest valid checkpoint as rank 0 finds it ("" for none), on every rank.
+  std::string agreed_resumable_checkpoint(Communicator& comm) const;
+
+  const RunPlan plan_;
+  PluginHost host_;
+  std::shared_ptr<Communicator> communicator_;  // joined by make_trainer()
+};
+
+// Seeds every RNG the run may use from one seed; touches CUDA only for a cuda device.
+void seed_everything(std::uint64_t seed, const std::string& device);
+
+}  // namespace tessera::core

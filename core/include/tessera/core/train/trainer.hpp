@@ -1,0 +1,153 @@
+// The training loop: micro-batches with gradient accumulation, the loss normalised by the number
+// of target tokens in the whole step, clipping by the global gradient norm, the scheduled
+// learning rate, callbacks at every event, checkpoints, and the stop conditions. One rank or
+// many, a step has one shape: the parallel strategy (the local one for a single rank) decides
+// who holds what and which collectives run.
+//
+//   trainer.cpp        construction, the loop (stop and save agreement, events), saving
+//   trainer_step.cpp   one step, phase by phase
+//   trainer_state.cpp  capture() and restore(): the trainer's state for checkpoints
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/callback.hpp"
+#include "tessera/context.hpp"
+#include "tessera/core/checkpoint/checkpoint_settings.hpp"
+#include "tessera/core/checkpoint/checkpoint_state.hpp"
+#include "tessera/core/checkpoint/checkpoint_store.hpp"
+#include "tessera/core/checkpoint/checkpointer.hpp"
+#include "tessera/core/train/throughput.hpp"
+#include "tessera/core/train/trainer_settings.hpp"
+#include "tessera/dataset.hpp"
+#include "tessera/loss.hpp"
+#include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
+#include "tessera/parallel.hpp"
+#include "tessera/scheduler.hpp"
+
+namespace tessera::core {
+
+struct TrainerParts {
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Dataset> train_data;
+  std::shared_ptr<Loss> loss;
+  std::shared_ptr<Optimizer> optimizer;
+  std::shared_ptr<Scheduler> scheduler;  // null: constant learning rate
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  // How the ranks share a step; null: the local strategy (a run of one rank).
+  std::shared_ptr<ParallelStrategy> parallel;
+};
+
+// Bytes this rank holds between steps; measured after the first step, when optimizer state exists.
+struct MemoryReport {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer_state = 0;
+  std::int64_t total() const { return parameters + gradients + optimizer_state; }
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  std::int64_t tokens = 0;
+  double elapsed_s = 0;
+  double first_loss = 0;
+  double last_loss = 0;
+  std::string stop_reason;
+};
+
+// What the trainer needs to write checkpoints (the run plan fills it).
+struct CheckpointContext {
+  CheckpointSettings settings;
+  CheckpointStore store;          // where checkpoints and exports go
+  std::string strategy = "none";  // the parallel variant, recorded in the metadata
+  std::string config_yaml;        // the resolved spec
+  std::string model_config_json;  // the model's component spec, next to exports
+  std::chrono::milliseconds timeout{300000};
+};
+
+class Trainer : private CallbackEvents {
+ public:
+  // `peak_flops`: one device's peak FLOP/s for MFU (settings.peak_flops); 0: the table of known
+  // devices.
+  Trainer(TrainerParts parts, TrainerSettings settings, RunContext context, double peak_flops = 0);
+  ~Trainer() override;
+
+  // Saves every checkpoint.every_steps, when a callback asks, and at the end; exports likewise.
+  void enable_checkpoints(CheckpointContext context);
+  // Continues from a checkpoint: model, optimizer (resharded to this run's ranks and strategy),
+  // data position, generators, step, tokens, samples and time. Call before fit().
+  void restore(const std::string& checkpoint_path);
+  // This rank's state as host copies (a collective under fsdp: every rank calls it).
+  CheckpointState capture();
+
+  // Runs steps until a stop condition holds; callbacks see every event (docs/observability.md).
+  TrainResult fit();
+  // One optimizer step (all micro-batches of it), with the step's metrics complete (callbacks'
+  // on_collect_metrics included) but before on_step_end. fit() calls this; tests call it directly.
+  StepMetrics step();
+  // What MFU is measured against (settled at construction).
+  const PeakFlops& peak_flops() const { return peak_; }
+
+  const TrainProgress& progress() const { return progress_; }
+  Model& model() { return *parts_.model; }
+  // Set by the first step.
+  const MemoryReport& memory() const { return memory_; }
+
+ private:
+  // The phases of step(), in order (trainer_step.cpp); each is one job.
+  struct StepInputs;   // the step's micro-batches and their token counts over all ranks
+  struct StepClock;    // when each phase ended
+  StepInputs fetch();
+  at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx);
+  LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
+  bool agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
+  double update(const at::Tensor& grad_norm, bool skipped);
+  StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
+                     bool skipped, const StepClock& clock);
+
+  std::string stop_reason() const;
+  // stop_reason() and the save requests, agreed by all ranks in one collective: if one stops,
+  // all stop after this step; if a callback on one asked for a checkpoint, all save.
+  std::string agree_on_stop_and_save(bool& save_requested);
+  // The periodic, final or requested save and export due after the steps done so far.
+  void save_if_due(bool stopping, bool save_requested);
+  // Saves (checkpoint and/or export) the current step; every rank calls it at the same step.
+  void save(bool checkpoint, bool export_model, const char* why);
+  CallbackContext callback_context();
+  void evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) override;
+  // on_checkpoint_saved for the checkpoints this rank's writer finished since the last call.
+  void announce_saved_checkpoints(CallbackContext& ctx);
+  void fill_rates(StepMetrics& m, std::int64_t seq_len, std::chrono::steady_clock::time_point begin,
+                  std::chrono::steady_clock::time_point end);
+  // Waits for the background save; rethrows its failure on every rank if it failed on any.
+  void wait_for_last_save();
+  double elapsed_s() const;
+  MemoryReport measure_memory() const;
+
+  TrainerParts parts_;
+  TrainerSettings settings_;
+  RunContext context_;
+  c10::Device device_;
+  TrainProgress progress_;
+  TrainerControl control_;
+  ParallelStrategy& strategy_;  // *parts_.parallel
+  std::chrono::steady_clock::time_point started_;
+  MemoryReport memory_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  CheckpointContext checkpoint_;
+  std::int64_t last_checkpoint_step_ = -1, last_export_step_ = -1;
+  double elapsed_before_ = 0;  // training time of the run this one resumed
+  double pause_s_ = 0;         // time the last save held training (reported with the next step)
+  std::string restored_from_;  // the checkpoint restore() read, for the checkpoint-loaded event
+  PeakFlops peak_;
+  // This process's steps, for the ETA (a resumed run's rate is its own): counted, and the
+  // tokens and start time of those after the first.
+  std::int64_t run_steps_ = 0, run_tokens_ = 0;
+  std::chrono::steady_clock::time_point rate_start_;
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,22 @@
+// The `trainer` section of a run spec: how long to train and how a step is shaped. Declared once
+// (tessera/config_fields.hpp): the members' initialisers are the documented defaults.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/config_fields.hpp"
+
+namespace tessera::core {
+
+struct TrainerSettings {
+  std::int64_t max_steps = 0;   // 0: no limit
+  std::int64_t max_tokens = 0;  // input tokens, all ranks; 0: no limit
+  double max_time_s = 0;        // wall-clock budget; 0: no limit
+  std::int64_t grad_accum = 1;
+  std::int64_t micro_batch_size = 1;  // required in a spec; 1 for trainers built in code
+  double clip_grad_norm = 0;          // 0: no clipping (the norm is still measured)
+
+  static void declare(ConfigFields<TrainerSettings>& f);
+};
+
+}  // namespace tessera::core

@@ -1,0 +1,121 @@
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "tessera/core/checkpoint/checkpoint_store.hpp"
+#include "tessera/core/checkpoint/reshard.hpp"
+#include "tessera/crc32c.hpp"
+#include "tessera/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera::core {
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read " + path.string());
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+CheckpointMetadata verify_checkpoint(const std::string& path) {
+  const fs::path dir(path);
+  const CheckpointFolder folder(dir);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw CheckpointError("checkpoint " + path + " does not exist");
+  if (!fs::exists(folder.file(CheckpointFolder::kMetadata))) {
+    throw CheckpointError("checkpoint " + path + " has no metadata.json (an interrupted save?)");
+  }
+  CheckpointMetadata m;
+  m.path = path;
+  try {
+    const auto meta = nlohmann::json::parse(read_text(folder.file(CheckpointFolder::kMetadata)));
+    m.format_version = meta.at("format_version").get<int>();
+    if (m.format_version != kCheckpointFormatVersion) {
+      throw CheckpointError("checkpoint " + path + " has format version " + std::to_string(m.format_version) +
+                            "; this Tessera reads version " + std::to_string(kCheckpointFormatVersion));
+    }
+    m.tessera_version = meta.at("tessera_version").get<std::string>();
+    m.world_size = meta.at("world_size").get<std::int64_t>();
+    m.strategy = meta.at("strategy").get<std::string>();
+    m.optimizer_sharded = meta.at("optimizer_sharded").get<bool>();
+    m.step = meta.at("step").get<std::int64_t>();
+    m.tokens = meta.at("tokens").get<std::int64_t>();
+    m.samples = meta.at("samples").get<std::int64_t>();
+    m.elapsed_s = meta.at("elapsed_s").get<double>();
+    for (const auto& [file, info] : meta.at("files").items()) {
+      m.files[file] = {info.at("bytes").get<std::uint64_t>(), info.at("crc32c").get<std::uint32_t>()};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("checkpoint " + path + ": metadata.json is malformed: " + e.what());
+  }
+  if (m.world_size < 1 || !m.files.count(CheckpointFolder::kModel)) {
+    throw CheckpointError("checkpoint " + path + ": metadata.json lists no model");
+  }
+  const std::int64_t named = CheckpointStore::step_of(dir);
+  if (named >= 0 && named != m.step) {
+    throw CheckpointError("checkpoint " + path + ": metadata.json says step " + std::to_string(m.step) +
+                          " but the folder is step " + std::to_string(named));
+  }
+  for (const auto& [file, expected] : m.files) {
+    const fs::path p = folder.file(file);
+    std::error_code ec;
+    const auto size = fs::file_size(p, ec);
+    if (ec) throw CheckpointError("checkpoint " + path + ": " + file + " is missing");
+    if (size != expected.bytes) {
+      throw CheckpointError("checkpoint " + path + ": " + file + " has " + std::to_string(size) + " bytes, " +
+                            std::to_string(expected.bytes) + " were written");
+    }
+    std::uint32_t crc = 0;
+    try {
+      crc = file_crc32c(p.string());
+    } catch (const Error& e) {
+      throw CheckpointError("checkpoint " + path + ": " + e.what());
+    }
+    if (crc != expected.crc32c) {
+      char text[96];
+      std::snprintf(text, sizeof text, "checksum mismatch (CRC-32C %08x, %08x was written)", crc, expected.crc32c);
+      throw CheckpointError("checkpoint " + path + ": " + file + ": " + text + "; the file is corrupt");
+    }
+  }
+  return m;
+}
+
+LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank) {
+  LoadedCheckpoint out;
+  out.metadata = verify_checkpoint(path);
+  const CheckpointFolder folder{fs::path(path)};
+  out.model = read_safetensors(folder.file(CheckpointFolder::kModel).string()).tensors;
+  const std::int64_t writers = out.metadata.optimizer_sharded ? out.metadata.world_size : 1;
+  std::vector<std::pair<StateDict, StateDict>> parts;
+  for (std::int64_t r = 0; r < writers; ++r) {
+    const fs::path file = folder.file(CheckpointFolder::rank_file(r, CheckpointFolder::kOptimizer));
+    if (!fs::exists(file)) throw CheckpointError("checkpoint " + path + ": " + file.string() + " is missing");
+    StateDict state, ranges;
+    for (auto& [key, t] : read_safetensors(file.string()).tensors) {
+      if (key.rfind("state/", 0) == 0) state[key.substr(6)] = t;
+      if (key.rfind("range/", 0) == 0) ranges[key.substr(6)] = t;
+    }
+    parts.emplace_back(std::move(state), std::move(ranges));
+  }
+  out.optimizer = merge_optimizer_parts(parts);
+  const std::int64_t mine = rank < out.metadata.world_size ? rank : 0;
+  out.data = read_safetensors(folder.file(CheckpointFolder::rank_file(mine, CheckpointFolder::kData)).string()).tensors;
+  if (rank < out.metadata.world_size) {
+    out.rng = read_safetensors(folder.file(CheckpointFolder::rank_file(rank, CheckpointFolder::kRng)).string()).tensors;
+  }
+  return out;
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,154 @@
+#include "tessera/core/checkpoint/checkpoint_writer.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
+#include "tessera/core/process/failpoint.hpp"
+#include "tessera/log.hpp"
+#include "tessera/safetensors.hpp"
+#include "tessera/version.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera::core {
+namespace {
+
+nlohmann::json files_json(const std::map<std::string, WrittenFile>& files) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, f] : files) out[name] = {{"bytes", f.bytes}, {"crc32c", f.crc32c}};
+  return out;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read " + path.string());
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+std::map<std::string, std::string> model_file_metadata(std::int64_t step) {
+  return {{"format", "pt"}, {"tessera_step", std::to_string(step)}};
+}
+
+// This rank's files of the checkpoint in progress; returns their sizes and checksums by the
+// relative names metadata.json lists.
+std::map<std::string, WrittenFile> write_rank_files(const CheckpointFolder& folder, const CheckpointState& state) {
+  std::map<std::string, WrittenFile> files;
+  auto write = [&](const std::string& relative, const StateDict& tensors) {
+    files[relative] = write_safetensors(folder.file(relative).string(), tensors);
+  };
+  if (state.rank == 0) {
+    files[CheckpointFolder::kModel] =
+        write_safetensors(folder.file(CheckpointFolder::kModel).string(), state.model, model_file_metadata(state.step));
+    failpoint("checkpoint.after_model");
+    files[CheckpointFolder::kConfig] = write_file_durably(folder.file(CheckpointFolder::kConfig).string(), state.config_yaml);
+  }
+  if (state.write_optimizer) {
+    StateDict tensors;
+    for (const auto& [k, v] : state.optimizer) tensors["state/" + k] = v;
+    for (const auto& [k, v] : state.optimizer_ranges) tensors["range/" + k] = v;
+    write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kOptimizer), tensors);
+  }
+  write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kData), state.data);
+  write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kRng), state.rng);
+  return files;
+}
+
+// Rank 0: waits for every other rank's manifest and adds its files.
+void collect_other_ranks(const CheckpointFolder& folder, const CheckpointState& state, std::chrono::milliseconds timeout,
+                         std::map<std::string, WrittenFile>& files) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (std::int64_t r = 1; r < state.world_size; ++r) {
+    const fs::path manifest = folder.file(CheckpointFolder::rank_file(r, CheckpointFolder::kManifest));
+    while (!fs::exists(manifest)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw CheckpointError("checkpoint " + CheckpointStore::name_of(state.step) + ": rank " + std::to_string(r) +
+                              " did not finish writing within " + std::to_string(timeout.count() / 1000) +
+                              " s; the save is incomplete");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const nlohmann::json theirs = read_json(manifest);
+    for (const auto& [file, info] : theirs.items()) {
+      files[file] = {info.at("bytes").get<std::uint64_t>(), info.at("crc32c").get<std::uint32_t>()};
+    }
+  }
+}
+
+nlohmann::json metadata_json(const CheckpointState& state, const std::map<std::string, WrittenFile>& files) {
+  return {{"format_version", kCheckpointFormatVersion},
+          {"tessera_version", TESSERA_VERSION_STRING},
+          {"world_size", state.world_size},
+          {"strategy", state.strategy},
+          {"optimizer_sharded", state.optimizer_sharded},
+          {"step", state.step},
+          {"tokens", state.tokens},
+          {"samples", state.samples},
+          {"elapsed_s", state.elapsed_s},
+          {"files", files_json(files)}};
+}
+
+}  // namespace
+
+bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state, std::int64_t keep_last,
+                      std::chrono::milliseconds timeout) {
+  const CheckpointFolder final_folder = store.checkpoint(state.step);
+  // Every rank sees the same answer: rank 0 renames only after every rank got past this point.
+  // A valid checkpoint of this step stays; an invalid one (a run resumed from an older
+  // checkpoint because this one was corrupt) is replaced.
+  if (fs::exists(final_folder.path())) {
+    try {
+      verify_checkpoint(final_folder.path().string());
+      return false;
+    } catch (const CheckpointError& e) {
+      if (state.rank == 0) log::warn("checkpoint: replacing an invalid one: ", e.what());
+    }
+  }
+  const CheckpointFolder tmp = store.in_progress(state.step);
+  const fs::path mine = tmp.file(CheckpointFolder::rank_dir(state.rank));
+  fs::create_directories(mine);
+
+  std::map<std::string, WrittenFile> files = write_rank_files(tmp, state);
+  failpoint("checkpoint.before_manifest");
+  fsync_directory(mine.string());
+  // Written aside and renamed: rank 0 treats the manifest's existence as "this rank is done",
+  // so it must never see it half-written.
+  const std::string manifest = tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest)).string();
+  write_file_durably(manifest + ".tmp", files_json(files).dump(1));
+  rename_durably(manifest + ".tmp", manifest);
+  if (state.rank != 0) return true;
+
+  // Rank 0 completes the checkpoint once every rank's manifest is there.
+  collect_other_ranks(tmp, state, timeout, files);
+  write_file_durably(tmp.file(CheckpointFolder::kMetadata).string(), metadata_json(state, files).dump(1));
+  fsync_directory(tmp.path().string());
+  failpoint("checkpoint.before_rename");
+  // The invalid one found above, if any, goes first: the rename below needs the name free.
+  if (fs::exists(final_folder.path())) store.discard(state.step);
+  rename_durably(tmp.path().string(), final_folder.path().string());
+  failpoint("checkpoint.after_rename");
+  store.set_latest(state.step);
+  store.prune(keep_last, state.step);
+  return true;
+}
+
+void write_model_export(const CheckpointStore& store, const CheckpointState& state) {
+  const fs::path final_dir = store.export_folder(state.step);
+  if (fs::exists(final_dir)) return;
+  const fs::path tmp = store.export_in_progress(state.step);
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  write_safetensors((tmp / CheckpointStore::kExportModel).string(), state.model, model_file_metadata(state.step));
+  write_file_durably((tmp / CheckpointStore::kExportConfig).string(), state.model_config_json);
+  fsync_directory(tmp.string());
+  rename_durably(tmp.string(), final_dir.string());
+}
+
+}  // namespace tessera::core

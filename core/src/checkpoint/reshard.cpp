@@ -1,0 +1,104 @@
+#include "tessera/core/checkpoint/reshard.hpp"
+
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "tessera/core/checkpoint/checkpoint_state.hpp"
+
+namespace tessera::core {
+namespace {
+
+// The index i of a per-parameter key "param.<i>.<field>", or -1.
+long long param_index(const std::string& key) {
+  if (key.rfind("param.", 0) != 0) return -1;
+  const auto dot = key.find('.', 6);
+  if (dot == std::string::npos || dot == 6) return -1;
+  for (std::size_t i = 6; i < dot; ++i) {
+    if (key[i] < '0' || key[i] > '9') return -1;
+  }
+  return std::stoll(key.substr(6, dot - 6));
+}
+
+}  // namespace
+
+StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict>>& parts_and_ranges) {
+  StateDict whole;
+  std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> covered;
+  for (const auto& [state, ranges] : parts_and_ranges) {
+    for (const auto& [key, t] : state) {
+      const long long index = param_index(key);
+      if (index < 0 || t.dim() == 0) {
+        if (!whole.count(key)) whole[key] = t;  // the same on every rank
+        continue;
+      }
+      const auto range = ranges.find("param." + std::to_string(index));
+      if (range == ranges.end() || range->second.numel() != 3) {
+        throw CheckpointError("optimizer state " + key + " has no saved range");
+      }
+      const auto begin = range->second[0].item<std::int64_t>(), end = range->second[1].item<std::int64_t>(),
+                 numel = range->second[2].item<std::int64_t>();
+      if (begin < 0 || end < begin || end > numel || t.numel() != end - begin) {
+        throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) +
+                              " elements for the range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+      }
+      at::Tensor& target = whole[key];
+      if (!target.defined()) target = at::zeros({numel}, t.options());
+      if (target.numel() != numel) {
+        throw CheckpointError("optimizer state " + key + ": ranks disagree on the parameter's size (" +
+                              std::to_string(target.numel()) + " and " + std::to_string(numel) + ")");
+      }
+      target.narrow(0, begin, end - begin).copy_(t.reshape({-1}));
+      covered[key].emplace_back(begin, end);
+    }
+  }
+  // The parts of each parameter must tile it exactly: no hole silently zero, no overlap.
+  for (auto& [key, ranges] : covered) {
+    std::sort(ranges.begin(), ranges.end());
+    std::int64_t next = 0;
+    for (const auto& [begin, end] : ranges) {
+      if (begin != next) {
+        throw CheckpointError("optimizer state " + key + ": the saved parts leave a hole or overlap at element " +
+                              std::to_string(next));
+      }
+      next = end;
+    }
+    if (next != whole.at(key).numel()) {
+      throw CheckpointError("optimizer state " + key + ": the saved parts cover " + std::to_string(next) + " of " +
+                            std::to_string(whole.at(key).numel()) + " elements");
+    }
+  }
+  return whole;
+}
+
+StateDict optimizer_state_for(const StateDict& whole, const std::vector<at::Tensor>& params,
+                              const std::vector<std::pair<std::int64_t, std::int64_t>>* ranges) {
+  StateDict out;
+  for (const auto& [key, t] : whole) {
+    const long long index = param_index(key);
+    if (index < 0 || t.dim() == 0) {
+      out[key] = t.clone();
+      continue;
+    }
+    if (index >= static_cast<long long>(params.size())) {
+      throw CheckpointError("optimizer state " + key + " names parameter " + std::to_string(index) + " but the optimizer has " +
+                            std::to_string(params.size()) + "; was the model changed?");
+    }
+    const at::Tensor& p = params[static_cast<std::size_t>(index)];
+    if (t.numel() != p.numel()) {
+      throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) + " elements, parameter " +
+                            std::to_string(index) + " has " + std::to_string(p.numel()) + "; was the model changed?");
+    }
+    if (ranges) {
+      const auto [begin, end] = (*ranges)[static_cast<std::size_t>(index)];
+      out[key] = t.reshape({-1}).narrow(0, begin, end - begin).clone();
+    } else {
+      out[key] = t.reshape(p.sizes()).clone();
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,136 @@
+// Loading a run spec: YAML into ConfigNode trees with positions, and top-level `include:` files
+// merged under the including one.
+#include "tessera/core/config/config_file.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace tessera::core {
+namespace {
+
+SourcePos pos_of(const YAML::Mark& mark, const std::string& file) {
+  return SourcePos{file, mark.line + 1, mark.column + 1};
+}
+
+ConfigNode from_yaml(const YAML::Node& node, const std::string& file) {
+  SourcePos pos = pos_of(node.Mark(), file);
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return ConfigNode::make_null(pos);
+    case YAML::NodeType::Scalar:
+      // yaml-cpp tags plain scalars "?" and quoted ones "!".
+      return ConfigNode::make_scalar(node.Scalar(), node.Tag() != "!", pos);
+    case YAML::NodeType::Sequence: {
+      ConfigNode seq = ConfigNode::make_sequence(pos);
+      for (const auto& item : node) seq.items().push_back(from_yaml(item, file));
+      return seq;
+    }
+    case YAML::NodeType::Map: {
+      ConfigNode map = ConfigNode::make_map(pos);
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        SourcePos key_pos = pos_of(it->first.Mark(), file);
+        if (!it->first.IsScalar()) throw ConfigIssue(key_pos, "", "mapping keys must be plain names");
+        const std::string key = it->first.Scalar();
+        if (map.find(key)) throw ConfigIssue(key_pos, "", "duplicate key '" + key + "'");
+        map.entries().push_back({key, key_pos, from_yaml(it->second, file)});
+      }
+      return map;
+    }
+  }
+  return ConfigNode::make_null(pos);
+}
+
+ConfigNode parse_yaml(const std::string& text, const std::string& source_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigIssue(pos_of(e.mark, source_name), "", "invalid YAML: " + e.msg);
+  }
+  return from_yaml(root, source_name);
+}
+
+std::vector<std::string> include_list(const ConfigNode& include) {
+  std::vector<std::string> out;
+  if (include.is_scalar()) {
+    out.push_back(include.scalar());
+  } else if (include.is_sequence()) {
+    for (const auto& item : include.items()) {
+      if (!item.is_scalar()) throw ConfigIssue(item.pos(), "include", "expected a file name");
+      out.push_back(item.scalar());
+    }
+  } else {
+    throw ConfigIssue(include.pos(), "include", "expected a file name or a list of file names");
+  }
+  return out;
+}
+
+ConfigNode load_with_includes(const fs::path& path, std::vector<fs::path>& stack,
+                              const SourcePos& included_from) {
+  std::error_code ec;
+  fs::path canonical = fs::weakly_canonical(path, ec);
+  for (const auto& open : stack) {
+    if (open == canonical) {
+      throw ConfigIssue(included_from, "include", "include cycle: " + path.string() +
+                                                      " is already being loaded");
+    }
+  }
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigIssue(included_from, included_from.file.empty() ? "" : "include",
+                      "cannot read config file " + path.string());
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  ConfigNode node = parse_yaml(text.str(), path.string());
+  if (node.is_null()) node = ConfigNode::make_map(SourcePos{path.string(), 1, 1});
+  if (!node.is_map()) {
+    throw ConfigIssue(node.pos(), "", "a run spec must be a mapping at the top level");
+  }
+  const ConfigNode::Entry* include = node.find_entry("include");
+  if (!include) return node;
+
+  stack.push_back(canonical);
+  ConfigNode merged = ConfigNode::make_map(node.pos());
+  for (const auto& name : include_list(include->value)) {
+    fs::path target = fs::path(name).is_absolute() ? fs::path(name) : path.parent_path() / name;
+    deep_merge(merged, load_with_includes(target, stack, include->value.pos()));
+  }
+  stack.pop_back();
+  node.erase("include");
+  deep_merge(merged, node);
+  return merged;
+}
+
+
+}  // namespace
+
+ConfigNode load_config_file(const std::string& path) {
+  std::vector<fs::path> stack;
+  return load_with_includes(fs::path(path), stack, SourcePos{});
+}
+
+ConfigNode parse_config_string(const std::string& text, const std::string& source_name) {
+  return parse_yaml(text, source_name);
+}
+
+void deep_merge(ConfigNode& base, const ConfigNode& overlay) {
+  if (!base.is_map() || !overlay.is_map()) {
+    base = overlay;
+    return;
+  }
+  for (const auto& e : overlay.entries()) {
+    if (ConfigNode* existing = base.find(e.key); existing && existing->is_map() && e.value.is_map()) {
+      deep_merge(*existing, e.value);
+    } else {
+      base.set(e.key, e.value, e.key_pos);
+    }
+  }
+}
+
+}  // namespace tessera::core

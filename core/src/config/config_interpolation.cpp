@@ -1,0 +1,114 @@
+// `${env:VAR}` and `${path.to.key}` in a spec's scalars, after includes and overrides.
+#include "tessera/core/config/config_interpolation.hpp"
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "tessera/core/config/suggest.hpp"
+
+namespace tessera::core {
+
+namespace {
+
+class Interpolator {
+ public:
+  explicit Interpolator(ConfigNode& root) : root_(root) {}
+
+  void resolve(ConfigNode& node, const std::string& path) {
+    if (node.is_scalar()) {
+      if (node.scalar().find("${") != std::string::npos) node = expand(node, path);
+    } else if (node.is_map()) {
+      for (auto& e : node.entries()) resolve(e.value, join_path(path, e.key));
+    } else if (node.is_sequence()) {
+      for (size_t i = 0; i < node.items().size(); ++i) resolve(node.items()[i], index_path(path, i));
+    }
+  }
+
+ private:
+  // Returns the scalar with every ${...} replaced; a scalar that is one whole ${path} becomes a
+  // copy of the referenced node.
+  ConfigNode expand(const ConfigNode& node, const std::string& path) {
+    const std::string& text = node.scalar();
+    std::string out;
+    size_t i = 0;
+    while (i < text.size()) {
+      size_t open = text.find("${", i);
+      if (open == std::string::npos) {
+        out += text.substr(i);
+        break;
+      }
+      out += text.substr(i, open - i);
+      size_t close = text.find('}', open);
+      if (close == std::string::npos) {
+        throw ConfigIssue(node.pos(), path, "unterminated ${ in '" + text + "'");
+      }
+      const std::string expr = text.substr(open + 2, close - open - 2);
+      if (expr.rfind("env:", 0) == 0) {
+        const std::string var = expr.substr(4);
+        const char* value = std::getenv(var.c_str());
+        if (!value) {
+          throw ConfigIssue(node.pos(), path,
+                            "environment variable " + var + " is not set (used as ${env:" + var +
+                                "}); export it or change the value");
+        }
+        out += value;
+      } else {
+        ConfigNode target = lookup(expr, node, path);
+        if (open == 0 && close + 1 == text.size()) return target;
+        if (!target.is_scalar()) {
+          throw ConfigIssue(node.pos(), path, "${" + expr + "} is " + target.type_name() +
+                                                  " and cannot be part of a string");
+        }
+        out += target.scalar();
+      }
+      i = close + 1;
+    }
+    return ConfigNode::make_scalar(out, node.plain(), node.pos());
+  }
+
+  ConfigNode lookup(const std::string& expr, const ConfigNode& at, const std::string& path) {
+    if (active_.count(expr)) {
+      throw ConfigIssue(at.pos(), path, "interpolation cycle through ${" + expr + "}");
+    }
+    const ConfigNode* node = &root_;
+    std::string walked;
+    for (const auto& part : split_path(expr)) {
+      size_t index = 0;
+      const ConfigNode* next = nullptr;
+      if (node->is_map()) {
+        next = node->find(part);
+        if (!next) {
+          throw ConfigIssue(at.pos(), path, "${" + expr + "}: no key '" + part + "' in " +
+                                                (walked.empty() ? "the spec" : walked) +
+                                                did_you_mean(part, node->keys()));
+        }
+      } else if (node->is_sequence() && parse_index(part, index) && index < node->items().size()) {
+        next = &node->items()[index];
+      } else {
+        throw ConfigIssue(at.pos(), path, "${" + expr + "}: " + (walked.empty() ? "spec" : walked) +
+                                              " has no element '" + part + "'");
+      }
+      node = next;
+      walked = join_path(walked, part);
+    }
+    // The target may itself hold interpolations: resolve a copy of it first.
+    active_.insert(expr);
+    ConfigNode copy = *node;
+    resolve(copy, walked);
+    active_.erase(expr);
+    return copy;
+  }
+
+  ConfigNode& root_;
+  std::set<std::string> active_;
+};
+
+}  // namespace
+
+void resolve_interpolations(ConfigNode& root) {
+  Interpolator interpolator(root);
+  interpolator.resolve(root, "");
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,268 @@
+#include "tessera/core/distributed/distributed.hpp"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+
+#include "tessera/error.hpp"
+
+namespace tessera::core {
+namespace {
+
+const char* first_env(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n)) return v;
+  }
+  return nullptr;
+}
+
+std::int64_t integer_env(std::initializer_list<const char*> names, std::int64_t fallback) {
+  const char* v = first_env(names);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*v == '\0' || *end != '\0') {
+    throw ConfigError(std::string("environment variable ") + *names.begin() + " is '" + v + "', not an integer");
+  }
+  return n;
+}
+
+class DoneCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  std::int64_t rank() const override { return 0; }
+  std::int64_t world_size() const override { return 1; }
+  std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor&, ReduceOp) override { return done(); }
+  std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
+    outputs.at(0).copy_(input);
+    return done();
+  }
+  std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
+                                                          ReduceOp) override {
+    output.copy_(inputs.at(0));
+    return done();
+  }
+  void broadcast(at::Tensor&, std::int64_t) override {}
+  void barrier() override {}
+
+ private:
+  static std::shared_ptr<PendingCollective> done() { return std::make_shared<DoneCollective>(); }
+};
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::max: return c10d::ReduceOp::MAX;
+    case ReduceOp::min: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// Time spent in wait(), summed over a communicator's collectives (waited on any thread).
+class WaitClock {
+ public:
+  void add(std::chrono::steady_clock::duration d) {
+    nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  }
+  double seconds() const { return static_cast<double>(nanoseconds_.load()) * 1e-9; }
+
+ private:
+  std::atomic<std::int64_t> nanoseconds_{0};
+};
+
+// A c10d work item. NCCL only takes device tensors, so host tensors given to an NCCL group travel
+// through device copies (`staged`): copied back to the caller's tensors once the work is done.
+class C10dCollective final : public PendingCollective {
+ public:
+  C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::int64_t rank, WaitClock* clock,
+                 std::vector<std::pair<at::Tensor, at::Tensor>> staged = {})
+      : work_(std::move(work)), rank_(rank), clock_(clock), staged_(std::move(staged)) {}
+  void wait() override {
+    if (!work_) return;
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      work_->wait();
+      if (clock_) clock_->add(std::chrono::steady_clock::now() - start);
+    } catch (const c10::Error& e) {
+      throw Error(failure(e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      throw Error(failure(e.what()));
+    }
+    work_.reset();
+    for (auto& [host, device] : staged_) host.copy_(device);
+    staged_.clear();
+  }
+
+ private:
+  std::string failure(const std::string& cause) const {
+    return "rank " + std::to_string(rank_) + ": a collective failed (another rank exited, or " +
+           "settings.collective_timeout_s passed without it): " + cause;
+  }
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::int64_t rank_;
+  WaitClock* clock_;  // the communicator's; it outlives its collectives
+  std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
+};
+
+// A lost rank surfaces as an exception from wait() (the process group's timeout), not a hang.
+class C10dCommunicator final : public Communicator {
+ public:
+  // `device`: where an NCCL group needs its tensors; CPU for Gloo, which takes them as they are.
+  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world, c10::Device device)
+      : backend_(std::move(backend)), rank_(rank), world_(world), device_(device) {}
+
+  std::int64_t rank() const override { return rank_; }
+  std::int64_t world_size() const override { return world_; }
+  double wait_seconds() const override { return clock_.seconds(); }
+
+  std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    Staging staging(device_, rank_, &clock_);
+    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    return staging.pending(backend_->allreduce(tensors, options));
+  }
+  std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
+    Staging staging(device_, rank_, &clock_);
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (auto& o : outputs) out[0].push_back(staging.in_out(o));
+    std::vector<at::Tensor> in{staging.in(input)};
+    return staging.pending(backend_->allgather(out, in));
+  }
+  std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
+                                                          ReduceOp op) override {
+    Staging staging(device_, rank_, &clock_);
+    std::vector<at::Tensor> out{staging.in_out(output)};
+    std::vector<std::vector<at::Tensor>> in(1);
+    for (auto& i : inputs) in[0].push_back(staging.in(i));
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    return staging.pending(backend_->reduce_scatter(out, in, options));
+  }
+  void broadcast(at::Tensor& tensor, std::int64_t root) override {
+    Staging staging(device_, rank_, &clock_);
+    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    staging.pending(backend_->broadcast(tensors, options))->wait();
+  }
+  void barrier() override { C10dCollective(backend_->barrier(), rank_, &clock_).wait(); }
+
+ private:
+  // Moves host tensors to an NCCL group's device and remembers which to copy back.
+  class Staging {
+   public:
+    Staging(c10::Device device, std::int64_t rank, WaitClock* clock) : device_(device), rank_(rank), clock_(clock) {}
+    at::Tensor in(const at::Tensor& t) { return needs_copy(t) ? t.to(device_) : t; }
+    at::Tensor in_out(const at::Tensor& t) {
+      if (!needs_copy(t)) return t;
+      at::Tensor d = t.to(device_);
+      staged_.emplace_back(t, d);
+      return d;
+    }
+    std::shared_ptr<PendingCollective> pending(c10::intrusive_ptr<c10d::Work> work) {
+      return std::make_shared<C10dCollective>(std::move(work), rank_, clock_, std::move(staged_));
+    }
+
+   private:
+    bool needs_copy(const at::Tensor& t) const { return !device_.is_cpu() && t.device() != device_; }
+    c10::Device device_;
+    std::int64_t rank_;
+    WaitClock* clock_;
+    std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
+  };
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::int64_t rank_, world_;
+  c10::Device device_;
+  WaitClock clock_;
+};
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const DistributedEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
+  store_options.waitWorkers = true;
+  store_options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
+                std::to_string(env.master_port) + " failed: " + e.what());
+  }
+}
+
+}  // namespace
+
+DistributedEnv read_distributed_env() {
+  DistributedEnv env;
+  env.world_size = integer_env({"WORLD_SIZE", "SLURM_NTASKS"}, 1);
+  env.rank = integer_env({"RANK", "SLURM_PROCID"}, 0);
+  env.local_rank = integer_env({"LOCAL_RANK", "SLURM_LOCALID"}, 0);
+  // Under srun without MASTER_ADDR: the node srun was started from, where rank 0 usually runs.
+  if (const char* addr = first_env({"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"})) env.master_addr = addr;
+  env.master_port = static_cast<int>(integer_env({"MASTER_PORT"}, 29500));
+  if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
+    throw ConfigError("RANK " + std::to_string(env.rank) + " is not in a world of WORLD_SIZE " +
+                      std::to_string(env.world_size));
+  }
+  if (env.master_port <= 0 || env.master_port > 65535) {
+    throw ConfigError("MASTER_PORT " + std::to_string(env.master_port) + " is not a port number");
+  }
+  return env;
+}
+
+std::shared_ptr<Communicator> make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
+
+std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout) {
+  auto store = rendezvous(env, timeout);
+  auto options = c10d::ProcessGroupGloo::Options::create_default(timeout);
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank),
+                                                             static_cast<int>(env.world_size), options);
+  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, c10::Device(c10::kCPU));
+}
+
+bool nccl_available() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
+                                                     c10::Device device) {
+#ifdef USE_C10D_NCCL
+  if (!device.is_cuda() || !device.has_index()) {
+    throw Error("NCCL needs a CUDA device with an index, got " + device.str());
+  }
+  // One device per local rank: the group's communicators and streams belong to this device.
+  c10::cuda::set_device(device.index());
+  // Blocking wait: wait() then throws when the timeout expires (as with Gloo), instead of only
+  // making the stream wait and leaving a hang to the watchdog.
+  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
+  auto store = rendezvous(env, timeout);
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(env.rank),
+                                                             static_cast<int>(env.world_size), options);
+  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device);
+#else
+  (void)env, (void)timeout;
+  throw Error("this Tessera was built without NCCL (LibTorch without USE_C10D_NCCL); cannot use " + device.str());
+#endif
+}
+
+}  // namespace tessera::core

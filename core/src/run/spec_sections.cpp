@@ -1,0 +1,67 @@
+#include "tessera/core/run/spec_sections.hpp"
+
+#include "tessera/config_fields.hpp"
+#include "tessera/core/checkpoint/checkpoint_settings.hpp"
+#include "tessera/core/run/run_settings.hpp"
+#include "tessera/core/train/trainer_settings.hpp"
+
+namespace tessera::core {
+
+const std::vector<std::string>& top_level_keys() {
+  static const std::vector<std::string> keys = {"name", "plugins", "settings", "components", "trainer", "checkpoint"};
+  return keys;
+}
+
+const std::vector<ComponentRole>& trainer_roles() {
+  static const std::vector<ComponentRole> roles = {
+      {"model", "model", true, false, "the model being trained"},
+      {"train_data", "dataset", true, false, "where training batches come from"},
+      {"loss", "loss", true, false, "the training loss"},
+      {"optimizer", "optimizer", true, false, "updates the model's parameters"},
+      {"scheduler", "scheduler", false, false, "learning-rate multiplier per step (default: constant 1)"},
+      {"parallel", "parallel", false, false,
+       "how the ranks share a step: ddp, zero1, zero2 or fsdp (default: ddp when there are several ranks)"},
+      {"callbacks", "callback", false, true, "called at the loop's events, in list order"},
+  };
+  return roles;
+}
+
+void check_trainer_roles(const ConfigNode* components, const SourcePos& top) {
+  for (const auto& role : trainer_roles()) {
+    const ConfigNode::Entry* entry = components && components->is_map() ? components->find_entry(role.name) : nullptr;
+    const std::string role_path = join_path("components", role.name);
+    if (!entry) {
+      if (role.required) {
+        throw ConfigIssue(components ? components->pos() : top, role_path,
+                          std::string("missing: the trainer needs a ") + role.kind + " here (" + role.doc + ")");
+      }
+      continue;
+    }
+    if (role.list != entry->value.is_sequence()) {
+      throw ConfigIssue(entry->value.pos(), role_path,
+                        role.list ? "expected a list of components" : "expected one component, not a list");
+    }
+    auto check_kind = [&](const ConfigNode& node, const std::string& node_path) {
+      const ConfigNode* key = node.is_map() ? node.find("component_key") : nullptr;
+      if (key && key->is_scalar() && key->scalar() != role.kind) {
+        throw ConfigIssue(key->pos(), join_path(node_path, "component_key"),
+                          std::string("the trainer uses ") + role_path + " as its " + role.kind + ", got kind " +
+                              key->scalar());
+      }
+    };
+    if (role.list) {
+      for (size_t i = 0; i < entry->value.items().size(); ++i) {
+        check_kind(entry->value.items()[i], index_path(role_path, i));
+      }
+    } else {
+      check_kind(entry->value, role_path);
+    }
+  }
+}
+
+Schema plugins_schema() { return declared_fields<PluginSettings>().schema(); }
+Schema settings_schema() { return declared_fields<RunSettings>().schema(); }
+Schema trainer_schema() { return declared_fields<TrainerSettings>().schema(); }
+Schema checkpoint_schema() { return declared_fields<CheckpointSettings>().schema(); }
+
+}  // namespace tessera::core

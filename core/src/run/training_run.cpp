@@ -1,0 +1,154 @@
+#include "tessera/core/run/training_run.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "tessera/callback.hpp"
+#include "tessera/core/components/component_factory.hpp"
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/log.hpp"
+#include "tessera/parallel.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera::core {
+namespace {
+
+// The plan, with the process-wide effects of planning it: the log level, and the rank prefix
+// under torchrun or srun (`tessera launch` prefixes every line itself).
+RunPlan plan_and_configure_logging(const RunOptions& options) {
+  const DistributedEnv env = read_distributed_env();
+  RunPlan plan = plan_run(options, env);
+  log::Level level = log::Level::info;
+  if (log::parse_level(plan.settings.log_level, level)) log::set_level(level);
+  if (env.world_size > 1 && !std::getenv("TESSERA_LAUNCHER")) log::set_prefix("[rank " + std::to_string(env.rank) + "] ");
+  return plan;
+}
+
+// A CUDA device the machine does not have is a config error, reported before anything is built.
+void check_device_exists(const RunPlan& plan) {
+  const c10::Device device(plan.context.device);
+  if (!device.is_cuda()) return;
+  const auto count = at::globalContext().hasCUDA() ? at::detail::getCUDAHooks().deviceCount() : 0;
+  if (device.index() < count) return;
+  const ConfigNode* settings = plan.spec.find("settings");
+  const ConfigNode* node = settings ? settings->find("device") : nullptr;
+  throw ConfigIssue(node ? node->pos() : plan.spec.pos(), "settings.device",
+                    "this process needs " + device.str() + " but the machine has " +
+                        (count == 0 ? std::string("no usable CUDA device") : std::to_string(count) + " CUDA devices") +
+                        "; use device: cpu, or one GPU per local rank");
+}
+
+template <class T>
+std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
+  auto it = built.instances.find(name);
+  if (it == built.instances.end()) return nullptr;
+  return std::static_pointer_cast<T>(it->second.object);
+}
+
+}  // namespace
+
+void seed_everything(std::uint64_t seed, const std::string& device) {
+  // A Generator is a handle: seeding the copy seeds the global generator.
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  cpu.set_current_seed(seed);
+  if (device != "cpu") {
+    c10::Device d(device);
+    if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
+    at::Generator cuda = at::globalContext().defaultGenerator(d);
+    cuda.set_current_seed(seed);
+  }
+}
+
+TrainingRun::TrainingRun(const RunOptions& options) : plan_(plan_and_configure_logging(options)) {
+  host_.load_directories(plugin_search_path(plan_.spec_plugin_paths, plan_.cli_plugin_paths));
+  ComponentFactory(host_.registry(), plan_.context).validate(plan_.components());
+}
+
+std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {
+  // Rank 0 chooses and tells the others, so every rank restores the same step even if their
+  // views of the file system differ. newest_valid() verified it, including that its metadata's
+  // step is its name's.
+  const std::string path = plan_.env.rank == 0 ? plan_.checkpoints.newest_valid() : std::string();
+  at::Tensor step = at::tensor({path.empty() ? std::int64_t{-1} : CheckpointStore::step_of(path)}, at::kLong);
+  comm.broadcast(step, 0);
+  const std::int64_t chosen = step.item<std::int64_t>();
+  if (plan_.env.rank == 0) return path;
+  return chosen < 0 ? std::string() : plan_.checkpoints.checkpoint(chosen).path().string();
+}
+
+std::unique_ptr<Trainer> TrainingRun::make_trainer() {
+  // Here rather than at validation: a GPU run's spec may be validated on a machine without one.
+  check_device_exists(plan_);
+  if (plan_.settings.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (plan_.settings.num_threads > 0) at::set_num_threads(static_cast<int>(plan_.settings.num_threads));
+  seed_everything(plan_.context.seed, plan_.context.device);
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(plan_.settings.collective_timeout_s * 1000));
+  const c10::Device device(plan_.context.device);
+  if (plan_.env.world_size == 1) {
+    communicator_ = make_local_communicator();
+  } else if (device.is_cuda()) {
+    communicator_ = make_nccl_communicator(plan_.env, timeout, device);
+  } else {
+    communicator_ = make_gloo_communicator(plan_.env, timeout);
+  }
+  RunContext context = plan_.context;
+  context.communicator = communicator_;
+
+  BuiltComponents built = ComponentFactory(host_.registry(), context).build(plan_.components());
+  TrainerParts parts;
+  parts.model = instance<Model>(built, "model");
+  parts.train_data = instance<Dataset>(built, "train_data");
+  parts.loss = instance<Loss>(built, "loss");
+  parts.optimizer = instance<Optimizer>(built, "optimizer");
+  parts.scheduler = instance<Scheduler>(built, "scheduler");
+  parts.parallel = instance<ParallelStrategy>(built, "parallel");
+  for (const auto& handle : built.lists["callbacks"]) {
+    parts.callbacks.push_back(std::static_pointer_cast<Callback>(handle.object));
+  }
+  return std::make_unique<Trainer>(std::move(parts), plan_.trainer, context, plan_.settings.peak_flops);
+}
+
+TrainResult TrainingRun::train() {
+  const RunContext& context = plan_.context;
+  fs::create_directories(context.run_dir);
+  const fs::path resolved = fs::path(context.run_dir) / "config.yaml";
+  if (plan_.env.rank == 0) {
+    std::ofstream out(resolved);
+    out << "# Resolved from " << plan_.source << " (includes, --set overrides and ${...} applied)\n"
+        << plan_.resolved_yaml;
+    if (!out) throw Error("cannot write " + resolved.string());
+  }
+  auto trainer = make_trainer();
+  CheckpointContext checkpoints;
+  checkpoints.settings = plan_.checkpoint;
+  checkpoints.store = plan_.checkpoints;
+  checkpoints.strategy = plan_.strategy;
+  checkpoints.config_yaml = plan_.resolved_yaml;
+  checkpoints.model_config_json = plan_.model_config_json;
+  checkpoints.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(plan_.settings.collective_timeout_s * 1000));
+  trainer->enable_checkpoints(checkpoints);
+  if (!plan_.resume.empty()) {
+    const std::string path = plan_.resume == "auto" ? agreed_resumable_checkpoint(*communicator_) : plan_.resume;
+    if (path.empty()) {
+      log::info("--resume auto: no valid checkpoint under ", plan_.checkpoints.dir(), "; starting fresh");
+    } else {
+      trainer->restore(path);
+    }
+  }
+  log::info("run '", context.name, "': model has ", trainer->model().num_parameters(), " parameters; device ",
+            context.device, "; run dir ", context.run_dir);
+  TrainResult result = trainer->fit();
+  log::info("trained ", result.steps, " steps, ", result.tokens, " tokens in ", result.elapsed_s, " s; loss ",
+            result.first_loss, " -> ", result.last_loss);
+  return result;
+}
+
+}  // namespace tessera::core

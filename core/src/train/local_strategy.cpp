@@ -1,0 +1,108 @@
+#include "tessera/core/train/local_strategy.hpp"
+
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/communicator.hpp"
+#include "tessera/error.hpp"
+#include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
+
+namespace tessera::core {
+namespace {
+
+class LocalStrategy final : public ParallelStrategy {
+ public:
+  void setup(Model&, Optimizer& optimizer, Communicator& comm) override {
+    if (comm.world_size() > 1) {
+      throw Error("trainer: a run of " + std::to_string(comm.world_size()) +
+                  " ranks needs a parallel strategy (components.parallel)");
+    }
+    parameters_ = optimizer.parameters();
+  }
+  void begin_micro_batch(std::int64_t, std::int64_t) override {}
+  void finish_gradients() override {}
+
+  std::vector<at::Tensor> gradients() override {
+    std::vector<at::Tensor> grads;
+    for (const auto& p : parameters_) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+    return grads;
+  }
+
+  at::Tensor grad_norm_squared_share() override { return grad_norm().square(); }
+
+  // No collective: the loss is already the whole step's, the norm is taken directly (the root of
+  // a square would not always give it back to the last bit).
+  LossAndGradNorm reduce_loss_and_grad_norm(Communicator&, const at::Tensor& loss_sum) override {
+    return {loss_sum, grad_norm().to(loss_sum.device())};
+  }
+
+  void optimizer_step(Optimizer& optimizer) override { optimizer.step(); }
+  void zero_grad(Optimizer& optimizer) override { optimizer.zero_grad(); }
+
+  ParallelMemory memory() const override {
+    ParallelMemory held;
+    for (const auto& p : parameters_) {
+      held.parameters += static_cast<std::int64_t>(p.nbytes());
+      if (p.grad().defined()) held.gradients += static_cast<std::int64_t>(p.grad().nbytes());
+    }
+    return held;
+  }
+
+  StateDict full_parameters(Model& model, std::int64_t) override {
+    StateDict out;
+    for (const auto& item : model.named_parameters()) {
+      out[item.key()] = item.value().detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    }
+    return out;
+  }
+
+  void load_full_parameters(Model& model, const StateDict& state) override {
+    c10::NoGradGuard no_grad;
+    for (auto& item : model.named_parameters()) {
+      auto it = state.find(item.key());
+      if (it == state.end()) throw Error("no saved value for parameter " + item.key());
+      if (it->second.sizes() != item.value().sizes()) {
+        throw Error("saved " + item.key() + " has shape " + c10::str(it->second.sizes()) + ", the model's has " +
+                    c10::str(item.value().sizes()));
+      }
+      item.value().copy_(it->second);
+    }
+  }
+
+  bool shards_optimizer_state() const override { return false; }
+
+  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override {
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    for (const auto& p : parameters_) ranges.emplace_back(0, p.numel());
+    return ranges;
+  }
+
+  void with_owned_parameters(const std::function<void()>& fn) override { fn(); }
+
+ private:
+  // The L2 norm over all gradients as a device tensor (no host synchronisation).
+  at::Tensor grad_norm() {
+    const std::vector<at::Tensor> grads = gradients();
+    if (grads.empty()) return at::zeros({}, at::kFloat);
+    std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+    for (auto& n : norms) n = n.to(at::kFloat);
+    return at::stack(norms).norm();
+  }
+
+  std::vector<at::Tensor> parameters_;
+};
+
+}  // namespace
+
+std::shared_ptr<ParallelStrategy> make_local_strategy() { return std::make_shared<LocalStrategy>(); }
+
+}  // namespace tessera::core

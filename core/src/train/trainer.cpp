@@ -1,0 +1,221 @@
+// The trainer's construction and its loop: agreeing on stops and saves at each step boundary,
+// the events around the steps, and saving. One step is trainer_step.cpp.
+#include "tessera/core/train/trainer.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/Device.h>
+
+#include <csignal>
+
+#include "tessera/communicator.hpp"
+#include "tessera/core/process/stop_signal.hpp"
+#include "tessera/core/train/local_strategy.hpp"
+#include "tessera/error.hpp"
+#include "tessera/log.hpp"
+
+namespace tessera::core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The precision the model's matrix products run in, which decides the peak MFU is measured
+// against: the parameters' dtype, and for fp32 on a GPU whether cuBLAS may use TF32.
+ComputePrecision compute_precision(const std::vector<at::Tensor>& parameters, const c10::Device& device) {
+  const auto dtype = parameters.empty() ? at::kFloat : parameters.front().scalar_type();
+  if (dtype == at::kBFloat16) return ComputePrecision::bf16;
+  if (dtype == at::kHalf) return ComputePrecision::fp16;
+  if (device.is_cuda() && at::globalContext().allowTF32CuBLAS()) return ComputePrecision::tf32;
+  return ComputePrecision::fp32;
+}
+
+// A run that names no strategy is a run of one rank: it gets the local one.
+TrainerParts with_strategy(TrainerParts parts) {
+  if (!parts.parallel) parts.parallel = make_local_strategy();
+  return parts;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext context, double peak_flops)
+    : parts_(with_strategy(std::move(parts))),
+      settings_(settings),
+      context_(std::move(context)),
+      device_(context_.device),
+      strategy_(*parts_.parallel) {
+  if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
+    throw Error("trainer: model, train_data, loss and optimizer are all required");
+  }
+  if (!context_.communicator) throw Error("trainer: the run context has no communicator");
+  parts_.model->to(device_);
+  parts_.model->train();
+  strategy_.setup(*parts_.model, *parts_.optimizer, *context_.communicator);
+  parts_.train_data->set_shard(context_.rank, context_.world_size);
+  progress_.max_steps = settings_.max_steps;
+  peak_ = resolve_peak_flops(peak_flops, device_name(device_),
+                             compute_precision(parts_.optimizer->parameters(), device_));
+  if (context_.rank == 0) {
+    if (peak_.flops) {
+      log::info("MFU is measured against ", *peak_.flops / 1e12, " TFLOP/s per device (", peak_.source, ")");
+    } else {
+      log::info("MFU is not reported: ", peak_.source);
+    }
+  }
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::enable_checkpoints(CheckpointContext context) {
+  checkpoint_ = std::move(context);
+  // Leftovers of saves a crash interrupted; rank 0 alone, before any rank can start a save.
+  if (context_.rank == 0) checkpoint_.store.remove_incomplete();
+  checkpointer_ = std::make_unique<Checkpointer>(checkpoint_.settings, checkpoint_.store, checkpoint_.timeout);
+}
+
+void Trainer::save(bool checkpoint, bool export_model, const char* why) {
+  const auto start = Clock::now();
+  auto state = std::make_shared<const CheckpointState>(capture());
+  checkpointer_->save(state, checkpoint, export_model);
+  pause_s_ = std::chrono::duration<double>(Clock::now() - start).count();
+  if (checkpoint) last_checkpoint_step_ = progress_.step;
+  if (export_model) last_export_step_ = progress_.step;
+  const char* what = checkpoint && export_model ? "checkpoint and model export" : checkpoint ? "checkpoint" : "model export";
+  log::info(what, " at step ", progress_.step, " (", why, "): state copied in ", pause_s_ * 1000, " ms",
+            checkpointer_->settings().async ? "; writing in the background" : "");
+}
+
+void Trainer::save_if_due(bool stopping, bool save_requested) {
+  const std::int64_t done = progress_.step;
+  if (save_requested && !checkpointer_) {
+    log::warn("a callback asked for a checkpoint at step ", done, ", but this trainer has no checkpoint writer");
+  }
+  if (!checkpointer_ || done == 0) return;
+  const CheckpointSettings& ck = checkpoint_.settings;
+  const bool periodic = ck.every_steps > 0 && done % ck.every_steps == 0;
+  const bool final = stopping && ck.at_end;
+  const bool save_now = (periodic || final || save_requested) && last_checkpoint_step_ != done;
+  const bool export_now =
+      ((ck.export_every_steps > 0 && done % ck.export_every_steps == 0) || (stopping && ck.export_at_end)) &&
+      last_export_step_ != done;
+  if (save_now || export_now) {
+    save(save_now, export_now, save_requested ? "a callback asked" : final ? "end of training" : "periodic");
+  }
+}
+
+double Trainer::elapsed_s() const {
+  return elapsed_before_ + std::chrono::duration<double>(Clock::now() - started_).count();
+}
+
+CallbackContext Trainer::callback_context() {
+  return CallbackContext{context_, progress_, *parts_.model, control_, this};
+}
+
+void Trainer::evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) {
+  for (auto& cb : parts_.callbacks) cb->on_evaluation_end(ctx, metrics);
+}
+
+void Trainer::announce_saved_checkpoints(CallbackContext& ctx) {
+  if (!checkpointer_) return;
+  for (const std::int64_t step : checkpointer_->take_completed()) {
+    const CheckpointEvent event{step, checkpoint_.store.checkpoint(step).path().string()};
+    for (auto& cb : parts_.callbacks) cb->on_checkpoint_saved(ctx, event);
+  }
+}
+
+std::string Trainer::stop_reason() const {
+  if (settings_.max_steps > 0 && progress_.step >= settings_.max_steps) {
+    return "reached max_steps " + std::to_string(settings_.max_steps);
+  }
+  if (settings_.max_tokens > 0 && progress_.tokens >= settings_.max_tokens) {
+    return "reached max_tokens " + std::to_string(settings_.max_tokens);
+  }
+  if (settings_.max_time_s > 0 && progress_.elapsed_s >= settings_.max_time_s) {
+    return "reached max_time_s " + std::to_string(settings_.max_time_s);
+  }
+  if (int sig = stop_signal_received()) {
+    return std::string("received ") + (sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal");
+  }
+  if (control_.stop_requested()) return "callback asked to stop: " + control_.stop_reason();
+  return {};
+}
+
+void Trainer::wait_for_last_save() {
+  if (!checkpointer_) return;
+  std::exception_ptr failure;
+  try {
+    checkpointer_->wait();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Every rank learns whether the last save failed anywhere, so none goes on into on_train_end
+  // (where callbacks may run collectives) while another has failed.
+  at::Tensor failed = at::tensor({static_cast<std::int64_t>(failure ? 1 : 0)}, at::kLong);
+  context_.communicator->all_reduce(failed, ReduceOp::max);
+  if (!failure && failed.item<std::int64_t>() != 0) throw Error("the last checkpoint save failed on another rank (see its log)");
+  if (failure) std::rethrow_exception(failure);
+}
+
+std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
+  std::string reason = stop_reason();
+  save_requested = control_.save_requested();
+  control_.clear_save();
+  // A signal, a callback or the clock may stop one rank before the others; every rank must stop
+  // after the same step, or the others would wait in a collective for it. Saves likewise.
+  // A background save that failed on one rank stops every rank (it would otherwise be reported
+  // on that rank alone while the others wait for it in a collective).
+  const bool save_failed = checkpointer_ && checkpointer_->failed();
+  at::Tensor flags = at::tensor({static_cast<std::int64_t>(reason.empty() ? 0 : 1),
+                                 static_cast<std::int64_t>(save_requested ? 1 : 0),
+                                 static_cast<std::int64_t>(save_failed ? 1 : 0)}, at::kLong);
+  context_.communicator->all_reduce(flags, ReduceOp::max);
+  if (save_failed) checkpointer_->wait();  // rethrows this rank's error
+  if (flags[2].item<std::int64_t>() != 0) throw Error("a checkpoint save failed on another rank (see its log)");
+  if (reason.empty() && flags[0].item<std::int64_t>() != 0) reason = "another rank stopped";
+  save_requested = flags[1].item<std::int64_t>() != 0;
+  return reason;
+}
+
+TrainResult Trainer::fit() {
+  started_ = Clock::now();
+  auto ctx = callback_context();
+  TrainResult result;
+  try {
+    for (auto& cb : parts_.callbacks) cb->on_train_begin(ctx);
+    if (!restored_from_.empty()) {
+      const CheckpointEvent loaded{progress_.step, restored_from_};
+      for (auto& cb : parts_.callbacks) cb->on_checkpoint_loaded(ctx, loaded);
+    }
+    bool first = true;
+    while (true) {
+      bool save_requested = false;
+      result.stop_reason = agree_on_stop_and_save(save_requested);
+      save_if_due(!result.stop_reason.empty(), save_requested);
+      announce_saved_checkpoints(ctx);
+      if (!result.stop_reason.empty()) break;
+      StepMetrics metrics = step();
+      if (first) result.first_loss = metrics.loss;
+      first = false;
+      result.last_loss = metrics.loss;
+      for (auto& cb : parts_.callbacks) cb->on_step_end(ctx, metrics);
+    }
+    log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
+    wait_for_last_save();
+    announce_saved_checkpoints(ctx);
+    for (auto& cb : parts_.callbacks) cb->on_train_end(ctx);
+  } catch (const std::exception& e) {
+    for (auto& cb : parts_.callbacks) {
+      try {
+        cb->on_exception(ctx, e.what());
+      } catch (const std::exception& nested) {
+        log::error("a callback failed while handling an error: ", nested.what());
+      }
+    }
+    throw;
+  }
+  result.steps = progress_.step;
+  result.tokens = progress_.tokens;
+  result.elapsed_s = progress_.elapsed_s;
+  return result;
+}
+
+}  // namespace tessera::core

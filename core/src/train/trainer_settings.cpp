@@ -1,0 +1,20 @@
+#include "tessera/core/train/trainer_settings.hpp"
+
+namespace tessera::core {
+
+void TrainerSettings::declare(ConfigFields<TrainerSettings>& f) {
+  using T = TrainerSettings;
+  f.field("max_steps", &T::max_steps, "stop after this many optimizer steps (0: no limit)").at_least(0);
+  f.field("max_tokens", &T::max_tokens, "stop once this many input tokens were consumed (0: no limit)").at_least(0);
+  f.field("max_time_s", &T::max_time_s, "stop after this many seconds of training (0: no limit)").at_least(0);
+  f.field("grad_accum", &T::grad_accum, "micro-batches per optimizer step").at_least(1);
+  f.field("micro_batch_size", &T::micro_batch_size, "samples per micro-batch").required().at_least(1);
+  f.field("clip_grad_norm", &T::clip_grad_norm, "clip gradients to this global L2 norm (0: off)").at_least(0);
+  f.check([](const T& t) {
+    if (t.max_steps == 0 && t.max_tokens == 0 && t.max_time_s == 0) {
+      throw ConfigError("no stop condition: set max_steps, max_tokens or max_time_s");
+    }
+  });
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,105 @@
+// The trainer's state for checkpoints: capture() takes host copies at a step boundary (the model
+// gathered by the strategy, this rank's optimizer part with the ranges it covers, the data
+// position, the generators, the progress); restore() loads them back, resharding the optimizer
+// state to this run's ranks and strategy.
+#include <ATen/Context.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/GradMode.h>
+
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
+#include "tessera/core/checkpoint/reshard.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/log.hpp"
+
+namespace tessera::core {
+namespace {
+
+// A Stateful's state_dict() is already a copy (tessera/stateful.hpp): only device tensors move.
+StateDict on_host(StateDict state) {
+  for (auto& [key, t] : state) t = t.detach().to(at::kCPU);
+  return state;
+}
+
+}  // namespace
+
+CheckpointState Trainer::capture() {
+  CheckpointState st;
+  st.step = progress_.step;
+  st.tokens = progress_.tokens;
+  st.samples = progress_.samples;
+  st.elapsed_s = elapsed_s();
+  st.rank = context_.rank;
+  st.world_size = context_.world_size;
+  st.strategy = checkpoint_.strategy;
+  Model& model = *parts_.model;
+  // The whole model: gathered by the strategy (a collective under fsdp), kept by rank 0 as host copies.
+  StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
+  if (context_.rank == 0) {
+    st.model = std::move(whole);
+    for (const auto& item : model.named_buffers()) st.model[item.key()] = item.value().detach().to(at::kCPU, false, true);
+    st.config_yaml = checkpoint_.config_yaml;
+    st.model_config_json = checkpoint_.model_config_json;
+  }
+  st.optimizer_sharded = strategy_.shards_optimizer_state();
+  st.write_optimizer = st.optimizer_sharded || context_.rank == 0;
+  if (st.write_optimizer) {
+    st.optimizer = on_host(parts_.optimizer->state_dict());
+    const auto params = parts_.optimizer->parameters();
+    const auto ranges = strategy_.owned_ranges();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto [begin, end] = ranges[i];
+      st.optimizer_ranges["param." + std::to_string(i)] = at::tensor({begin, end, params[i].numel()}, at::kLong);
+    }
+  }
+  st.data = on_host(parts_.train_data->state_dict());
+  st.rng["cpu"] = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state();
+  if (device_.is_cuda()) st.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
+  return st;
+}
+
+void Trainer::restore(const std::string& checkpoint_path) {
+  LoadedCheckpoint ck = read_checkpoint(checkpoint_path, context_.rank);
+  Model& model = *parts_.model;
+  c10::NoGradGuard no_grad;
+  try {
+    strategy_.load_full_parameters(model, ck.model);
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError("checkpoint " + checkpoint_path + ": " + e.what());
+  }
+  for (auto& item : model.named_buffers()) {
+    auto it = ck.model.find(item.key());
+    if (it != ck.model.end()) item.value().copy_(it->second);
+  }
+  const auto params = parts_.optimizer->parameters();
+  if (strategy_.shards_optimizer_state()) {
+    const auto ranges = strategy_.owned_ranges();
+    StateDict mine = optimizer_state_for(ck.optimizer, params, &ranges);
+    strategy_.with_owned_parameters([&] { parts_.optimizer->load_state_dict(mine); });
+  } else {
+    parts_.optimizer->load_state_dict(optimizer_state_for(ck.optimizer, params, nullptr));
+  }
+  parts_.train_data->load_state_dict(ck.data);
+  // A Generator is a handle: setting the copy's state sets the global generator's.
+  if (ck.rng.count("cpu")) {
+    at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+    cpu.set_state(ck.rng.at("cpu"));
+  }
+  if (ck.rng.count("cuda") && device_.is_cuda()) {
+    at::Generator cuda = at::globalContext().defaultGenerator(device_);
+    cuda.set_state(ck.rng.at("cuda"));
+  }
+  progress_.step = ck.metadata.step;
+  progress_.tokens = ck.metadata.tokens;
+  progress_.samples = ck.metadata.samples;
+  progress_.elapsed_s = elapsed_before_ = ck.metadata.elapsed_s;
+  last_checkpoint_step_ = ck.metadata.step;
+  restored_from_ = checkpoint_path;
+  if (context_.rank == 0 && checkpointer_) checkpoint_.store.supersede_after(ck.metadata.step);
+  log::info("resumed from ", checkpoint_path, " at step ", ck.metadata.step, " (saved by ", ck.metadata.world_size,
+            ck.metadata.world_size == 1 ? " rank" : " ranks", " with ", ck.metadata.strategy, "; now ",
+            context_.world_size, context_.world_size == 1 ? " rank" : " ranks", ")");
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,258 @@
+// One optimizer step, phase by phase: fetch the micro-batches, forward and backward each, reduce
+// the loss and the gradient norm over ranks, let callbacks judge the step, update the weights,
+// record the metrics. Each phase is one function; step() shows them in order.
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+
+#include "tessera/batch.hpp"
+#include "tessera/communicator.hpp"
+#include "tessera/core/process/failpoint.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/log.hpp"
+#include "tessera/memory_stats.hpp"
+
+namespace tessera::core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::int64_t bytes_of(const StateDict& state) {
+  std::int64_t n = 0;
+  for (const auto& [key, t] : state) n += static_cast<std::int64_t>(t.nbytes());
+  return n;
+}
+
+}  // namespace
+
+struct Trainer::StepInputs {
+  std::vector<Batch> micro_batches;
+  // Over all ranks: the loss divisor, the throughput's tokens, the samples counted in progress.
+  std::int64_t target_tokens = 0, input_tokens = 0, samples = 0;
+  std::int64_t seq_len = 0;  // the longest micro-batch's, for the model's FLOPs per token
+  // 1 / target_tokens: every micro-batch's summed loss is scaled by it.
+  double inv_tokens() const { return 1.0 / static_cast<double>(std::max<std::int64_t>(target_tokens, 1)); }
+};
+
+struct Trainer::StepClock {
+  Clock::time_point begin, data, backward, optimizer;
+  double waited_before = 0;  // the communicator's wait time when the step began
+};
+
+StepMetrics Trainer::step() {
+  if (progress_.step == 0 && started_ == Clock::time_point{}) started_ = Clock::now();
+  StepClock clock{Clock::now(), {}, {}, {}, context_.communicator->wait_seconds()};
+  if (control_.skip_requested()) {
+    // Asked after the last optimizer step (on_collect_metrics, on_step_end, an evaluation):
+    // skipping a later, healthy step instead would be wrong.
+    log::warn("a skip requested after step ", progress_.step, "'s optimizer step is dropped; "
+              "request skips up to on_before_optimizer_step");
+    control_.clear_skip();
+  }
+  CallbackContext ctx = callback_context();
+  for (auto& cb : parts_.callbacks) cb->on_step_begin(ctx);
+  failpoint("trainer.step");
+
+  StepInputs inputs = fetch();
+  clock.data = Clock::now();
+  const at::Tensor loss_sum = forward_backward(inputs, ctx);
+  clock.backward = Clock::now();
+  const LossAndGradNorm reduced = reduce(loss_sum, inputs);
+  const bool skipped = agree_on_skip(ctx, reduced);
+  const double lr = update(reduced.grad_norm, skipped);
+  clock.optimizer = Clock::now();
+  return record(ctx, inputs, reduced, lr, skipped, clock);
+}
+
+// All micro-batches are drawn first: the loss divisor is the target-token count of the whole
+// step over all ranks, known on the host before any forward pass.
+Trainer::StepInputs Trainer::fetch() {
+  StepInputs in;
+  in.micro_batches.reserve(static_cast<std::size_t>(settings_.grad_accum));
+  for (std::int64_t i = 0; i < settings_.grad_accum; ++i) {
+    in.micro_batches.push_back(parts_.train_data->next_batch(settings_.micro_batch_size));
+    const Batch& batch = in.micro_batches.back();
+    in.target_tokens += batch.num_target_tokens;
+    in.input_tokens += batch.input_ids.numel();
+    in.samples += batch.input_ids.size(0);
+    in.seq_len = std::max<std::int64_t>(in.seq_len, batch.input_ids.size(-1));
+  }
+  // Counted on the host, so summing them needs no device synchronisation (an NCCL group stages
+  // the three numbers through the device); with one rank the collective returns at once.
+  at::Tensor counts = at::tensor({in.target_tokens, in.input_tokens, in.samples}, at::kLong);
+  context_.communicator->all_reduce(counts);
+  in.target_tokens = counts[0].item<std::int64_t>();
+  in.input_tokens = counts[1].item<std::int64_t>();
+  in.samples = counts[2].item<std::int64_t>();
+  return in;
+}
+
+// Dividing every micro-batch's summed loss by the step's token count makes the accumulated
+// gradient exactly that of one big batch, however unevenly tokens fall across micro-batches.
+// Returns this rank's summed loss (a device scalar).
+at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
+  const double inv_tokens = inputs.inv_tokens();
+  // A model's own loss terms (MoE balancing) are means per forward: each micro-batch of each
+  // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
+  const double aux_weight = 1.0 / static_cast<double>(settings_.grad_accum * context_.communicator->world_size());
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  for (std::size_t i = 0; i < inputs.micro_batches.size(); ++i) {
+    Batch& batch = inputs.micro_batches[i];
+    strategy_.begin_micro_batch(static_cast<std::int64_t>(i), settings_.grad_accum);
+    at::Tensor input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);
+    at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);
+    at::Tensor logits = parts_.model->forward(input_ids);
+    LossSum loss = parts_.loss->compute(logits, labels);
+    at::Tensor objective = loss.sum * inv_tokens;
+    if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
+    objective.backward();
+    const at::Tensor micro_loss = loss.sum.detach();
+    loss_sum += micro_loss;
+    if (!parts_.callbacks.empty()) {
+      const MicroBatchEnd end{static_cast<std::int64_t>(i), settings_.grad_accum, micro_loss, batch.num_target_tokens};
+      for (auto& cb : parts_.callbacks) cb->on_micro_batch_end(ctx, end);
+    }
+  }
+  inputs.micro_batches.clear();
+  return loss_sum;
+}
+
+// The gradients complete, then the step's loss (all ranks, per target token) and the global
+// gradient norm, both still on the device.
+LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& inputs) {
+  strategy_.finish_gradients();
+  LossAndGradNorm reduced = strategy_.reduce_loss_and_grad_norm(*context_.communicator, loss_sum);
+  reduced.loss_sum = reduced.loss_sum * inputs.inv_tokens();  // from here on the step's loss
+  return reduced;
+}
+
+// Callbacks see the loss and the norm and may ask to skip; a skip asked on one rank skips the
+// step on all (replicas must stay identical, and sharded optimizer steps are collectives).
+bool Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced) {
+  if (!parts_.callbacks.empty()) {
+    const BeforeOptimizerStep before{reduced.grad_norm, reduced.loss_sum};
+    for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, before);
+  }
+  at::Tensor skip = at::tensor({static_cast<std::int64_t>(control_.skip_requested() ? 1 : 0)}, at::kLong);
+  control_.clear_skip();
+  context_.communicator->all_reduce(skip, ReduceOp::max);
+  return skip.item<std::int64_t>() != 0;
+}
+
+// Clipping by the global norm (one multi-tensor scale, no host sync), the scheduled learning
+// rate, the strategy's optimizer step, and gradients cleared. Returns the learning rate.
+double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
+  const double lr = parts_.optimizer->base_lr() *
+                    (parts_.scheduler ? parts_.scheduler->lr_factor(progress_.step) : 1.0);
+  if (!skipped) {
+    std::vector<at::Tensor> grads = strategy_.gradients();
+    if (settings_.clip_grad_norm > 0 && !grads.empty()) {
+      at::Tensor coef = (settings_.clip_grad_norm / (grad_norm + 1e-6)).clamp_max(1.0);
+      at::_foreach_mul_(grads, coef.to(grads.front().scalar_type()));
+    }
+    parts_.optimizer->set_lr(lr);
+    strategy_.optimizer_step(*parts_.optimizer);
+  }
+  strategy_.zero_grad(*parts_.optimizer);
+  return lr;
+}
+
+// Progress, the step's metrics (the one host synchronisation of the step), the time breakdown,
+// memory, rates and ETA, then every callback's own metrics.
+StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
+                            bool skipped, const StepClock& clock) {
+  progress_.step += 1;
+  progress_.tokens += inputs.input_tokens;
+  progress_.samples += inputs.samples;
+
+  StepMetrics m;
+  m.step = progress_.step;
+  const at::Tensor logged =
+      at::stack({reduced.loss_sum, reduced.grad_norm.to(reduced.loss_sum.device())}).to(at::kCPU, at::kDouble);
+  m.loss = logged[0].item<double>();
+  m.grad_norm = logged[1].item<double>();
+  const auto end = Clock::now();
+  m.lr = lr;
+  m.tokens = progress_.tokens;
+  m.step_tokens = inputs.input_tokens;
+  m.target_tokens = inputs.target_tokens;
+  m.step_time_s = seconds_between(clock.begin, end);
+  progress_.elapsed_s = elapsed_s();
+  m.elapsed_s = progress_.elapsed_s;
+  m.skipped = skipped;
+  m.time_data_s = seconds_between(clock.begin, clock.data);
+  m.time_forward_backward_s = seconds_between(clock.data, clock.backward);
+  m.time_optimizer_s = seconds_between(clock.backward, clock.optimizer);
+  m.time_communication_s = context_.communicator->wait_seconds() - clock.waited_before;
+  const MemoryStats memory = memory_stats(device_);
+  m.memory_in_use_bytes = memory.in_use;
+  m.memory_peak_bytes = memory.peak;
+  m.memory_reserved_bytes = memory.reserved;
+  // The next peak window starts here, so it covers what runs between steps (evaluation, samples,
+  // checkpoint copies) as well as the next step.
+  reset_peak_memory(device_);
+  fill_rates(m, inputs.seq_len, clock.begin, end);
+  if (pause_s_ > 0) {
+    // The copy of the state a save made before this step, while training waited.
+    m.extra["time_checkpoint_s"] = pause_s_;
+    pause_s_ = 0;
+  }
+  // Optimizer state exists from the first update on (LibTorch optimizers create it lazily).
+  if (progress_.step == 1) {
+    memory_ = measure_memory();
+    log::info("memory held by rank ", context_.rank, " between steps: parameters ", memory_.parameters,
+              " B, gradients ", memory_.gradients, " B, optimizer state ", memory_.optimizer_state, " B, total ",
+              memory_.total(), " B");
+  }
+  for (auto& cb : parts_.callbacks) cb->on_collect_metrics(ctx, m);
+  return m;
+}
+
+MemoryReport Trainer::measure_memory() const {
+  const ParallelMemory held = strategy_.memory();
+  MemoryReport report;
+  report.parameters = held.parameters;
+  report.gradients = held.gradients;
+  report.optimizer_state = bytes_of(parts_.optimizer->state_dict());
+  return report;
+}
+
+void Trainer::fill_rates(StepMetrics& m, std::int64_t seq_len, Clock::time_point begin, Clock::time_point end) {
+  const double devices = static_cast<double>(context_.world_size);
+  m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.step_tokens) / m.step_time_s : 0.0;
+  m.tokens_per_s_per_device = m.tokens_per_s / devices;
+  if (peak_.flops) {
+    m.mfu = model_flops_utilisation(parts_.model->flops_per_token(seq_len), m.tokens_per_s_per_device, *peak_.flops);
+  }
+  // The ETA's rates: wall time from the start of this process's second step (the first warms
+  // up allocators and kernels) to the end of this one, so the work between steps (evaluation,
+  // samples, saves, sinks) counts too. After the first step only its own time is known.
+  ++run_steps_;
+  double seconds_per_step = m.step_time_s, tokens_per_s = m.tokens_per_s;
+  if (run_steps_ == 2) rate_start_ = begin;
+  if (run_steps_ >= 2) {
+    run_tokens_ += m.step_tokens;
+    const double wall = seconds_between(rate_start_, end);
+    seconds_per_step = wall / static_cast<double>(run_steps_ - 1);
+    tokens_per_s = wall > 0 ? static_cast<double>(run_tokens_) / wall : 0.0;
+  }
+  EtaInputs eta;
+  eta.step = progress_.step;
+  eta.max_steps = settings_.max_steps;
+  eta.tokens = progress_.tokens;
+  eta.max_tokens = settings_.max_tokens;
+  eta.elapsed_s = progress_.elapsed_s;
+  eta.max_time_s = settings_.max_time_s;
+  eta.seconds_per_step = seconds_per_step;
+  eta.tokens_per_s = tokens_per_s;
+  m.eta_s = estimate_eta(eta);
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,53 @@
+// The architecture fields model/gpt and model/gpt_moe share, declared once for both (header
+// only, included by relative path): sizes, dropout, biases and the init scale of a GPT-2 style
+// decoder. Each model's config derives from GptArchitecture and adds its own fields.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/config_fields.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::gpt_parts {
+
+struct GptArchitecture {
+  std::int64_t vocab_size = 256;
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_embd = 128;
+  std::int64_t max_seq_len = 256;
+  double dropout = 0.0;
+  bool bias = true;
+  double init_std = 0.02;
+
+  std::int64_t head_dim() const { return n_embd / n_head; }
+};
+
+// What dropout and biases cover differs between the models; the docs say so.
+struct ArchitectureDocs {
+  const char* dropout;
+  const char* bias;
+};
+
+template <class Config>
+void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& docs) {
+  using A = GptArchitecture;
+  f.field("vocab_size", &A::vocab_size, "number of token ids").at_least(1);
+  f.field("n_layer", &A::n_layer, "transformer blocks").at_least(1);
+  f.field("n_head", &A::n_head, "attention heads per block").at_least(1);
+  f.field("n_embd", &A::n_embd, "width of the residual stream (divisible by n_head)").at_least(1);
+  f.field("max_seq_len", &A::max_seq_len, "longest sequence (size of the position embedding)").at_least(1);
+  f.field("dropout", &A::dropout, docs.dropout).at_least(0).less_than(1);
+  f.field("bias", &A::bias, docs.bias);
+  f.field("init_std", &A::init_std, "standard deviation of the normal weight init").greater_than(0);
+  f.check([](const Config& c) {
+    if (c.n_embd % c.n_head != 0) {
+      throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
+                            std::to_string(c.n_head) + ")",
+                        "n_embd");
+    }
+  });
+}
+
+}  // namespace tessera::gpt_parts
