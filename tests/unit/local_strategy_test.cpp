@@ -11,14 +11,25 @@
 namespace tessera::core {
 namespace {
 
-TEST(LocalStrategy, GivesTheSingleProcessNormAndLossWithoutCollectives) {
-  testing::TempDir dir;
-  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), testing::settings(1, 2));
-  auto model = testing::built<Model>(run.components, "model");
-  auto optimizer = testing::built<Optimizer>(run.components, "optimizer");
-  auto local = make_local_strategy();
-  auto comm = make_local_communicator();
-  local->setup(*model, *optimizer, *comm);
+// The local strategy set up over the small test trainer's real gpt and sgd.
+class LocalStrategy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_ = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir_)), testing::settings(1, 2));
+    model = testing::built<Model>(run_.components, "model");
+    optimizer = testing::built<Optimizer>(run_.components, "optimizer");
+    local->setup(*model, *optimizer, *comm);
+  }
+
+  testing::TempDir dir_;
+  testing::Built run_;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Optimizer> optimizer;
+  std::shared_ptr<ParallelStrategy> local = make_local_strategy();
+  std::shared_ptr<Communicator> comm = make_local_communicator();
+};
+
+TEST_F(LocalStrategy, GivesTheSingleProcessNormAndLossWithoutCollectives) {
   for (const auto& p : optimizer->parameters()) p.mutable_grad() = at::randn_like(p);
 
   // The norm over every gradient at once; to the last bit, the single-process trainer's
@@ -42,15 +53,7 @@ TEST(LocalStrategy, GivesTheSingleProcessNormAndLossWithoutCollectives) {
   }
 }
 
-TEST(LocalStrategy, FullParametersRoundTripAndMemoryCountsWhatIsHeld) {
-  testing::TempDir dir;
-  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), testing::settings(1, 2));
-  auto model = testing::built<Model>(run.components, "model");
-  auto optimizer = testing::built<Optimizer>(run.components, "optimizer");
-  auto local = make_local_strategy();
-  auto comm = make_local_communicator();
-  local->setup(*model, *optimizer, *comm);
-
+TEST_F(LocalStrategy, FullParametersRoundTripAndMemoryCountsWhatIsHeld) {
   StateDict saved = local->full_parameters(*model);
   ASSERT_EQ(saved.size(), model->named_parameters().size());
   for (auto& [name, t] : saved) EXPECT_EQ(t.device().type(), at::kCPU) << name;
@@ -70,7 +73,7 @@ TEST(LocalStrategy, FullParametersRoundTripAndMemoryCountsWhatIsHeld) {
   EXPECT_EQ(local->memory().gradients, 0) << "no gradients yet";
 }
 
-TEST(LocalStrategy, ARunOfSeveralRanksWithoutAStrategyIsRefused) {
+TEST(LocalStrategyRanks, ARunOfSeveralRanksWithoutAStrategyIsRefused) {
   testing::TempDir dir;
   const std::string data = testing::uneven_token_file(dir);
   const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t rank, std::shared_ptr<Communicator> comm) {

@@ -38,6 +38,11 @@ std::string CheckpointFolder::rank_dir(std::int64_t rank) {
 CheckpointStore::CheckpointStore(std::string checkpoints_dir, std::string exports_dir)
     : dir_(std::move(checkpoints_dir)), exports_dir_(std::move(exports_dir)) {}
 
+CheckpointStore CheckpointStore::for_run(const std::string& run_dir, const std::optional<std::string>& checkpoints_dir) {
+  return CheckpointStore(checkpoints_dir.value_or((fs::path(run_dir) / "checkpoints").string()),
+                         (fs::path(run_dir) / "exports").string());
+}
+
 std::string CheckpointStore::name_of(std::int64_t step) {
   char name[40];
   std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));

@@ -130,8 +130,7 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
   context.world_size = env.world_size;
   // One GPU per local rank: "cuda" means cuda:LOCAL_RANK.
   context.device = plan.settings.device == "cuda" ? "cuda:" + std::to_string(env.local_rank) : plan.settings.device;
-  plan.checkpoints = CheckpointStore(plan.checkpoint.dir.value_or((fs::path(context.run_dir) / "checkpoints").string()),
-                                     (fs::path(context.run_dir) / "exports").string());
+  plan.checkpoints = CheckpointStore::for_run(context.run_dir, plan.checkpoint.dir);
 
   ensure_metrics_sink(root);
   ensure_parallel_strategy(root, env.world_size);

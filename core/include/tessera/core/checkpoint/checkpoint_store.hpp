@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,8 @@ class CheckpointStore {
 
   CheckpointStore() = default;
   CheckpointStore(std::string checkpoints_dir, std::string exports_dir);
+  // A run's folders: `checkpoints_dir` (checkpoint.dir) or RUN_DIR/checkpoints, and RUN_DIR/exports.
+  static CheckpointStore for_run(const std::string& run_dir, const std::optional<std::string>& checkpoints_dir);
 
   const std::string& dir() const { return dir_; }
   const std::string& exports_dir() const { return exports_dir_; }

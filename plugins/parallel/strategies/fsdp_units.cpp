@@ -1,0 +1,125 @@
+// fsdp's part of DataParallel: the model's wrapping units made flat units (tied parameters in
+// the root), and the forward hooks that gather each unit just before it runs (the next one
+// prefetched) and free it after, gathering it again when its backward comes.
+#include <c10/core/GradMode.h>
+
+#include <map>
+#include <set>
+
+#include "data_parallel.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera_plugins {
+
+void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at::Tensor>& params) {
+  std::set<const c10::TensorImpl*> optimized;
+  for (const auto& p : params) optimized.insert(p.unsafeGetTensorImpl());
+  // A parameter used by two units (tied weights) would be freed by one while the other needs
+  // it: such parameters join the root, which stays gathered for the whole pass.
+  const auto modules = model.sharding_units();
+  std::map<const c10::TensorImpl*, int> uses;
+  for (const auto& module : modules) {
+    std::set<const c10::TensorImpl*> once;
+    for (const auto& p : module->parameters()) once.insert(p.unsafeGetTensorImpl());
+    for (const auto* impl : once) ++uses[impl];
+  }
+  std::set<const c10::TensorImpl*> claimed;
+  std::vector<std::vector<at::Tensor>> per_unit;
+  for (const auto& module : modules) {
+    std::vector<at::Tensor> mine;
+    for (const auto& p : module->parameters()) {
+      const auto* impl = p.unsafeGetTensorImpl();
+      if (optimized.count(impl) && uses[impl] == 1 && claimed.insert(impl).second) mine.push_back(p);
+    }
+    per_unit.push_back(std::move(mine));
+  }
+  std::vector<at::Tensor> rest;
+  for (const auto& p : params) {
+    if (!claimed.count(p.unsafeGetTensorImpl())) rest.push_back(p);
+  }
+  // Backward runs the units last to first and finishes with the root (embeddings come first in
+  // the forward pass), so reductions start in that order.
+  forward_units_.assign(per_unit.size(), 0);
+  for (std::size_t i = per_unit.size(); i-- > 0;) {
+    if (per_unit[i].empty()) {
+      forward_units_[i] = static_cast<std::size_t>(-1);
+      continue;
+    }
+    forward_units_[i] = units_.size();
+    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *comm_, options_.reduction, true));
+  }
+  if (!rest.empty()) {
+    units_.push_back(std::make_unique<FlatUnit>(rest, *comm_, options_.reduction, true));
+    root_ = units_.back().get();
+  }
+}
+
+FlatUnit* DataParallel::forward_unit(std::size_t unit) {
+  if (unit == kWholeModel) return root_;
+  if (unit >= forward_units_.size()) {
+    throw tessera::Error("parallel/" + options_.name + ": the model ran unit " + std::to_string(unit) +
+                         " but named only " + std::to_string(forward_units_.size()) + " in sharding_units()");
+  }
+  const std::size_t index = forward_units_[unit];
+  return index == static_cast<std::size_t>(-1) ? nullptr : units_[index].get();
+}
+
+void DataParallel::ensure_gathered(FlatUnit& unit) {
+  auto it = gathering_.find(&unit);
+  if (it != gathering_.end()) {
+    it->second->wait();
+    gathering_.erase(it);
+  } else if (!unit.gathered()) {
+    unit.gather();
+  }
+}
+
+void DataParallel::release(FlatUnit& unit) {
+  // A gather still in flight would write into freed memory: let it land first.
+  auto it = gathering_.find(&unit);
+  if (it != gathering_.end()) {
+    it->second->wait();
+    gathering_.erase(it);
+  }
+  unit.free_full();
+}
+
+void DataParallel::prefetch(FlatUnit* unit) {
+  if (!options_.prefetch || !unit || unit->gathered() || gathering_.count(unit)) return;
+  gathering_[unit] = unit->start_gather();
+}
+
+void DataParallel::before_forward(std::size_t unit) {
+  FlatUnit* u = forward_unit(unit);
+  if (u) ensure_gathered(*u);
+  // The next unit's gather overlaps this one's computation.
+  if (unit == kWholeModel) {
+    if (!forward_units_.empty()) prefetch(forward_unit(0));
+  } else if (unit + 1 < forward_units_.size()) {
+    prefetch(forward_unit(unit + 1));
+  }
+}
+
+at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& output) {
+  FlatUnit* u = forward_unit(unit);
+  if (!u) return output;
+  const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
+  if (!backward_follows) {
+    release(*u);
+    return output;
+  }
+  // The root stays gathered until its backward; a unit is freed now and gathered again when the
+  // gradient of its output arrives, just before its own backward runs.
+  if (unit == kWholeModel) return output;
+  release(*u);
+  std::weak_ptr<DataParallel> self = weak_from_this();
+  output.register_hook([self, unit](const at::Tensor&) {
+    auto strategy = self.lock();
+    if (!strategy) return;
+    if (FlatUnit* mine = strategy->forward_unit(unit)) strategy->ensure_gathered(*mine);
+    if (unit > 0) strategy->prefetch(strategy->forward_unit(unit - 1));
+  });
+  return output;
+}
+
+}  // namespace tessera_plugins
