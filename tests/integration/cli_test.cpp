@@ -2,6 +2,7 @@
 // errors with positions, the files a run writes.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/version.h>
 
 #include <csignal>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli_fixture.hpp"
+#include "tessera/version.hpp"
 
 namespace tessera {
 namespace {
@@ -21,6 +23,10 @@ TEST_F(Cli, VersionAndHelp) {
   std::string out;
   EXPECT_EQ(run_command(tessera("--version"), out), 0);
   EXPECT_NE(out.find("tessera 0.1.0"), std::string::npos);
+  // What plugins must be built with: the host's build record.
+  EXPECT_NE(out.find(std::string("(SDK ABI ") + std::to_string(kSdkAbiVersion) + "; LibTorch " + TORCH_VERSION + ", "),
+            std::string::npos)
+      << out;
   for (const char* cmd : {"train", "validate", "components", "describe"}) {
     EXPECT_EQ(run_command(tessera(std::string(cmd) + " --help"), out), 0) << cmd;
     EXPECT_NE(out.find("usage: tessera"), std::string::npos) << cmd;

@@ -132,6 +132,21 @@ TEST(ConfigFields, RulesRunOnRead) {
   }
 }
 
+struct OptionalWithAValue {
+  std::optional<std::int64_t> x = 5;
+  static void declare(ConfigFields<OptionalWithAValue>& f) { f.field("x", &OptionalWithAValue::x, "ambiguous"); }
+};
+
+TEST(ConfigFields, AnOptionalMemberThatStartsWithAValueIsADeclarationError) {
+  // Left out would silently mean 5 while the schema shows no default: refused at registration.
+  try {
+    declared_fields<OptionalWithAValue>();
+    FAIL() << "declared";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config field x: an optional member must start empty"), std::string::npos);
+  }
+}
+
 TEST(ConfigFields, AComponentWithoutFieldsDeclaresNone) {
   EXPECT_TRUE(declared_fields<NoConfig>().schema().fields().empty());
 }

@@ -6,7 +6,9 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -129,6 +131,49 @@ TEST(BuildRecord, TheHostsRecordNamesThisBuild) {
   EXPECT_EQ(host.compiler.rfind("gcc " + std::to_string(__GNUC__) + ".", 0), 0u) << host.compiler;
 #endif
   EXPECT_EQ(host.stdlib, "libstdc++ cxx11-abi");
+  EXPECT_EQ(host.format, "tessera-build-record 1");
+}
+
+TEST(BuildRecord, MalformedFilesAreRefusedWithAnErrorNeverACrash) {
+  std::ifstream in(testing::plugin_dir() + "/libtessera_scheduler_constant.so", std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(good.size(), 4096u);
+  testing::TempDir dir;
+  const std::string path = dir.file("libtessera_mutated.so");
+  auto outcome = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      const auto record = core::read_build_record_section(path);
+      return std::string(record ? "record" : "none");
+    } catch (const Error& e) {
+      return std::string("error: ") + e.what();
+    }
+  };
+  EXPECT_EQ(outcome(good), "record");
+  EXPECT_EQ(outcome(good.substr(0, 40)), "error: not an ELF shared library") << "shorter than the ELF header";
+  std::string far = good;
+  const std::uint64_t huge = 0xFFFFFFFFFFFF0000ull;
+  std::memcpy(&far[0x28], &huge, sizeof huge);  // e_shoff beyond the file
+  EXPECT_EQ(outcome(far), "error: its ELF section headers are malformed");
+  std::string many = good;
+  const std::uint16_t sections = 0xFFFE;
+  std::memcpy(&many[0x3C], &sections, sizeof sections);  // e_shnum beyond the file
+  EXPECT_EQ(outcome(many), "error: its ELF section headers are malformed");
+  EXPECT_EQ(outcome(good.substr(0, good.size() / 2)).rfind("error: ", 0), 0u) << "cut in half";
+  // Random bytes in the header and the section headers: a record, none, or one error each.
+  std::uint64_t shoff = 0;
+  std::memcpy(&shoff, &good[0x28], sizeof shoff);
+  std::uint32_t state = 12345;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = good;
+    for (int k = 0; k < 4; ++k) {
+      state = state * 1664525u + 1013904223u;
+      const std::size_t at = k % 2 == 0 ? state % 64 : static_cast<std::size_t>(shoff + state % (good.size() - shoff));
+      bytes[at] = static_cast<char>(state >> 24);
+    }
+    const std::string result = outcome(bytes);
+    EXPECT_TRUE(result == "record" || result == "none" || result.rfind("error: ", 0) == 0) << result;
+  }
 }
 
 TEST(BuildRecord, EveryBundledPluginCarriesTheHostsRecord) {

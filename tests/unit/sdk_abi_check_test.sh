@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SDK ABI check (cmake/SdkAbi.cmake) on the real headers, then on a copy of the SDK:
-# comment-only edits pass; a changed declaration without a version bump fails and says so;
+# comment-only edits and a new release version pass; a changed declaration without a version bump fails and says so;
 # re-recording a version with other headers is refused; a bump plus a record passes.
 set -euo pipefail
 src=$1
@@ -20,6 +20,11 @@ out=$(check) || fail "the unchanged copy fails: $out"
 # Documentation is not ABI.
 printf '\n// A comment the test added.\n/* and a block\n   comment */\n' >> "$tmp/sdk/include/tessera/batch.hpp"
 out=$(check) || fail "a comment-only change fails the check: $out"
+
+# Nor is a release: the version string is not part of the hash.
+sed -i 's/^#define TESSERA_VERSION_STRING ".*"/#define TESSERA_VERSION_STRING "9.9.9"/' "$tmp/sdk/include/tessera/version.hpp"
+grep -q '"9.9.9"' "$tmp/sdk/include/tessera/version.hpp" || fail "the test could not edit version.hpp"
+out=$(check) || fail "a new release version fails the check: $out"
 
 # A new member in a public struct, the version unchanged: the build must fail.
 sed -i 's/struct StepMetrics {/struct StepMetrics {\n  int added_by_the_test = 0;/' "$tmp/sdk/include/tessera/callback.hpp"

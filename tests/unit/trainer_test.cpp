@@ -180,5 +180,12 @@ TEST(Trainer, SameSeedGivesTheSameLosses) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b.trainer->step().loss, first[i]) << "step " << i;
 }
 
+TEST(Trainer, CheckpointsNeedAFolderFromTheStore) {
+  // A CheckpointContext without its store would write into the working directory.
+  TempDir dir;
+  auto run = make_trainer(components_yaml(uneven_token_file(dir)), settings(1, 2));
+  EXPECT_THROW(run.trainer->enable_checkpoints(core::CheckpointContext{}), Error);
+}
+
 }  // namespace
 }  // namespace tessera::core

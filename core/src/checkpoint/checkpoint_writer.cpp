@@ -120,9 +120,10 @@ bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state
   fsync_directory(mine.string());
   // Written aside and renamed: rank 0 treats the manifest's existence as "this rank is done",
   // so it must never see it half-written.
-  const std::string manifest = tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest)).string();
-  write_file_durably(manifest + ".tmp", files_json(files).dump(1));
-  rename_durably(manifest + ".tmp", manifest);
+  const std::string pending =
+      tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifestInProgress)).string();
+  write_file_durably(pending, files_json(files).dump(1));
+  rename_durably(pending, tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest)).string());
   if (state.rank != 0) return true;
 
   // Rank 0 completes the checkpoint once every rank's manifest is there.

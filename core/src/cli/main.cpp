@@ -7,6 +7,7 @@
 #include <map>
 
 #include "commands.hpp"
+#include "tessera/core/plugins/plugin_build_record.hpp"
 #include "tessera/core/plugins/plugin_host.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
@@ -42,7 +43,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::cout << "tessera " << TESSERA_VERSION_STRING << " (SDK ABI " << kSdkAbiVersion << ")\n";
+    // What a plugin's build record must match (docs/writing-a-plugin.md).
+    const core::BuildRecord& built = core::host_build_record();
+    std::cout << "tessera " << TESSERA_VERSION_STRING << " (SDK ABI " << kSdkAbiVersion << "; LibTorch " << built.torch
+              << ", " << built.compiler << ", " << built.stdlib << ")\n";
     return 0;
   }
   const std::map<std::string, int (*)(const cli::Args&)> commands = {

@@ -200,7 +200,14 @@ class GraphWalker {
     if (!build_) {
       // The declared rules (tessera/config_fields.hpp) run now, before anything is built.
       if (info->check) {
-        rethrowing_config_errors(node, config, path, [&] { info->check(ComponentConfig(path, std::move(values), context_)); });
+        try {
+          rethrowing_config_errors(node, config, path,
+                                   [&] { info->check(ComponentConfig(path, std::move(values), context_)); });
+        } catch (const ConfigError&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw ConfigIssue(node.pos(), path, "checking " + kind + "/" + variant + " failed: " + e.what());
+        }
       }
       return ComponentHandle{kind, variant, nullptr};
     }

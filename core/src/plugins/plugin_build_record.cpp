@@ -38,6 +38,8 @@ BuildRecord parse_build_record(const std::string& text) {
   BuildRecord record;
   std::istringstream lines(text);
   std::string line;
+  std::getline(lines, line);
+  record.format = line;
   while (std::getline(lines, line)) {
     const auto eq = line.find('=');
     if (eq == std::string::npos) continue;
@@ -54,10 +56,11 @@ BuildRecord parse_build_record(const std::string& text) {
 // bounds checks only, since a plugin file may be anything (Boost.DLL's library_info lists
 // section names but does not return their contents).
 std::optional<std::string> read_build_record_section(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error("cannot read " + path);
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<std::uint64_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  if (end < 0) throw Error("cannot read " + path);
+  const auto file_size = static_cast<std::uint64_t>(end);
   Elf64_Ehdr header{};
   if (!read_at(in, 0, header) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) {
     throw Error("not an ELF shared library");
@@ -65,8 +68,8 @@ std::optional<std::string> read_build_record_section(const std::string& path) {
   if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB) {
     throw Error("not a 64-bit little-endian ELF file");
   }
-  if (header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shstrndx >= header.e_shnum ||
-      header.e_shoff + std::uint64_t{header.e_shnum} * sizeof(Elf64_Shdr) > file_size) {
+  if (header.e_shoff == 0) return std::nullopt;  // no section headers at all
+  if (header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shoff > file_size) {
     throw Error("its ELF section headers are malformed");
   }
   auto section = [&](std::uint64_t index) {
@@ -74,6 +77,16 @@ std::optional<std::string> read_build_record_section(const std::string& path) {
     if (!read_at(in, header.e_shoff + index * sizeof(Elf64_Shdr), s)) throw Error("its ELF section headers are unreadable");
     return s;
   };
+  // With many sections the counts live in section 0 (SHN_XINDEX / e_shnum 0).
+  std::uint64_t count = header.e_shnum, names_index = header.e_shstrndx;
+  if (count == 0 || names_index == SHN_XINDEX) {
+    const Elf64_Shdr first = section(0);
+    if (count == 0) count = first.sh_size;
+    if (names_index == SHN_XINDEX) names_index = first.sh_link;
+  }
+  if (count > (file_size - header.e_shoff) / sizeof(Elf64_Shdr) || names_index >= count) {
+    throw Error("its ELF section headers are malformed");
+  }
   auto contents = [&](const Elf64_Shdr& s) {
     if (s.sh_type == SHT_NOBITS || s.sh_offset > file_size || s.sh_size > file_size - s.sh_offset) {
       throw Error("an ELF section lies outside the file");
@@ -84,8 +97,8 @@ std::optional<std::string> read_build_record_section(const std::string& path) {
     if (!in) throw Error("an ELF section is unreadable");
     return bytes;
   };
-  const std::string names = contents(section(header.e_shstrndx));
-  for (std::uint64_t i = 0; i < header.e_shnum; ++i) {
+  const std::string names = contents(section(names_index));
+  for (std::uint64_t i = 0; i < count; ++i) {
     const Elf64_Shdr s = section(i);
     if (s.sh_name >= names.size()) continue;
     if (std::strcmp(names.c_str() + s.sh_name, kBuildRecordSection) != 0) continue;
@@ -97,6 +110,10 @@ std::optional<std::string> read_build_record_section(const std::string& path) {
 }
 
 std::string build_record_mismatch(const BuildRecord& plugin, const BuildRecord& host) {
+  if (plugin.format != host.format) {
+    return "has a build record of another format (\"" + plugin.format + "\", this host reads \"" + host.format +
+           "\"); rebuild the plugin against this SDK";
+  }
   if (plugin.sdk_abi != host.sdk_abi) {
     return "was built against Tessera SDK ABI version " + plugin.sdk_abi + ", but this host has ABI version " +
            host.sdk_abi + "; rebuild the plugin against this SDK";

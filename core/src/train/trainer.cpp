@@ -66,6 +66,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 Trainer::~Trainer() = default;
 
 void Trainer::enable_checkpoints(CheckpointContext context) {
+  if (context.store.dir().empty()) throw Error("trainer: checkpoints enabled without a checkpoint folder");
   checkpoint_ = std::move(context);
   // Leftovers of saves a crash interrupted; rank 0 alone, before any rank can start a save.
   if (context_.rank == 0) checkpoint_.store.remove_incomplete();

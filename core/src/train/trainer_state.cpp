@@ -14,6 +14,16 @@
 namespace tessera::core {
 namespace {
 
+// owned_ranges() names one range per optimizer parameter (tessera/parallel.hpp).
+std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrategy& strategy, std::size_t params) {
+  auto ranges = strategy.owned_ranges();
+  if (ranges.size() != params) {
+    throw Error("the parallel strategy's owned_ranges() has " + std::to_string(ranges.size()) +
+                " ranges for the optimizer's " + std::to_string(params) + " parameters");
+  }
+  return ranges;
+}
+
 // A Stateful's state_dict() is already a copy (tessera/stateful.hpp): only device tensors move.
 StateDict on_host(StateDict state) {
   for (auto& [key, t] : state) t = t.detach().to(at::kCPU);
@@ -45,7 +55,7 @@ CheckpointState Trainer::capture() {
   if (st.write_optimizer) {
     st.optimizer = on_host(parts_.optimizer->state_dict());
     const auto params = parts_.optimizer->parameters();
-    const auto ranges = strategy_.owned_ranges();
+    const auto ranges = owned_ranges_of(strategy_, params.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto [begin, end] = ranges[i];
       st.optimizer_ranges["param." + std::to_string(i)] = at::tensor({begin, end, params[i].numel()}, at::kLong);
@@ -74,7 +84,7 @@ void Trainer::restore(const std::string& checkpoint_path) {
   }
   const auto params = parts_.optimizer->parameters();
   if (strategy_.shards_optimizer_state()) {
-    const auto ranges = strategy_.owned_ranges();
+    const auto ranges = owned_ranges_of(strategy_, params.size());
     StateDict mine = optimizer_state_for(ck.optimizer, params, &ranges);
     strategy_.with_owned_parameters([&] { parts_.optimizer->load_state_dict(mine); });
   } else {

@@ -118,6 +118,11 @@ class ConfigFields {
     namespace detail = config_fields_detail;
     if constexpr (detail::IsOptional<T>::value) {
       using Inner = typename T::value_type;
+      // Left out means empty: a member that starts with a value would be a default the schema
+      // does not show.
+      if ((prototype_.*target).has_value()) {
+        throw Error("config field " + name + ": an optional member must start empty; give a plain member a default instead");
+      }
       FieldSpec& spec = detail::Field<Inner>::declare(schema_, name, std::move(doc)).optional();
       readers_.push_back([name, target](Config& c, const ComponentConfig& values) {
         if (values.has(name)) c.*target = detail::Field<Inner>::read(values, name);

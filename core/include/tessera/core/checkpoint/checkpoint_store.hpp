@@ -42,6 +42,7 @@ class CheckpointFolder {
   static constexpr const char* kData = "data.safetensors";
   static constexpr const char* kRng = "rng.safetensors";
   static constexpr const char* kManifest = "manifest.json";
+  static constexpr const char* kManifestInProgress = "manifest.json.tmp";  // renamed to kManifest when complete
 
   explicit CheckpointFolder(std::filesystem::path path) : path_(std::move(path)) {}
   const std::filesystem::path& path() const { return path_; }

@@ -9,6 +9,7 @@
 namespace tessera::core {
 
 struct BuildRecord {
+  std::string format;  // the first line: "tessera-build-record 1"
   std::string sdk_abi;
   std::string torch;
   std::string compiler;  // "gcc 12.2.0"
