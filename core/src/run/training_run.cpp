@@ -90,14 +90,13 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   if (plan_.settings.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   if (plan_.settings.num_threads > 0) at::set_num_threads(static_cast<int>(plan_.settings.num_threads));
   seed_everything(plan_.context.seed, plan_.context.device);
-  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(plan_.settings.collective_timeout_s * 1000));
   const c10::Device device(plan_.context.device);
   if (plan_.env.world_size == 1) {
     communicator_ = make_local_communicator();
   } else if (device.is_cuda()) {
-    communicator_ = make_nccl_communicator(plan_.env, timeout, device);
+    communicator_ = make_nccl_communicator(plan_.env, plan_.settings.collective_timeout(), device);
   } else {
-    communicator_ = make_gloo_communicator(plan_.env, timeout);
+    communicator_ = make_gloo_communicator(plan_.env, plan_.settings.collective_timeout());
   }
   RunContext context = plan_.context;
   context.communicator = communicator_;
@@ -133,7 +132,7 @@ TrainResult TrainingRun::train() {
   checkpoints.strategy = plan_.strategy;
   checkpoints.config_yaml = plan_.resolved_yaml;
   checkpoints.model_config_json = plan_.model_config_json;
-  checkpoints.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(plan_.settings.collective_timeout_s * 1000));
+  checkpoints.timeout = plan_.settings.collective_timeout();
   trainer->enable_checkpoints(checkpoints);
   if (!plan_.resume.empty()) {
     const std::string path = plan_.resume == "auto" ? agreed_resumable_checkpoint(*communicator_) : plan_.resume;

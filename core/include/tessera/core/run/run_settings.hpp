@@ -3,6 +3,7 @@
 // Declared once (tessera/config_fields.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +23,9 @@ struct RunSettings {
   double peak_flops = 0.0;  // one device's peak FLOP/s for MFU; 0: the table of known GPUs
   std::string log_level = "info";
 
+  std::chrono::milliseconds collective_timeout() const {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(collective_timeout_s * 1000));
+  }
   static void declare(ConfigFields<RunSettings>& f);
 };
 
