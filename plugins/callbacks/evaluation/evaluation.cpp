@@ -49,27 +49,21 @@ struct EvaluationConfig {
 class Evaluation final : public tessera::Callback {
  public:
   explicit Evaluation(const EvaluationConfig& config)
-      : data_(config.data),
-        loss_(config.loss),
-        name_(config.name),
-        every_(config.every),
-        batches_(config.batches),
-        micro_batch_size_(config.micro_batch_size),
-        at_end_(config.at_end) {}
+      : config_(config) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
-    data_->set_shard(ctx.run.rank, ctx.run.world_size);
-    start_ = data_->state_dict();  // rewound to here before every evaluation
+    config_.data->set_shard(ctx.run.rank, ctx.run.world_size);
+    start_ = config_.data->state_dict();  // rewound to here before every evaluation
     // A resumed run's last step was evaluated (or not) by the attempt that reached it.
     last_step_ = ctx.progress.step > 0 ? ctx.progress.step : -1;
   }
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
-    if (every_ > 0 && m.step % every_ == 0) evaluate(ctx);
+    if (config_.every > 0 && m.step % config_.every == 0) evaluate(ctx);
   }
 
   void on_train_end(tessera::CallbackContext& ctx) override {
-    if (at_end_ && ctx.progress.step > 0 && last_step_ != ctx.progress.step) evaluate(ctx);
+    if (config_.at_end && ctx.progress.step > 0 && last_step_ != ctx.progress.step) evaluate(ctx);
   }
 
  private:
@@ -77,7 +71,7 @@ class Evaluation final : public tessera::Callback {
     const auto start = std::chrono::steady_clock::now();
     const c10::Device device(ctx.run.device);
     tessera::Model& model = ctx.model;
-    data_->load_state_dict(start_);
+    config_.data->load_state_dict(start_);
     model.eval();
     at::Tensor sums = at::zeros({3}, at::kDouble);  // summed loss, target tokens, input tokens
     {
@@ -85,10 +79,10 @@ class Evaluation final : public tessera::Callback {
       at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
       std::int64_t targets = 0, inputs = 0;
       // A fixed number of forward passes on every rank: under fsdp each one is a collective.
-      for (std::int64_t i = 0; i < batches_; ++i) {
-        tessera::Batch batch = data_->next_batch(micro_batch_size_);
+      for (std::int64_t i = 0; i < config_.batches; ++i) {
+        tessera::Batch batch = config_.data->next_batch(config_.micro_batch_size);
         const at::Tensor logits = model.forward(batch.input_ids.to(device));
-        loss_sum += loss_->compute(logits, batch.labels.to(device)).sum.to(at::kDouble);
+        loss_sum += config_.loss->compute(logits, batch.labels.to(device)).sum.to(at::kDouble);
         targets += batch.num_target_tokens;
         inputs += batch.input_ids.numel();
       }
@@ -99,12 +93,12 @@ class Evaluation final : public tessera::Callback {
     if (ctx.run.communicator && ctx.run.communicator->world_size() > 1) ctx.run.communicator->all_reduce(sums);
     const double target_tokens = sums[1].item<double>();
     if (target_tokens <= 0) {
-      throw tessera::Error("callback/evaluation '" + name_ + "': the evaluation batches hold no target tokens");
+      throw tessera::Error("callback/evaluation '" + config_.name + "': the evaluation batches hold no target tokens");
     }
     const double loss = sums[0].item<double>() / target_tokens;
     tessera::EvalMetrics metrics;
     metrics.step = ctx.progress.step;
-    metrics.name = name_;
+    metrics.name = config_.name;
     metrics.values["loss"] = loss;
     metrics.values["perplexity"] = std::exp(loss);
     metrics.values["tokens"] = sums[2].item<double>();
@@ -113,11 +107,7 @@ class Evaluation final : public tessera::Callback {
     ctx.announce_evaluation(metrics);
   }
 
-  std::shared_ptr<tessera::Dataset> data_;
-  std::shared_ptr<tessera::Loss> loss_;
-  std::string name_;
-  std::int64_t every_, batches_, micro_batch_size_;
-  bool at_end_;
+  const EvaluationConfig config_;
   tessera::StateDict start_;
   std::int64_t last_step_ = -1;
 };

@@ -86,12 +86,7 @@ struct ProfilerConfig {
 class Profiler final : public tessera::Callback {
  public:
   Profiler(const ProfilerConfig& config, const tessera::RunContext& run)
-      : start_step_(config.start_step),
-        steps_(config.steps),
-        ranks_(config.ranks),
-        record_shapes_(config.record_shapes),
-        profile_memory_(config.profile_memory),
-        with_stack_(config.with_stack),
+      : config_(config),
         dir_(tessera::in_run_dir(run, config.dir)),
         kineto_(config.backend == "kineto" || (config.backend == "auto" && kineto_available())) {}
 
@@ -107,13 +102,13 @@ class Profiler final : public tessera::Callback {
   }
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
-    selected_ = std::find(ranks_.begin(), ranks_.end(), ctx.run.rank) != ranks_.end();
+    selected_ = std::find(config_.ranks.begin(), config_.ranks.end(), ctx.run.rank) != config_.ranks.end();
   }
 
   void on_step_begin(tessera::CallbackContext& ctx) override {
     if (!selected_) return;
     const std::int64_t step = ctx.progress.step + 1;  // the step about to run, 1-based
-    if (!active_ && step == start_step_ && !done_) start(ctx);
+    if (!active_ && step == config_.start_step && !done_) start(ctx);
     if (!active_) return;
     step_ = step;
     step_begin_us_ = phase_begin_us_ = now_us();
@@ -146,7 +141,7 @@ class Profiler final : public tessera::Callback {
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
     if (!active_ || step_ == 0 || m.step != step_) return;
     end_step();
-    if (step_recorded_ >= start_step_ + steps_ - 1) stop();
+    if (step_recorded_ >= config_.start_step + config_.steps - 1) stop();
   }
 
   // Training ended inside the window: keep what was recorded.
@@ -168,7 +163,7 @@ class Profiler final : public tessera::Callback {
       std::set<ActivityType> activities{ActivityType::CPU};
       if (ctx.run.device.rfind("cuda", 0) == 0) activities.insert(ActivityType::CUDA);
       const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
-                                                         record_shapes_, profile_memory_, with_stack_);
+                                                         config_.record_shapes, config_.profile_memory, config_.with_stack);
       try {
         kineto_api::prepareProfiler(config, activities);
         kineto_api::enableProfiler(config, activities);
@@ -184,7 +179,7 @@ class Profiler final : public tessera::Callback {
       metadata("thread_name", {{"name", "training loop"}});
     }
     active_ = true;
-    tessera::log::info("profiler: recording steps ", start_step_, "-", start_step_ + steps_ - 1,
+    tessera::log::info("profiler: recording steps ", config_.start_step, "-", config_.start_step + config_.steps - 1,
                        " (", kineto_ ? "kineto" : "phases", ")");
   }
 
@@ -208,8 +203,8 @@ class Profiler final : public tessera::Callback {
     active_ = false;
     done_ = true;
     const fs::path path = dir_ / ("rank_" + std::to_string(rank_)) /
-                          ("trace_steps_" + std::to_string(start_step_) + "-" +
-                           std::to_string(std::max(step_recorded_, start_step_)) + ".json");
+                          ("trace_steps_" + std::to_string(config_.start_step) + "-" +
+                           std::to_string(std::max(step_recorded_, config_.start_step)) + ".json");
     try {
       std::unique_ptr<kineto_api::ProfilerResult> result;
       if (kineto_) result = kineto_api::disableProfiler();  // first: whatever happens next
@@ -244,11 +239,8 @@ class Profiler final : public tessera::Callback {
     events_.push_back({{"name", what}, {"ph", "M"}, {"pid", rank_}, {"tid", 0}, {"args", std::move(args)}});
   }
 
-  std::int64_t start_step_;
-  std::int64_t steps_;
-  std::vector<std::int64_t> ranks_;
-  bool record_shapes_, profile_memory_, with_stack_;
-  fs::path dir_;
+  const ProfilerConfig config_;
+  fs::path dir_;  // config_.dir inside the run directory
   bool kineto_ = false;
 
   bool selected_ = false;  // this rank is in `ranks`

@@ -89,17 +89,12 @@ struct SampleTextConfig {
 class SampleText final : public tessera::Callback {
  public:
   SampleText(const SampleTextConfig& config, const tessera::RunContext& run)
-      : tokenizer_(config.tokenizer),
-        prompt_(config.prompt),
-        max_new_tokens_(config.max_new_tokens),
-        temperature_(config.temperature),
-        top_k_(config.top_k),
-        every_(config.every),
+      : config_(config),
         seed_(config.seed < 0 ? run.seed : static_cast<std::uint64_t>(config.seed)),
         samples_path_(std::filesystem::path(run.run_dir) / "samples.txt") {}
 
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
-    if (every_ == 0 || m.step % every_ != 0) return;
+    if (config_.every == 0 || m.step % config_.every != 0) return;
     sample(ctx.model, m.step, ctx.run.rank == 0);
   }
 
@@ -112,7 +107,7 @@ class SampleText final : public tessera::Callback {
   // Same generator seed and weights on every rank: every rank draws the same tokens.
   void sample(tessera::Model& model, std::int64_t step, bool report) {
     last_sampled_step_ = step;
-    std::vector<std::int64_t> tokens = tokenizer_->encode(prompt_);
+    std::vector<std::int64_t> tokens = config_.tokenizer->encode(config_.prompt);
     for (std::int64_t t : tokens) {
       if (t < 0 || t >= model.vocab_size()) {
         if (report) {
@@ -128,7 +123,7 @@ class SampleText final : public tessera::Callback {
       generate(model, step, tokens);
     }
     if (!report) return;
-    const std::string text = tokenizer_->decode(tokens);
+    const std::string text = config_.tokenizer->decode(tokens);
     tessera::log::info("sample: ", escape(text));
     append_to_file(step, text);
   }
@@ -141,16 +136,16 @@ class SampleText final : public tessera::Callback {
     at::Generator generator =
         at::make_generator<at::CPUGeneratorImpl>(seed_ + static_cast<std::uint64_t>(step));
     const auto window = static_cast<std::size_t>(model.max_seq_len());
-    for (std::int64_t i = 0; i < max_new_tokens_; ++i) {
+    for (std::int64_t i = 0; i < config_.max_new_tokens; ++i) {
       const std::size_t start = tokens.size() > window ? tokens.size() - window : 0;
       const auto length = static_cast<std::int64_t>(tokens.size() - start);
       at::Tensor context = at::empty({1, length}, at::kLong);
       std::memcpy(context.mutable_data_ptr<std::int64_t>(), tokens.data() + start,
                   static_cast<std::size_t>(length) * sizeof(std::int64_t));
       at::Tensor logits = model.forward(context.to(device)).select(0, 0).select(0, -1);
-      logits = logits.to(at::kCPU, at::kFloat) / temperature_;
-      if (top_k_ > 0 && top_k_ < logits.size(0)) {
-        const at::Tensor kth_largest = std::get<0>(logits.topk(top_k_)).select(0, -1);
+      logits = logits.to(at::kCPU, at::kFloat) / config_.temperature;
+      if (config_.top_k > 0 && config_.top_k < logits.size(0)) {
+        const at::Tensor kth_largest = std::get<0>(logits.topk(config_.top_k)).select(0, -1);
         logits =
             logits.masked_fill(logits.lt(kth_largest), -std::numeric_limits<float>::infinity());
       }
@@ -168,13 +163,8 @@ class SampleText final : public tessera::Callback {
     if (!out) tessera::log::warn("sample_text: cannot write ", samples_path_.string());
   }
 
-  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer_;
-  std::string prompt_;
-  std::int64_t max_new_tokens_;
-  double temperature_;
-  std::int64_t top_k_;
-  std::int64_t every_;
-  std::uint64_t seed_;
+  const SampleTextConfig config_;
+  std::uint64_t seed_;  // config_.seed, or the run seed
   std::filesystem::path samples_path_;
   std::int64_t last_sampled_step_ = -1;
 };
