@@ -1,5 +1,6 @@
 // Out-of-line destructors give each SDK interface one home for its vtable and type info, so
 // host and plugins agree on them across shared-library boundaries.
+#include <ATen/ops/linear.h>
 #include <ATen/ops/stack.h>
 #include <torch/nn/module.h>
 
@@ -45,6 +46,20 @@ at::Tensor Model::forward(const at::Tensor& input_ids) {
   return hooks_->after_forward(ForwardHooks::kWholeModel, compute(input_ids));
 }
 
+at::Tensor Model::forward_hidden(const at::Tensor& input_ids) {
+  if (!has_output_head()) {
+    throw Error("this model does not expose its hidden states and output head (Model::has_output_head); "
+                "use a loss without chunk_size");
+  }
+  if (!hooks_) return compute_hidden(input_ids);
+  hooks_->before_forward(ForwardHooks::kWholeModel);
+  return hooks_->after_forward(ForwardHooks::kWholeModel, compute_hidden(input_ids));
+}
+
+at::Tensor Model::compute_hidden(const at::Tensor&) {
+  throw Error("Model::compute_hidden is not implemented by this model (has_output_head() must stay false)");
+}
+
 at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
                            const std::function<at::Tensor(const at::Tensor&)>& body) {
   if (!hooks_) return body(input);
@@ -53,6 +68,9 @@ at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
 }
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
+LossSum Loss::compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels) {
+  return compute(at::linear(hidden, head.weight, head.bias), labels);
+}
 Optimizer::~Optimizer() = default;
 Scheduler::~Scheduler() = default;
 Callback::~Callback() = default;

@@ -15,6 +15,9 @@ struct RunContext {
   std::string run_dir;   // where the run writes its files
   std::uint64_t seed = 0;  // the one seed every RNG derives from
   std::string device = "cpu";  // "cpu" or "cuda:N"
+  // settings.precision: "fp32", or "bf16" (forward and backward compute in bfloat16 under
+  // autocast; parameters, gradients and optimizer state stay float32). See tessera/precision.hpp.
+  std::string precision = "fp32";
   std::int64_t rank = 0;
   std::int64_t world_size = 1;
   // The other ranks (tessera/communicator.hpp); set by the host for every run, also of one rank.

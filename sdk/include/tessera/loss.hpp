@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "tessera/export.hpp"
+#include "tessera/output_head.hpp"
 
 namespace tessera {
 
@@ -19,6 +20,14 @@ class TESSERA_API Loss {
   virtual ~Loss();
   // logits [batch, seq, vocab], labels [batch, seq] with kIgnoreIndex where no loss is taken.
   virtual LossSum compute(const at::Tensor& logits, const at::Tensor& labels) = 0;
+
+  // Whether this loss wants the hidden states and the output head rather than the logits (it
+  // computes logits chunk by chunk). The trainer then calls compute_from_hidden() for models
+  // with Model::has_output_head().
+  virtual bool takes_hidden_states() const { return false; }
+  // hidden [batch, seq, hidden], head: the model's projection, labels [batch, seq]. The default
+  // projects all tokens at once and calls compute().
+  virtual LossSum compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels);
 };
 
 }  // namespace tessera

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tessera/export.hpp"
+#include "tessera/output_head.hpp"
 
 namespace tessera {
 
@@ -51,6 +52,17 @@ class TESSERA_API Model : public torch::nn::Module {
   // so the step optimises the mean over all micro-batches. Not part of the reported loss.
   virtual at::Tensor auxiliary_loss() { return {}; }
 
+  // --- The output head apart (optional) ---------------------------------------------------------
+  // A model that overrides compute_hidden() and output_head() says so here. Then a loss that
+  // computes logits chunk by chunk (Loss::takes_hidden_states) gets the hidden states instead of
+  // the logits, and the whole [tokens, vocab] logits are never materialised.
+  virtual bool has_output_head() const { return false; }
+  // input_ids [batch, seq] -> hidden states [batch, seq, hidden] before the output projection,
+  // through the installed hooks like forward(). Throws if has_output_head() is false.
+  at::Tensor forward_hidden(const at::Tensor& input_ids);
+  // The projection compute() applies to compute_hidden()'s result (parameters, not copies).
+  virtual OutputHead output_head() { return {}; }
+
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.
   virtual std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() { return {}; }
@@ -60,6 +72,8 @@ class TESSERA_API Model : public torch::nn::Module {
  protected:
   // The model's computation: what forward() used to be.
   virtual at::Tensor compute(const at::Tensor& input_ids) = 0;
+  // compute() without the output projection; only for models with has_output_head().
+  virtual at::Tensor compute_hidden(const at::Tensor& input_ids);
   // compute() calls unit `index` of sharding_units() through this.
   at::Tensor run_unit(std::size_t index, const at::Tensor& input,
                       const std::function<at::Tensor(const at::Tensor&)>& body);

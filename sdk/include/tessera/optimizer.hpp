@@ -28,6 +28,9 @@ class TESSERA_API Optimizer : public Stateful {
   virtual void set_lr(double lr) = 0;
   // The parameters this optimizer updates (for clipping and reporting).
   virtual std::vector<at::Tensor> parameters() const = 0;
+  // Bytes of optimizer state this rank holds now, counted without copying anything (the memory
+  // report reads it after the first step).
+  virtual std::int64_t state_bytes() const = 0;
 };
 
 }  // namespace tessera

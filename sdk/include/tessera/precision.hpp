@@ -1,0 +1,38 @@
+// Mixed precision. Under settings.precision: bf16 the parameters, gradients and optimizer state
+// stay float32 (master weights) and LibTorch's autocast runs the forward pass (and with it the
+// backward) in bfloat16; ops autocast keeps in float32 (softmax, log-softmax, norms, losses)
+// stay there. Anything that runs the model outside the trainer's step (an evaluation, sampling)
+// opens the same guard so it computes as training does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <string>
+
+#include "tessera/export.hpp"
+
+namespace tessera {
+
+// "fp32" -> Float, "bf16" -> BFloat16; anything else is an Error naming the accepted values.
+TESSERA_API at::ScalarType compute_dtype(const std::string& precision);
+
+// While alive, autocast computes in `dtype` on `device`'s type; float32 leaves autocast as it
+// was. Nests: the state before is restored at the end of the scope.
+class TESSERA_API AutocastGuard {
+ public:
+  AutocastGuard(const c10::Device& device, at::ScalarType dtype);
+  AutocastGuard(const c10::Device& device, const std::string& precision)
+      : AutocastGuard(device, compute_dtype(precision)) {}
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool active_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+}  // namespace tessera
