@@ -154,6 +154,7 @@ class @CLASS@ : public tessera::Optimizer {
   double base_lr() const override { return base_lr_; }
   void set_lr(double lr) override { lr_ = lr; }
   std::vector<at::Tensor> parameters() const override { return parameters_; }
+  std::int64_t state_bytes() const override { return 0; }
   tessera::StateDict state_dict() const override { return {}; }  // plain SGD keeps no state
   void load_state_dict(const tessera::StateDict&) override {}
 

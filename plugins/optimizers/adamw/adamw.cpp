@@ -1,18 +1,27 @@
-// Optimizer `adamw`: torch::optim::AdamW over a model's parameters. By default biases and norm
-// weights (tensors with fewer than 2 dimensions) are not decayed, as in GPT training.
-#include <ATen/ops/scalar_tensor.h>
-#include <torch/optim/adamw.h>
+// Optimizer `adamw`: AdamW with decoupled weight decay, fused, foreach or loop (see
+// ../multi_tensor_optimizer.hpp). By default biases and norm weights (tensors with fewer than 2
+// dimensions) are not decayed, as in GPT training.
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "../torch_optimizer.hpp"
+#include "../multi_tensor_optimizer.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
+
+using tessera_plugins::OptimizerImplementation;
 
 struct AdamWConfig {
   std::shared_ptr<tessera::Model> model;
@@ -22,6 +31,7 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool decay_norm_and_bias = false;
+  std::string implementation = "auto";
 
   static void declare(tessera::ConfigFields<AdamWConfig>& f) {
     using C = AdamWConfig;
@@ -32,51 +42,113 @@ struct AdamWConfig {
     f.field("eps", &C::eps, "added to the denominator for stability").greater_than(0);
     f.field("weight_decay", &C::weight_decay, "decoupled weight decay").at_least(0);
     f.field("decay_norm_and_bias", &C::decay_norm_and_bias, "also decay tensors with fewer than 2 dimensions");
+    f.field("implementation", &C::implementation, tessera_plugins::kImplementationDoc)
+        .one_of({"auto", "fused", "foreach", "loop"});
   }
 };
 
-using AdamWBase = tessera_plugins::TorchOptimizer<torch::optim::AdamW, torch::optim::AdamWParamState>;
-
-class AdamWOptimizer final : public AdamWBase {
+class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
  public:
-  explicit AdamWOptimizer(const AdamWConfig& config) : AdamWBase(config.model, config.lr, "optimizer/adamw") {
-    auto options = torch::optim::AdamWOptions(base_lr_)
-                       .betas(std::make_tuple(config.beta1, config.beta2))
-                       .eps(config.eps)
-                       .weight_decay(config.weight_decay);
+  explicit AdamWOptimizer(const AdamWConfig& config)
+      : MultiTensorOptimizer(config.model, config.lr, config.implementation, "optimizer/adamw"),
+        beta1_(config.beta1),
+        beta2_(config.beta2),
+        eps_(config.eps) {
     std::vector<at::Tensor> decayed, not_decayed;
     for (const at::Tensor& p : trainable_parameters()) {
       (config.decay_norm_and_bias || p.dim() >= 2 ? decayed : not_decayed).push_back(p);
     }
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    if (!decayed.empty()) groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(options));
-    if (!not_decayed.empty()) {
-      auto no_decay = options;
-      no_decay.weight_decay(0.0);
-      groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(no_decay));
+    adopt({std::move(decayed), std::move(not_decayed)}, {config.weight_decay, 0.0});
+  }
+
+  void step() override {
+    const OptimizerImplementation how = implementation();
+    for (const auto& group : groups_) {
+      const std::vector<std::size_t> members = active(group);
+      if (members.empty()) continue;
+      for (std::size_t i : members) state_[i].step += 1;
+      switch (how) {
+        case OptimizerImplementation::fused: fused_step(group, members); break;
+        case OptimizerImplementation::foreach: foreach_step(group, members); break;
+        case OptimizerImplementation::loop: loop_step(group, members); break;
+      }
     }
-    adopt(std::make_unique<torch::optim::AdamW>(groups, options));
   }
 
  protected:
-  std::vector<tessera_plugins::StateField> state_fields() const override {
-    return {{"step", false}, {"exp_avg", true}, {"exp_avg_sq", true}};
+  std::vector<std::string> per_element_fields() const override { return {"exp_avg", "exp_avg_sq"}; }
+  bool saves_step() const override { return true; }
+
+ private:
+  double bias_correction1(std::int64_t step) const { return 1.0 - std::pow(beta1_, static_cast<double>(step)); }
+  double bias_correction2(std::int64_t step) const { return 1.0 - std::pow(beta2_, static_cast<double>(step)); }
+
+  // torch::optim::AdamW's arithmetic, one parameter at a time: the reference.
+  void loop_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members) {
+    for (std::size_t i : members) {
+      at::Tensor& p = params_[i];
+      const at::Tensor& grad = p.grad();
+      at::Tensor& exp_avg = state_[i].fields[0];
+      at::Tensor& exp_avg_sq = state_[i].fields[1];
+      const std::int64_t step = state_[i].step;
+      auto data = p.detach();
+      if (group.weight_decay != 0) data.mul_(1.0 - lr_ * group.weight_decay);
+      exp_avg.mul_(beta1_).add_(grad, 1.0 - beta1_);
+      exp_avg_sq.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
+      at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2(step))).add_(eps_);
+      data.addcdiv_(exp_avg, denom, -lr_ / bias_correction1(step));
+    }
   }
-  std::vector<at::Tensor> save_fields(const torch::optim::AdamWParamState& s) const override {
-    return {at::scalar_tensor(s.step(), at::kLong), s.exp_avg(), s.exp_avg_sq()};
+
+  // The loop's arithmetic, every op over all of the group's tensors at once.
+  void foreach_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members) {
+    std::vector<at::Tensor> params = detached(params_of(members));
+    const std::vector<at::Tensor> grads = grads_of(members);
+    std::vector<at::Tensor> exp_avgs = gather(members, 0), exp_avg_sqs = gather(members, 1);
+    std::vector<c10::Scalar> root_bc2, step_sizes;
+    for (std::size_t i : members) {
+      root_bc2.emplace_back(std::sqrt(bias_correction2(state_[i].step)));
+      step_sizes.emplace_back(-lr_ / bias_correction1(state_[i].step));
+    }
+    if (group.weight_decay != 0) at::_foreach_mul_(params, 1.0 - lr_ * group.weight_decay);
+    at::_foreach_mul_(exp_avgs, beta1_);
+    at::_foreach_add_(exp_avgs, grads, 1.0 - beta1_);
+    at::_foreach_mul_(exp_avg_sqs, beta2_);
+    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2_);
+    std::vector<at::Tensor> denoms = at::_foreach_sqrt(exp_avg_sqs);
+    at::_foreach_div_(denoms, root_bc2);
+    at::_foreach_add_(denoms, eps_);
+    at::_foreach_addcdiv_(params, exp_avgs, denoms, step_sizes);
   }
-  std::unique_ptr<torch::optim::AdamWParamState> load_fields(const std::vector<at::Tensor>& values) const override {
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(values[0].item<std::int64_t>());
-    s->exp_avg(values[1]);
-    s->exp_avg_sq(values[2]);
-    return s;
+
+  // LibTorch's fused kernel; its step counts live on the device beside the parameters.
+  void fused_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members) {
+    std::vector<at::Tensor> steps;
+    for (std::size_t i : members) {
+      auto& s = state_[i];
+      // Created (or re-created after a load) from the host count; afterwards advanced on the device.
+      if (!s.device_step.defined()) {
+        s.device_step = at::full({}, static_cast<double>(s.step - 1), params_[i].options().dtype(at::kFloat));
+      }
+      steps.push_back(s.device_step);
+    }
+    at::_foreach_add_(steps, 1);
+    at::_fused_adamw_(detached(params_of(members)), grads_of(members), gather(members, 0), gather(members, 1),
+                      /*max_exp_avg_sqs=*/{}, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
+                      /*amsgrad=*/false, /*maximize=*/false);
   }
+
+  static std::vector<at::Tensor> detached(std::vector<at::Tensor> tensors) {
+    for (auto& t : tensors) t = t.detach();
+    return tensors;
+  }
+
+  double beta1_, beta2_, eps_;
 };
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Optimizer, AdamWConfig>(
-      "adamw", "AdamW with decoupled weight decay (biases and norms undecayed by default)",
+      "adamw", "AdamW with decoupled weight decay, fused or multi-tensor (biases and norms undecayed by default)",
       [](const AdamWConfig& c) { return std::make_shared<AdamWOptimizer>(c); });
 }
 

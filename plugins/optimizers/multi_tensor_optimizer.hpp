@@ -1,0 +1,226 @@
+// What adamw and sgd share (header only, included by relative path): parameter groups, the
+// per-parameter state as tensors by field, the state dict flattened to "param.<index>.<field>"
+// keys and restored exactly, state_bytes() without copies, and the choice of implementation:
+//
+//   fused    one kernel for every parameter of a group (at::_fused_adamw_, at::_fused_sgd_),
+//   foreach  the same arithmetic as `loop`, each op applied to all tensors at once (_foreach_*),
+//   loop     one parameter at a time (torch::optim's arithmetic, the reference).
+//
+// `auto` (the default) picks fused where LibTorch has the kernel (CPU and CUDA, floating
+// dtypes), else foreach. No implementation reads a device value on the host: step counts are
+// host integers (fused also keeps them as device scalars, as its kernel wants).
+#pragma once
+
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/error.hpp"
+#include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
+
+namespace tessera_plugins {
+
+enum class OptimizerImplementation { fused, foreach, loop };
+
+inline const char* kImplementationDoc =
+    "auto (fused where LibTorch has the kernel for the device and dtype, else foreach), fused, foreach or loop";
+
+inline bool is_implementation_name(const std::string& name) {
+  return name == "auto" || name == "fused" || name == "foreach" || name == "loop";
+}
+
+// The implementation `name` means for parameters like `sample`.
+inline OptimizerImplementation resolve_implementation(const std::string& name, const at::Tensor& sample) {
+  if (name == "loop") return OptimizerImplementation::loop;
+  if (name == "foreach") return OptimizerImplementation::foreach;
+  const bool fused_kernel = (sample.device().is_cpu() || sample.device().is_cuda()) &&
+                            at::isFloatingType(sample.scalar_type());
+  if (name == "fused" && !fused_kernel) {
+    throw tessera::Error("optimizer: implementation fused has no kernel for " +
+                         std::string(c10::toString(sample.scalar_type())) + " on " + sample.device().str() +
+                         "; use foreach or auto");
+  }
+  return fused_kernel ? OptimizerImplementation::fused : OptimizerImplementation::foreach;
+}
+
+// One group of parameters with the same hyperparameters (AdamW: decayed or not).
+struct ParamGroup {
+  std::vector<std::size_t> members;  // indices into the optimizer's parameters
+  double weight_decay = 0;
+};
+
+// One parameter's state: a host step count and the tensors of per-element fields.
+struct ParamState {
+  std::int64_t step = 0;           // 0: never stepped (no state)
+  std::vector<at::Tensor> fields;  // per-element fields, in per_element_fields() order
+  at::Tensor device_step;          // fused AdamW: the step as a float scalar on the device
+};
+
+class MultiTensorOptimizer : public tessera::Optimizer {
+ public:
+  double base_lr() const override { return base_lr_; }
+  void set_lr(double lr) override { lr_ = lr; }
+  std::vector<at::Tensor> parameters() const override { return params_; }
+  void zero_grad() override {
+    for (const auto& p : params_) p.mutable_grad() = at::Tensor();
+  }
+
+  std::int64_t state_bytes() const override {
+    std::int64_t n = 0;
+    for (const ParamState& s : state_) {
+      for (const auto& t : s.fields) n += static_cast<std::int64_t>(t.nbytes());
+      if (s.device_step.defined()) n += static_cast<std::int64_t>(s.device_step.nbytes());
+    }
+    return n;
+  }
+
+  // Host copies, so a later step cannot change a state dict already handed to a checkpoint.
+  // Parameters never stepped have no keys; the step is saved when the optimizer counts steps.
+  tessera::StateDict state_dict() const override {
+    tessera::StateDict state;
+    const std::vector<std::string> fields = per_element_fields();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const ParamState& s = state_[i];
+      if (s.step == 0) continue;
+      if (saves_step()) state[key(i, "step")] = at::scalar_tensor(s.step, at::kLong);
+      for (std::size_t f = 0; f < fields.size(); ++f) {
+        state[key(i, fields[f])] = s.fields[f].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      }
+    }
+    return state;
+  }
+
+  void load_state_dict(const tessera::StateDict& state) override {
+    const std::vector<std::string> fields = per_element_fields();
+    std::size_t used = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      ParamState& s = state_[i];
+      s = ParamState{};
+      if (!saves_step() && fields.empty()) continue;  // stateless (sgd without momentum)
+      const std::string first = saves_step() ? key(i, "step") : key(i, fields.front());
+      if (state.count(first) == 0) continue;  // never stepped when saved
+      s.step = saves_step() ? saved(state, first).item<std::int64_t>() : 1;
+      used += saves_step() ? 1 : 0;
+      for (const std::string& field : fields) {
+        s.fields.push_back(restore_like(saved(state, key(i, field)), i, key(i, field)));
+        ++used;
+      }
+    }
+    // Every key must have been used: anything else belongs to another optimizer or model.
+    if (used != state.size()) {
+      throw tessera::Error(name_ + " state: " + std::to_string(state.size() - used) +
+                           " keys are not state of this optimizer's " + std::to_string(params_.size()) + " parameters");
+    }
+  }
+
+ protected:
+  MultiTensorOptimizer(std::shared_ptr<tessera::Model> model, double base_lr, std::string implementation,
+                       std::string name)
+      : model_(std::move(model)), base_lr_(base_lr), lr_(base_lr), implementation_(std::move(implementation)),
+        name_(std::move(name)) {}
+
+  // The per-element state fields, and whether a step count is state too.
+  virtual std::vector<std::string> per_element_fields() const = 0;
+  virtual bool saves_step() const = 0;
+
+  // Sets the parameters (group by group) and sizes the state.
+  void adopt(std::vector<std::vector<at::Tensor>> groups, const std::vector<double>& weight_decays) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].empty()) continue;
+      ParamGroup group;
+      group.weight_decay = weight_decays[g];
+      for (auto& p : groups[g]) {
+        group.members.push_back(params_.size());
+        params_.push_back(std::move(p));
+      }
+      groups_.push_back(std::move(group));
+    }
+    state_.resize(params_.size());
+  }
+
+  // The implementation for this step (parameters may have moved to a shard since construction).
+  OptimizerImplementation implementation() const {
+    return resolve_implementation(implementation_, params_.front());
+  }
+
+  // The group's parameters that have a gradient this step, with their state created if new
+  // (per-element fields zero, shaped like the parameter as it is now: whole, or its shard).
+  std::vector<std::size_t> active(const ParamGroup& group) {
+    std::vector<std::size_t> out;
+    const std::size_t n_fields = per_element_fields().size();
+    for (std::size_t i : group.members) {
+      if (!params_[i].grad().defined()) continue;
+      ParamState& s = state_[i];
+      if (s.fields.empty()) {
+        for (std::size_t f = 0; f < n_fields; ++f) s.fields.push_back(at::zeros_like(params_[i]));
+      }
+      out.push_back(i);
+    }
+    return out;
+  }
+
+  std::vector<at::Tensor> gather(const std::vector<std::size_t>& indices, std::size_t field) const {
+    std::vector<at::Tensor> out;
+    out.reserve(indices.size());
+    for (std::size_t i : indices) out.push_back(state_[i].fields[field]);
+    return out;
+  }
+  std::vector<at::Tensor> params_of(const std::vector<std::size_t>& indices) const {
+    std::vector<at::Tensor> out;
+    out.reserve(indices.size());
+    for (std::size_t i : indices) out.push_back(params_[i]);
+    return out;
+  }
+  std::vector<at::Tensor> grads_of(const std::vector<std::size_t>& indices) const {
+    std::vector<at::Tensor> out;
+    out.reserve(indices.size());
+    for (std::size_t i : indices) out.push_back(params_[i].grad());
+    return out;
+  }
+
+  // The trainable parameters of the model; a model with none is a config error.
+  std::vector<at::Tensor> trainable_parameters() const {
+    std::vector<at::Tensor> trainable;
+    for (const at::Tensor& p : model_->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    if (trainable.empty()) throw tessera::ConfigError("the model has no trainable parameters", "model");
+    return trainable;
+  }
+
+  std::shared_ptr<tessera::Model> model_;  // keeps the parameters alive
+  double base_lr_, lr_;
+  std::string implementation_;
+  std::string name_;
+  std::vector<at::Tensor> params_;  // every optimised parameter, group by group
+  std::vector<ParamGroup> groups_;
+  std::vector<ParamState> state_;   // per parameter
+
+ private:
+  static std::string key(std::size_t index, const std::string& field) {
+    return "param." + std::to_string(index) + "." + field;
+  }
+  const at::Tensor& saved(const tessera::StateDict& state, const std::string& key) const {
+    auto it = state.find(key);
+    if (it == state.end()) throw tessera::Error(name_ + " state: missing " + key);
+    return it->second;
+  }
+  // A copy of a saved per-parameter tensor, placed like parameter `index`.
+  at::Tensor restore_like(const at::Tensor& saved, std::size_t index, const std::string& key) const {
+    const at::Tensor& param = params_[index];
+    if (saved.sizes() != param.sizes()) {
+      throw tessera::Error(name_ + " state: " + key + " has shape " + c10::str(saved.sizes()) +
+                           " but the parameter has " + c10::str(param.sizes()));
+    }
+    return saved.to(param.options(), /*non_blocking=*/false, /*copy=*/true);
+  }
+};
+
+}  // namespace tessera_plugins
