@@ -1,11 +1,14 @@
 // Loss `cross_entropy`: summed next-token cross-entropy and the number of target tokens, so the
 // trainer can normalise by the global token count. Runs entirely on the device (no host sync).
+// With chunk_size > 0 it takes the model's hidden states and output head and computes logits a
+// chunk of tokens at a time (chunked_linear_cross_entropy.hpp).
 #include <ATen/core/Reduction.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cross_entropy_loss.h>
 
 #include <memory>
 
+#include "chunked_linear_cross_entropy.hpp"
 #include "tessera/batch.hpp"
 #include "tessera/loss.hpp"
 #include "tessera/plugin.hpp"
@@ -14,17 +17,23 @@ namespace {
 
 struct CrossEntropyConfig {
   double label_smoothing = 0.0;
+  std::int64_t chunk_size = 0;
 
   static void declare(tessera::ConfigFields<CrossEntropyConfig>& f) {
     f.field("label_smoothing", &CrossEntropyConfig::label_smoothing, "mass spread uniformly over the vocabulary")
         .at_least(0)
         .less_than(1);
+    f.field("chunk_size", &CrossEntropyConfig::chunk_size,
+            "tokens whose logits exist at once (0: all); > 0 needs a model with an output head (gpt, gpt_moe) and "
+            "never holds the whole [tokens, vocab] logits")
+        .at_least(0);
   }
 };
 
 class CrossEntropyLoss final : public tessera::Loss {
  public:
-  explicit CrossEntropyLoss(const CrossEntropyConfig& config) : label_smoothing_(config.label_smoothing) {}
+  explicit CrossEntropyLoss(const CrossEntropyConfig& config)
+      : label_smoothing_(config.label_smoothing), chunk_size_(config.chunk_size) {}
 
   tessera::LossSum compute(const at::Tensor& logits, const at::Tensor& labels) override {
     const std::int64_t vocab = logits.size(-1);
@@ -38,8 +47,21 @@ class CrossEntropyLoss final : public tessera::Loss {
     return {std::move(sum), std::move(count)};
   }
 
+  bool takes_hidden_states() const override { return chunk_size_ > 0; }
+
+  tessera::LossSum compute_from_hidden(const at::Tensor& hidden, const tessera::OutputHead& head,
+                                       const at::Tensor& labels) override {
+    const at::Tensor flat_hidden = hidden.reshape({-1, hidden.size(-1)});
+    const at::Tensor flat_labels = labels.reshape({-1});
+    at::Tensor sum = tessera_plugins::chunked_linear_cross_entropy(
+        flat_hidden, head.weight, head.bias, flat_labels, chunk_size_, label_smoothing_, tessera::kIgnoreIndex);
+    at::Tensor count = flat_labels.ne(tessera::kIgnoreIndex).sum(at::kLong);
+    return {std::move(sum), std::move(count)};
+  }
+
  private:
   double label_smoothing_;
+  std::int64_t chunk_size_;
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -2,6 +2,7 @@
 // computation with log_softmax: the summed loss, the target count, label smoothing and gradients.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -95,6 +96,79 @@ TEST(CrossEntropyLoss, GradientIsSoftmaxMinusOneHotOnLabelledTokensOnly) {
       labels().ne(I).unsqueeze(-1).to(at::kFloat);
   EXPECT_TRUE(at::allclose(logits.grad(), expected, 1e-5, 1e-6));
   EXPECT_EQ(logits.grad()[0][1].abs().sum().item<double>(), 0.0);  // an ignored position
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+struct HeadCase {
+  at::Tensor hidden, weight, bias, labels;
+};
+
+HeadCase head_case(bool with_bias) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  HeadCase c;
+  c.hidden = at::randn({2, 7, 6}, gen, at::kFloat).requires_grad_(true);
+  c.weight = (at::randn({11, 6}, gen, at::kFloat) * 0.5).requires_grad_(true);
+  if (with_bias) c.bias = at::randn({11}, gen, at::kFloat).requires_grad_(true);
+  c.labels = at::randint(0, 11, {2, 7}, gen, at::kLong);
+  c.labels.index_put_({0, 2}, kIgnoreIndex);
+  c.labels.index_put_({1, 6}, kIgnoreIndex);
+  return c;
+}
+
+// The loss and its gradients (hidden, weight, bias) of one backward through `loss`.
+std::vector<at::Tensor> loss_and_grads(Loss& loss, const HeadCase& c, bool from_hidden) {
+  for (const at::Tensor& t : {c.hidden, c.weight, c.bias}) {
+    if (t.defined()) t.mutable_grad() = at::Tensor();
+  }
+  const OutputHead head{c.weight, c.bias};
+  const LossSum sum = from_hidden ? loss.compute_from_hidden(c.hidden, head, c.labels)
+                                  : loss.compute(at::linear(c.hidden, c.weight, c.bias), c.labels);
+  EXPECT_EQ(sum.count.item<std::int64_t>(), 12);
+  (sum.sum * 0.37).backward();
+  std::vector<at::Tensor> out{sum.sum.detach(), c.hidden.grad(), c.weight.grad()};
+  if (c.bias.defined()) out.push_back(c.bias.grad());
+  return out;
+}
+
+// Logits made a chunk of tokens at a time (chunks that divide the tokens, that do not, and one
+// larger than all of them) give the unchunked loss and gradients within float rounding, with
+// label smoothing and ignored labels, with and without a bias.
+TEST(CrossEntropyLoss, ChunkedLogitsEqualTheWholeLogits) {
+  for (const bool with_bias : {false, true}) {
+    for (const std::string smoothing : {"0.0", "0.1"}) {
+      auto whole = make_loss("{label_smoothing: " + smoothing + "}");
+      EXPECT_FALSE(whole->takes_hidden_states());
+      const HeadCase c = head_case(with_bias);
+      const auto expected = loss_and_grads(*whole, c, false);
+      for (const std::string chunk : {"1", "4", "7", "100"}) {
+        SCOPED_TRACE("chunk " + chunk + ", smoothing " + smoothing + (with_bias ? ", bias" : ""));
+        auto chunked = make_loss("{label_smoothing: " + smoothing + ", chunk_size: " + chunk + "}");
+        EXPECT_TRUE(chunked->takes_hidden_states());
+        const auto got = loss_and_grads(*chunked, c, true);
+        ASSERT_EQ(got.size(), expected.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          EXPECT_TRUE(got[i].allclose(expected[i], 1e-5, 1e-6))
+              << "output " << i << " differs by " << (got[i] - expected[i]).abs().max().item<double>();
+        }
+      }
+    }
+  }
+}
+
+// Without grad mode (an evaluation) the chunked loss is the plain loss and records no graph.
+TEST(CrossEntropyLoss, ChunkedLossWithoutGradMode) {
+  auto chunked = make_loss("{chunk_size: 3}");
+  const HeadCase c = head_case(false);
+  c10::NoGradGuard no_grad;
+  const LossSum got = chunked->compute_from_hidden(c.hidden, OutputHead{c.weight, {}}, c.labels);
+  EXPECT_FALSE(got.sum.requires_grad());
+  const LossSum whole = make_loss()->compute(at::linear(c.hidden, c.weight), c.labels);
+  EXPECT_NEAR(got.sum.item<double>(), whole.sum.item<double>(), 1e-5 * whole.sum.item<double>());
 }
 
 }  // namespace
