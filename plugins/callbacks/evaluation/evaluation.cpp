@@ -20,6 +20,7 @@
 #include "tessera/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/loss.hpp"
+#include "tessera/precision.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 
@@ -76,13 +77,20 @@ class Evaluation final : public tessera::Callback {
     at::Tensor sums = at::zeros({3}, at::kDouble);  // summed loss, target tokens, input tokens
     {
       c10::NoGradGuard no_grad;
+      // Computed as training computes: the run's precision, and logits chunk by chunk when the
+      // loss makes them so.
+      tessera::AutocastGuard autocast(device, ctx.run.precision);
+      const bool from_hidden = config_.loss->takes_hidden_states() && model.has_output_head();
       at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
       std::int64_t targets = 0, inputs = 0;
       // A fixed number of forward passes on every rank: under fsdp each one is a collective.
       for (std::int64_t i = 0; i < config_.batches; ++i) {
         tessera::Batch batch = config_.data->next_batch(config_.micro_batch_size);
-        const at::Tensor logits = model.forward(batch.input_ids.to(device));
-        loss_sum += config_.loss->compute(logits, batch.labels.to(device)).sum.to(at::kDouble);
+        const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
+        const tessera::LossSum loss =
+            from_hidden ? config_.loss->compute_from_hidden(model.forward_hidden(input_ids), model.output_head(), labels)
+                        : config_.loss->compute(model.forward(input_ids), labels);
+        loss_sum += loss.sum.to(at::kDouble);
         targets += batch.num_target_tokens;
         inputs += batch.input_ids.numel();
       }

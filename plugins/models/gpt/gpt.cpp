@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/activation_checkpoint.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
@@ -86,6 +87,10 @@ class Gpt final : public tessera::Model {
     return {blocks_.begin(), blocks_.end()};
   }
 
+  // The tied head: a chunked loss gets the final norm's output and the token embedding matrix.
+  bool has_output_head() const override { return true; }
+  tessera::OutputHead output_head() override { return {wte_->weight, {}}; }
+
   std::int64_t vocab_size() const override { return config_.vocab_size; }
   std::int64_t max_seq_len() const override { return config_.max_seq_len; }
   double flops_per_token(std::int64_t seq_len) const override {
@@ -96,6 +101,11 @@ class Gpt final : public tessera::Model {
 
  protected:
   at::Tensor compute(const at::Tensor& input_ids) override {
+    // Tied head: the token embedding matrix is the output projection, no extra parameter.
+    return at::linear(compute_hidden(input_ids), wte_->weight);
+  }
+
+  at::Tensor compute_hidden(const at::Tensor& input_ids) override {
     if (input_ids.dim() != 2) {
       throw tessera::Error("model/gpt: input_ids must be [batch, seq], got " +
                            std::to_string(input_ids.dim()) + " dimensions");
@@ -110,10 +120,15 @@ class Gpt final : public tessera::Model {
     at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), config_.dropout,
                                is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      x = run_unit(i, x, [&](const at::Tensor& h) { return blocks_[i]->forward(h); });
+      // The body outlives this call when checkpointed (backward runs it again): it owns the block.
+      tessera::BlockBody body = [block = blocks_[i]](const at::Tensor& h) { return block->forward(h); };
+      const bool checkpointed = tessera::checkpoints_block(
+          config_.activation_checkpointing, config_.activation_checkpointing_every, static_cast<std::int64_t>(i));
+      x = run_unit(i, x, [&](const at::Tensor& h) {
+        return checkpointed ? tessera::checkpoint_activations(body, h) : body(h);
+      });
     }
-    // Tied head: the token embedding matrix is the output projection, no extra parameter.
-    return at::linear(ln_f_->forward(x), wte_->weight);
+    return ln_f_->forward(x);
   }
 
  private:

@@ -20,6 +20,10 @@ struct GptArchitecture {
   double dropout = 0.0;
   bool bias = true;
   double init_std = 0.02;
+  // Blocks recompute their activations in backward instead of keeping them: every
+  // activation_checkpointing_every-th block (0, k, 2k, ...) when on.
+  bool activation_checkpointing = false;
+  std::int64_t activation_checkpointing_every = 1;
 
   std::int64_t head_dim() const { return n_embd / n_head; }
 };
@@ -41,6 +45,11 @@ void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& d
   f.field("dropout", &A::dropout, docs.dropout).at_least(0).less_than(1);
   f.field("bias", &A::bias, docs.bias);
   f.field("init_std", &A::init_std, "standard deviation of the normal weight init").greater_than(0);
+  f.field("activation_checkpointing", &A::activation_checkpointing,
+          "recompute block activations in backward instead of keeping them (less memory, about a third more compute)");
+  f.field("activation_checkpointing_every", &A::activation_checkpointing_every,
+          "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
+      .at_least(1);
   f.check([](const Config& c) {
     if (c.n_embd % c.n_head != 0) {
       throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +

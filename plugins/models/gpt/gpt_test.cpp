@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
+#include "tessera/precision.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -213,6 +215,91 @@ TEST(GptModel, EmbdNotDivisibleByHeadsIsAConfigIssueAtBuild) {
     EXPECT_EQ(e.path(), "components.model.config.n_embd");
     EXPECT_NE(e.message().find("n_embd (16) must be divisible by n_head (3)"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Loss, and every parameter's gradient, of one training forward and backward.
+struct Gradients {
+  double loss = 0;
+  std::map<std::string, at::Tensor> grads;
+};
+
+Gradients loss_and_gradients(Model& model, const at::Tensor& input, std::uint64_t dropout_seed) {
+  core::seed_everything(dropout_seed, "cpu");
+  model.train();
+  model.zero_grad();
+  const at::Tensor logits = model.forward(input);
+  const at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), input.reshape({-1}));
+  loss.backward();
+  Gradients out;
+  out.loss = loss.item<double>();
+  for (const auto& item : model.named_parameters()) out.grads[item.key()] = item.value().grad().clone();
+  return out;
+}
+
+// Recomputing blocks in backward changes nothing a user can see: with dropout, the loss and every
+// gradient equal the plain run's bit for bit (the dropout masks are drawn again from the saved
+// generator state), for every block or every second one; and the random stream after the step is
+// the plain run's too.
+TEST(GptModel, ActivationCheckpointingGivesIdenticalGradients) {
+  const at::Tensor input = tokens({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, 2);
+  auto plain = make_gpt("dropout: 0.2");
+  const Gradients expected = loss_and_gradients(*plain, input, 77);
+  const double after_plain = at::rand({1}).item<double>();
+  for (const std::string every : {"1", "2"}) {
+    SCOPED_TRACE("every " + every);
+    auto checkpointed = make_gpt("dropout: 0.2, activation_checkpointing: true, activation_checkpointing_every: " + every);
+    const Gradients got = loss_and_gradients(*checkpointed, input, 77);
+    EXPECT_EQ(at::rand({1}).item<double>(), after_plain) << "the recomputation moved the generator";
+    EXPECT_EQ(got.loss, expected.loss);
+    ASSERT_EQ(got.grads.size(), expected.grads.size());
+    for (const auto& [name, grad] : expected.grads) {
+      EXPECT_TRUE(got.grads.at(name).equal(grad)) << name << " differs by " << max_abs_diff(got.grads.at(name), grad);
+    }
+  }
+  // Dropout really draws masks here: another seed gives another loss.
+  EXPECT_NE(loss_and_gradients(*plain, input, 78).loss, expected.loss);
+}
+
+// Under bf16 autocast the recomputation runs in bf16 as the forward did: the gradients equal
+// those of the plain bf16 run.
+TEST(GptModel, ActivationCheckpointingKeepsTheAutocastOfTheForwardPass) {
+  const at::Tensor input = tokens({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, 2);
+  auto run = [&](const std::string& extra) {
+    auto model = make_gpt(extra);
+    core::seed_everything(5, "cpu");
+    model->zero_grad();
+    at::Tensor loss;
+    {
+      AutocastGuard autocast(c10::Device(c10::kCPU), "bf16");
+      const at::Tensor logits = model->forward(input);
+      EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
+      loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), input.reshape({-1}));
+    }
+    loss.backward();
+    return model->named_parameters()["h.0.mlp.c_fc.weight"].grad().clone();
+  };
+  const at::Tensor plain = run("dropout: 0.1");
+  const at::Tensor checkpointed = run("dropout: 0.1, activation_checkpointing: true");
+  EXPECT_EQ(plain.scalar_type(), at::kFloat);
+  EXPECT_TRUE(checkpointed.equal(plain)) << max_abs_diff(checkpointed, plain);
+}
+
+// The hidden states and the tied head are the logits taken apart.
+TEST(GptModel, HiddenStatesThroughTheOutputHeadAreTheLogits) {
+  auto model = make_gpt();
+  ASSERT_TRUE(model->has_output_head());
+  const at::Tensor input = tokens({3, 1, 4, 1, 5, 9, 2, 6});
+  const OutputHead head = model->output_head();
+  EXPECT_TRUE(head.weight.is_same(param(*model, "wte.weight")));
+  const at::Tensor hidden = model->forward_hidden(input);
+  EXPECT_EQ(hidden.sizes(), (at::IntArrayRef{1, 8, kEmbd}));
+  EXPECT_TRUE(at::linear(hidden, head.weight).equal(model->forward(input)));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "../gpt/transformer_parts.hpp"
 #include "gpt_moe_config.hpp"
 #include "moe_feed_forward.hpp"
+#include "tessera/activation_checkpoint.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
@@ -43,10 +44,19 @@ class Block : public torch::nn::Module {
     }
   }
 
-  at::Tensor forward(at::Tensor x) {
-    x = x + attn->forward(ln_1->forward(x));
+  at::Tensor forward(at::Tensor x) { return feed_forward(attend(x)); }
+  at::Tensor attend(const at::Tensor& x) { return x + attn->forward(ln_1->forward(x)); }
+  at::Tensor feed_forward(const at::Tensor& x) {
     const at::Tensor h = ln_2->forward(x);
     return x + (moe ? moe->forward(h) : mlp->forward(h));
+  }
+
+  // Activation checkpointing: a dense block is recomputed whole. An MoE block recomputes its
+  // attention only: the router's balancing losses need their graph from the forward pass, and
+  // its statistics must be counted once.
+  at::Tensor forward_checkpointed(const at::Tensor& x, const std::shared_ptr<Block>& self) {
+    if (!moe) return tessera::checkpoint_activations([self](const at::Tensor& h) { return self->forward(h); }, x);
+    return feed_forward(tessera::checkpoint_activations([self](const at::Tensor& h) { return self->attend(h); }, x));
   }
 
   std::shared_ptr<LayerNorm> ln_1;
@@ -82,6 +92,10 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() override {
     return {blocks_.begin(), blocks_.end()};
   }
+  // The tied head (as gpt's): a chunked loss gets the final norm's output and the embedding.
+  bool has_output_head() const override { return true; }
+  tessera::OutputHead output_head() override { return {wte_->weight, {}}; }
+
   std::int64_t vocab_size() const override { return s_.vocab_size; }
   std::int64_t max_seq_len() const override { return s_.max_seq_len; }
   // 6 N_active + 12 L C T, the dense GPT's count (PaLM appendix B) with only the routed experts.
@@ -104,6 +118,10 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 
  protected:
   at::Tensor compute(const at::Tensor& input_ids) override {
+    return at::linear(compute_hidden(input_ids), wte_->weight);
+  }
+
+  at::Tensor compute_hidden(const at::Tensor& input_ids) override {
     if (input_ids.dim() != 2) {
       throw tessera::Error("model/gpt_moe: input_ids must be [batch, seq], got " + std::to_string(input_ids.dim()) +
                            " dimensions");
@@ -116,10 +134,15 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     const at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong));
     at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), s_.dropout, is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      x = run_unit(i, x, [&](const at::Tensor& h) { return blocks_[i]->forward(h); });
+      const std::shared_ptr<Block>& block = blocks_[i];
+      const bool checkpointed = tessera::checkpoints_block(s_.activation_checkpointing,
+                                                           s_.activation_checkpointing_every, static_cast<std::int64_t>(i));
+      x = run_unit(i, x, [&](const at::Tensor& h) {
+        return checkpointed ? block->forward_checkpointed(h, block) : block->forward(h);
+      });
     }
     collect_auxiliary_loss();
-    return at::linear(ln_f_->forward(x), wte_->weight);
+    return ln_f_->forward(x);
   }
 
  private:
