@@ -37,6 +37,8 @@ class Checkpoints : public Cli {
   static StateDict model_at(const std::string& run_dir, std::int64_t step) {
     return read_safetensors(run_dir + "/checkpoints/" + core::CheckpointStore::name_of(step) + "/model.safetensors").tensors;
   }
+  // 8 steps straight, against 4 steps and a resumed run to step 8, each with `extra`.
+  void resume_on_one_rank(const std::string& extra);
   static std::string strategy(const std::string& name) {
     return " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" + name;
   }
@@ -52,8 +54,19 @@ void expect_identical(const StateDict& a, const StateDict& b) {
 
 // 8 steps straight, against 4 steps (stopped by max_tokens, so the schedule, which follows
 // max_steps, is the same), a save at the stop, and a resumed run to step 8.
-TEST_F(Checkpoints, ResumeIsBitExactOnOneRank) {
-  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false";
+TEST_F(Checkpoints, ResumeIsBitExactOnOneRank) { resume_on_one_rank(""); }
+
+// The compute plane's options together: batches read ahead by 3 (the checkpoint must record the
+// first batch not yet used, not the last one read), bf16 autocast, logits chunk by chunk and
+// blocks recomputed in backward.
+TEST_F(Checkpoints, ResumeIsBitExactWithPrefetchBf16ChunkedLossAndActivationCheckpointing) {
+  resume_on_one_rank(
+      " --set trainer.prefetch=3 --set settings.precision=bf16 --set components.loss.config.chunk_size=24"
+             " --set components.model.config.activation_checkpointing=true");
+}
+
+void Checkpoints::resume_on_one_rank(const std::string& extra) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false" + extra;
   std::string out;
   ASSERT_EQ(train(common + " --run-dir " + dir_.file("straight"), out), 0) << out;
   // 512 tokens per step: 8 sequences of 32, 2 micro-batches.

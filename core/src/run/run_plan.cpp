@@ -126,6 +126,7 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
   context.name = name;
   context.seed = static_cast<std::uint64_t>(plan.settings.seed);
   context.run_dir = !options.run_dir.empty() ? options.run_dir : plan.settings.run_dir.value_or("runs/" + name);
+  context.precision = plan.settings.precision;
   context.rank = env.rank;
   context.world_size = env.world_size;
   // One GPU per local rank: "cuda" means cuda:LOCAL_RANK.

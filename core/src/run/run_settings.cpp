@@ -17,6 +17,11 @@ void RunSettings::declare(ConfigFields<RunSettings>& f) {
   f.field("run_dir", &S::run_dir, "where the run writes its files (default runs/NAME)");
   f.field("device", &S::device, "cpu, cuda or cuda:N; CUDA is touched only when asked for");
   f.field("deterministic", &S::deterministic, "use only deterministic LibTorch kernels");
+  f.field("precision", &S::precision,
+          "fp32, or bf16: forward and backward compute in bfloat16 (autocast) while parameters, gradients and "
+          "optimizer state stay float32")
+      .one_of({"fp32", "bf16"});
+  f.field("tf32", &S::tf32, "let float32 matrix products and convolutions on GPUs use TF32 tensor cores");
   f.field("num_threads", &S::num_threads, "intra-op CPU threads (0: LibTorch's default)").at_least(0);
   f.field("collective_timeout_s", &S::collective_timeout_s, "a collective waiting longer for another rank fails the run")
       .greater_than(0);

@@ -88,6 +88,8 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   // Here rather than at validation: a GPU run's spec may be validated on a machine without one.
   check_device_exists(plan_);
   if (plan_.settings.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  at::globalContext().setAllowTF32CuBLAS(plan_.settings.tf32);
+  at::globalContext().setAllowTF32CuDNN(plan_.settings.tf32);
   if (plan_.settings.num_threads > 0) at::set_num_threads(static_cast<int>(plan_.settings.num_threads));
   seed_everything(plan_.context.seed, plan_.context.device);
   const c10::Device device(plan_.context.device);

@@ -11,8 +11,10 @@
 #include "tessera/communicator.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/train/local_strategy.hpp"
+#include "tessera/core/train/prefetching_dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
+#include "tessera/precision.hpp"
 
 namespace tessera::core {
 namespace {
@@ -20,8 +22,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The precision the model's matrix products run in, which decides the peak MFU is measured
-// against: the parameters' dtype, and for fp32 on a GPU whether cuBLAS may use TF32.
-ComputePrecision compute_precision(const std::vector<at::Tensor>& parameters, const c10::Device& device) {
+// against: autocast's (settings.precision), else the parameters' dtype, and for fp32 on a GPU
+// whether cuBLAS may use TF32.
+ComputePrecision compute_precision(const std::string& precision, const std::vector<at::Tensor>& parameters,
+                                   const c10::Device& device) {
+  if (compute_dtype(precision) == at::kBFloat16) return ComputePrecision::bf16;
   const auto dtype = parameters.empty() ? at::kFloat : parameters.front().scalar_type();
   if (dtype == at::kBFloat16) return ComputePrecision::bf16;
   if (dtype == at::kHalf) return ComputePrecision::fp16;
@@ -42,18 +47,28 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
       settings_(settings),
       context_(std::move(context)),
       device_(context_.device),
+      compute_dtype_(compute_dtype(context_.precision)),
       strategy_(*parts_.parallel) {
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
   if (!context_.communicator) throw Error("trainer: the run context has no communicator");
+  hidden_loss_ = parts_.loss->takes_hidden_states();
+  if (hidden_loss_ && !parts_.model->has_output_head()) {
+    throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
+                "hidden states and output head; set the loss's chunk_size to 0");
+  }
   parts_.model->to(device_);
   parts_.model->train();
   strategy_.setup(*parts_.model, *parts_.optimizer, *context_.communicator);
+  if (settings_.prefetch > 0) {
+    parts_.train_data =
+        std::make_shared<PrefetchingDataset>(parts_.train_data, settings_.prefetch, /*pin_memory=*/device_.is_cuda());
+  }
   parts_.train_data->set_shard(context_.rank, context_.world_size);
   progress_.max_steps = settings_.max_steps;
   peak_ = resolve_peak_flops(peak_flops, device_name(device_),
-                             compute_precision(parts_.optimizer->parameters(), device_));
+                             compute_precision(context_.precision, parts_.optimizer->parameters(), device_));
   if (context_.rank == 0) {
     if (peak_.flops) {
       log::info("MFU is measured against ", *peak_.flops / 1e12, " TFLOP/s per device (", peak_.source, ")");

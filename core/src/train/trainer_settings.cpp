@@ -10,6 +10,9 @@ void TrainerSettings::declare(ConfigFields<TrainerSettings>& f) {
   f.field("grad_accum", &T::grad_accum, "micro-batches per optimizer step").at_least(1);
   f.field("micro_batch_size", &T::micro_batch_size, "samples per micro-batch").required().at_least(1);
   f.field("clip_grad_norm", &T::clip_grad_norm, "clip gradients to this global L2 norm (0: off)").at_least(0);
+  f.field("prefetch", &T::prefetch,
+          "micro-batches a background thread reads ahead (pinned memory on GPUs; 0: read in the step)")
+      .at_least(0);
   f.check([](const T& t) {
     if (t.max_steps == 0 && t.max_tokens == 0 && t.max_time_s == 0) {
       throw ConfigError("no stop condition: set max_steps, max_tokens or max_time_s");

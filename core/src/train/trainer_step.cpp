@@ -14,6 +14,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/log.hpp"
 #include "tessera/memory_stats.hpp"
+#include "tessera/precision.hpp"
 
 namespace tessera::core {
 namespace {
@@ -22,12 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-std::int64_t bytes_of(const StateDict& state) {
-  std::int64_t n = 0;
-  for (const auto& [key, t] : state) n += static_cast<std::int64_t>(t.nbytes());
-  return n;
 }
 
 }  // namespace
@@ -108,8 +103,7 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
     strategy_.begin_micro_batch(static_cast<std::int64_t>(i), settings_.grad_accum);
     at::Tensor input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);
-    at::Tensor logits = parts_.model->forward(input_ids);
-    LossSum loss = parts_.loss->compute(logits, labels);
+    LossSum loss = forward_loss(input_ids, labels);
     at::Tensor objective = loss.sum * inv_tokens;
     if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
     objective.backward();
@@ -122,6 +116,18 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
   }
   inputs.micro_batches.clear();
   return loss_sum;
+}
+
+// The forward pass and the loss, under autocast when the run computes in bf16 (backward then
+// runs in the dtypes the forward chose). A loss that takes hidden states gets them and the
+// model's output head, so the whole [tokens, vocab] logits never exist.
+LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& labels) {
+  AutocastGuard autocast(device_, compute_dtype_);
+  if (hidden_loss_) {
+    const at::Tensor hidden = parts_.model->forward_hidden(input_ids);
+    return parts_.loss->compute_from_hidden(hidden, parts_.model->output_head(), labels);
+  }
+  return parts_.loss->compute(parts_.model->forward(input_ids), labels);
 }
 
 // The gradients complete, then the step's loss (all ranks, per target token) and the global
@@ -220,7 +226,7 @@ MemoryReport Trainer::measure_memory() const {
   MemoryReport report;
   report.parameters = held.parameters;
   report.gradients = held.gradients;
-  report.optimizer_state = bytes_of(parts_.optimizer->state_dict());
+  report.optimizer_state = parts_.optimizer->state_bytes();
   return report;
 }
 

@@ -74,10 +74,12 @@ struct RankRun {
 
 std::mutex build_mutex;  // the global RNG seeds each rank's build in turn
 
-void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std::int64_t accum, RankRun& out) {
+void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std::int64_t accum, RankRun& out,
+                const std::string& precision) {
   try {
     RunContext context;
     context.seed = 42;
+    context.precision = precision;
     context.rank = comm->rank();
     context.world_size = comm->world_size();
     context.communicator = comm;
@@ -126,10 +128,11 @@ int next_port() {
 }
 
 // N ranks as threads, each with its own TCPStore client and Gloo process group.
-std::vector<RankRun> run_ranks(const std::string& yaml, std::int64_t world, std::int64_t accum) {
+std::vector<RankRun> run_ranks(const std::string& yaml, std::int64_t world, std::int64_t accum,
+                               const std::string& precision = "fp32") {
   std::vector<RankRun> runs(static_cast<std::size_t>(world));
   if (world == 1) {
-    train_rank(yaml, core::make_local_communicator(), accum, runs[0]);
+    train_rank(yaml, core::make_local_communicator(), accum, runs[0], precision);
     return runs;
   }
   core::DistributedEnv env;
@@ -147,7 +150,7 @@ std::vector<RankRun> run_ranks(const std::string& yaml, std::int64_t world, std:
         runs[static_cast<std::size_t>(r)].error = e.what();
         return;
       }
-      train_rank(yaml, comm, accum, runs[static_cast<std::size_t>(r)]);
+      train_rank(yaml, comm, accum, runs[static_cast<std::size_t>(r)], precision);
     });
   }
   for (auto& t : threads) t.join();
@@ -212,6 +215,35 @@ TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
     const double grads = sharded_grads ? full_bytes / n : c.strategy == "zero1" ? full_bytes * (1 + 1 / n) : full_bytes;
     expect_about(run.memory.gradients, grads, "gradients");
     EXPECT_EQ(run.blocks_freed_between_steps, sharded_params);
+  }
+}
+
+// settings.precision: bf16 under every strategy: the forward and backward compute in bfloat16
+// while the strategy's buffers, the reductions and the optimizer stay float32. N ranks then
+// match one bf16 rank to bf16's precision (the reduction order of bf16 products differs), and
+// bf16 stays near fp32.
+TEST_P(Strategies, TrainWithBf16Compute) {
+  const Case c = GetParam();
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  const RankRun fp32 = run_ranks(components_yaml(data, ""), 1, kAccumPerRank * c.world).front();
+  const RankRun bf16 = run_ranks(components_yaml(data, ""), 1, kAccumPerRank * c.world, "bf16").front();
+  ASSERT_EQ(fp32.error, "");
+  ASSERT_EQ(bf16.error, "");
+  const std::vector<RankRun> ranks = run_ranks(components_yaml(data, c.strategy), c.world, kAccumPerRank, "bf16");
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    SCOPED_TRACE(c.strategy + " rank " + std::to_string(r) + " of " + std::to_string(c.world));
+    const RankRun& run = ranks[r];
+    ASSERT_EQ(run.error, "");
+    ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
+    for (std::size_t s = 0; s < run.losses.size(); ++s) {
+      EXPECT_NE(bf16.losses[s], fp32.losses[s]) << "step " << s + 1 << ": bf16 computed exactly as fp32";
+      EXPECT_NEAR(bf16.losses[s], fp32.losses[s], 0.02 * fp32.losses[s]) << "step " << s + 1;
+      EXPECT_NEAR(run.losses[s], bf16.losses[s], 0.01 * bf16.losses[s]) << "step " << s + 1;
+    }
+    for (const auto& [name, w] : run.weights) {
+      EXPECT_EQ(w.scalar_type(), at::kFloat) << name << ": master weights must stay float32";
+    }
   }
 }
 

@@ -18,6 +18,8 @@ struct RunSettings {
   std::optional<std::string> run_dir;  // absent: runs/NAME
   std::string device = "cpu";          // cpu, cuda or cuda:N
   bool deterministic = false;
+  std::string precision = "fp32";  // fp32, or bf16: autocast compute over fp32 master weights
+  bool tf32 = false;               // fp32 matrix products and convolutions on GPUs may use TF32
   std::int64_t num_threads = 0;
   double collective_timeout_s = 300.0;
   double peak_flops = 0.0;  // one device's peak FLOP/s for MFU; 0: the table of known GPUs

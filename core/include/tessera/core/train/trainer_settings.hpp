@@ -15,6 +15,7 @@ struct TrainerSettings {
   std::int64_t grad_accum = 1;
   std::int64_t micro_batch_size = 1;  // required in a spec; 1 for trainers built in code
   double clip_grad_norm = 0;          // 0: no clipping (the norm is still measured)
+  std::int64_t prefetch = 2;          // micro-batches read ahead by a background thread; 0: none
 
   static void declare(ConfigFields<TrainerSettings>& f);
 };
