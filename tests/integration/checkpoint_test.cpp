@@ -39,6 +39,8 @@ class Checkpoints : public Cli {
   }
   // 8 steps straight, against 4 steps and a resumed run to step 8, each with `extra`.
   void resume_on_one_rank(const std::string& extra);
+  // The same with fsdp on two ranks with accumulation.
+  void resume_on_two_ranks(const std::string& extra);
   static std::string strategy(const std::string& name) {
     return " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" + name;
   }
@@ -86,8 +88,17 @@ void Checkpoints::resume_on_one_rank(const std::string& extra) {
   expect_identical(opt(dir_.file("split")), opt(dir_.file("straight")));
 }
 
-TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithAccumulationAndShardedState) {
-  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false" + strategy("fsdp");
+TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithAccumulationAndShardedState) { resume_on_two_ranks(""); }
+
+// fsdp's mixed-precision policy under bf16 compute: parameters gathered and gradients reduced in
+// bf16; the checkpoint holds the float32 master weights, so the resumed run continues exactly.
+TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithBf16GatherAndReduce) {
+  resume_on_two_ranks(" --set settings.precision=bf16 --set components.parallel.config.param_dtype=bf16"
+                      " --set components.parallel.config.reduce_dtype=bf16");
+}
+
+void Checkpoints::resume_on_two_ranks(const std::string& extra) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.export_at_end=false" + strategy("fsdp") + extra;
   std::string out;
   ASSERT_EQ(launch(2, common + " --run-dir " + dir_.file("straight"), out), 0) << out;
   ASSERT_EQ(launch(2, common + " --set trainer.max_tokens=4096 --run-dir " + dir_.file("split"), out), 0) << out;

@@ -92,7 +92,7 @@ void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
   std::int64_t bytes = 0;
   auto close = [&] {
     if (bucket.empty()) return;
-    units_.push_back(std::make_unique<FlatUnit>(bucket, *comm_, options_.reduction, false));
+    units_.push_back(std::make_unique<FlatUnit>(bucket, *comm_, options_.reduction, false, options_.precision));
     bucket.clear();
     bytes = 0;
   };
@@ -239,6 +239,15 @@ tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int
   for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
   tessera::StateDict state;
   for (auto& u : units_) {
+    if (u->casts_parameters()) {
+      // The gathered copy is a cast: the master weights are gathered instead.
+      const at::Tensor master = u->gather_master();
+      for (std::size_t i = 0; i < u->params().size(); ++i) {
+        auto name = names.find(u->params()[i].unsafeGetTensorImpl());
+        if (keep && name != names.end()) state[name->second] = u->view_of(master, i).to(at::kCPU, false, true);
+      }
+      continue;
+    }
     const bool was_gathered = u->gathered() && !gathering_.count(u.get());
     ensure_gathered(*u);
     for (std::size_t i = 0; i < u->params().size(); ++i) {
@@ -271,6 +280,16 @@ void DataParallel::load_full_parameters(tessera::Model& model, const tessera::St
   // Check everything before changing anything: a bad checkpoint leaves the model as it was.
   for (const auto& item : model.named_parameters()) value_for(item.key(), item.value());
   for (auto& u : units_) {
+    if (u->casts_parameters()) {
+      at::Tensor master = u->new_master();
+      master.zero_();  // the padding
+      for (std::size_t i = 0; i < u->params().size(); ++i) {
+        at::Tensor view = u->view_of(master, i);
+        view.copy_(value_for(names.at(u->params()[i].unsafeGetTensorImpl()), view));
+      }
+      u->load_master(master);
+      continue;
+    }
     ensure_gathered(*u);
     for (std::size_t i = 0; i < u->params().size(); ++i) {
       at::Tensor view = u->full_view(i);

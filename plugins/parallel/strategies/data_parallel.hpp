@@ -32,6 +32,7 @@ struct DataParallelOptions {
   bool shard_parameters = false;      // fsdp
   std::int64_t bucket_bytes = 25 << 20;  // ddp, zero: gradient bucket size
   bool prefetch = true;               // fsdp: gather the next unit while this one computes
+  UnitPrecision precision;            // what is gathered (fsdp) and reduced
 };
 
 class DataParallel final : public tessera::ParallelStrategy,

@@ -13,7 +13,7 @@
 namespace tessera_plugins {
 
 FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, GradReduction reduction,
-                   bool shard_parameters)
+                   bool shard_parameters, UnitPrecision precision)
     : comm_(comm),
       reduction_(reduction),
       shard_parameters_(shard_parameters),
@@ -33,20 +33,31 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
     numel_ += p.numel();
   }
   shard_numel_ = (numel_ + world_ - 1) / world_;
+  master_dtype_ = options.dtype().toScalarType();
+  param_dtype_ = precision.param.value_or(master_dtype_);
+  reduce_dtype_ = precision.reduce.value_or(master_dtype_);
+  if (param_dtype_ != master_dtype_ && !shard_parameters_) {
+    throw tessera::Error("parallel: a param dtype other than the parameters' own needs sharded parameters (fsdp)");
+  }
 
   // The parameters' values move into one padded buffer; each parameter becomes a view of it.
   c10::NoGradGuard no_grad;
-  full_ = at::zeros({shard_numel_ * world_}, options);
+  at::Tensor master = at::zeros({shard_numel_ * world_}, options);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor view = full_.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
-    view.copy_(params_[i].detach());
+    master.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()).copy_(params_[i].detach());
+  }
+  // Under a param dtype the gathered buffer is a cast of the master weights, which only the
+  // shard keeps.
+  full_ = casts_parameters() ? master.to(param_dtype_) : master;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor view = view_of(full_, i);
     params_[i].set_data(view);
     full_views_.push_back(view);
   }
   if (reduction_ != GradReduction::all_reduce) {
     grad_shard_ = at::zeros({shard_numel_}, options);
     // zero keeps whole parameters, so its shard is a slice of them; fsdp keeps the shard alone.
-    param_shard_ = full_.narrow(0, shard_begin(), shard_numel_);
+    param_shard_ = master.narrow(0, shard_begin(), shard_numel_);
     if (shard_parameters_) {
       param_shard_ = param_shard_.clone();
       free_full();
@@ -78,6 +89,26 @@ std::pair<std::int64_t, std::int64_t> FlatUnit::owned_range(std::size_t i) const
   return {begin + shard_begin() - offsets_[i], end + shard_begin() - offsets_[i]};
 }
 
+at::Tensor FlatUnit::view_of(const at::Tensor& flat, std::size_t i) const {
+  return flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
+}
+
+at::Tensor FlatUnit::gather_master() {
+  at::Tensor flat = new_master();
+  std::vector<at::Tensor> outputs = chunks(flat);
+  comm_.all_gather(outputs, shard_parameters_ ? param_shard_ : param_shard_.clone());
+  return flat;
+}
+
+at::Tensor FlatUnit::new_master() const {
+  return at::empty({shard_numel_ * world_}, param_shard_.options());
+}
+
+void FlatUnit::load_master(const at::Tensor& flat) {
+  param_shard_.copy_(flat.narrow(0, shard_begin(), shard_numel_));
+  if (gathered_) full_.copy_(flat);
+}
+
 void FlatUnit::shard_from_full() {
   if (shard_parameters_) param_shard_.copy_(full_.narrow(0, shard_begin(), shard_numel_));
 }
@@ -102,24 +133,37 @@ void FlatUnit::reset_ready() { ready_ = 0; }
 void FlatUnit::launch_reduction(bool last_micro_batch) {
   switch (reduction_) {
     case GradReduction::all_reduce:
-      if (last_micro_batch) pending_ = comm_.all_reduce_async(grad_flat_);
+      if (!last_micro_batch) break;
+      if (reduce_dtype_ == master_dtype_) {
+        pending_ = comm_.all_reduce_async(grad_flat_);
+      } else {
+        scatter_in_ = grad_flat_.to(reduce_dtype_);
+        pending_ = comm_.all_reduce_async(scatter_in_);
+      }
       break;
     case GradReduction::reduce_scatter_final:
       if (last_micro_batch) {
-        std::vector<at::Tensor> inputs = chunks(grad_flat_);
-        pending_ = comm_.reduce_scatter_async(grad_shard_, inputs);
+        if (reduce_dtype_ == master_dtype_) {
+          std::vector<at::Tensor> inputs = chunks(grad_flat_);
+          pending_ = comm_.reduce_scatter_async(grad_shard_, inputs);
+        } else {
+          scatter_in_ = grad_flat_.to(reduce_dtype_);
+          scatter_out_ = at::empty({shard_numel_}, scatter_in_.options());
+          std::vector<at::Tensor> inputs = chunks(scatter_in_);
+          pending_ = comm_.reduce_scatter_async(scatter_out_, inputs);
+        }
       }
       break;
     case GradReduction::reduce_scatter_each: {
       // This backward's gradients leave the parameters for a flat buffer in flight; only the
       // reduced shard is kept, so whole gradients never outlive their unit's backward.
-      scatter_in_ = at::zeros({shard_numel_ * world_}, grad_shard_.options());
+      scatter_in_ = at::zeros({shard_numel_ * world_}, grad_shard_.options().dtype(reduce_dtype_));
       for (std::size_t i = 0; i < params_.size(); ++i) {
         at::Tensor& g = params_[i].mutable_grad();
         if (g.defined()) scatter_in_.narrow(0, offsets_[i], params_[i].numel()).copy_(g.reshape({-1}));
         g = at::Tensor();
       }
-      scatter_out_ = at::empty({shard_numel_}, grad_shard_.options());
+      scatter_out_ = at::empty({shard_numel_}, scatter_in_.options());
       std::vector<at::Tensor> inputs = chunks(scatter_in_);
       pending_ = comm_.reduce_scatter_async(scatter_out_, inputs);
       break;
@@ -133,9 +177,13 @@ void FlatUnit::wait_reduction() {
   pending_.reset();
   if (reduction_ == GradReduction::reduce_scatter_each) {
     grad_shard_.add_(scatter_out_);
-    scatter_in_ = at::Tensor();
-    scatter_out_ = at::Tensor();
+  } else if (reduction_ == GradReduction::all_reduce && scatter_in_.defined()) {
+    grad_flat_.copy_(scatter_in_);
+  } else if (scatter_out_.defined()) {
+    grad_shard_.copy_(scatter_out_);
   }
+  scatter_in_ = at::Tensor();
+  scatter_out_ = at::Tensor();
 }
 
 at::Tensor FlatUnit::owned_gradient() const { return grad_shard_.defined() ? grad_shard_ : grad_flat_; }
@@ -151,8 +199,10 @@ std::shared_ptr<tessera::PendingCollective> FlatUnit::start_gather() {
   }
   gathered_ = true;
   std::vector<at::Tensor> outputs = chunks(full_);
-  // zero's shard is a slice of full_ itself: send a copy so input and output never alias.
-  return comm_.all_gather_async(outputs, shard_parameters_ ? param_shard_ : param_shard_.clone());
+  // zero's shard is a slice of full_ itself: send a copy so input and output never alias. Under
+  // a param dtype the shard travels cast; the cast lives until the next gather.
+  gather_in_ = casts_parameters() ? param_shard_.to(param_dtype_) : shard_parameters_ ? param_shard_ : param_shard_.clone();
+  return comm_.all_gather_async(outputs, gather_in_);
 }
 
 void FlatUnit::free_full() {
@@ -179,8 +229,8 @@ void FlatUnit::point_at_full() {
 }
 
 std::int64_t FlatUnit::parameter_bytes() const {
-  const std::int64_t element = static_cast<std::int64_t>(full_.element_size());
-  return (shard_parameters_ ? shard_numel_ : shard_numel_ * world_) * element;
+  if (shard_parameters_) return shard_numel_ * static_cast<std::int64_t>(param_shard_.element_size());
+  return shard_numel_ * world_ * static_cast<std::int64_t>(full_.element_size());
 }
 
 std::int64_t FlatUnit::gradient_bytes() const {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tessera/communicator.hpp"
@@ -22,12 +23,22 @@ enum class GradReduction {
   reduce_scatter_each,   // zero2, fsdp: scattered after every backward; only the shard is kept
 };
 
+// What is all-gathered and reduced, as in PyTorch FSDP2's MixedPrecisionPolicy. The master
+// weights, the gradient this rank keeps and the optimizer state stay in the parameters' own dtype.
+struct UnitPrecision {
+  // fsdp: the dtype the gathered parameters have (forward and backward compute in it); the
+  // parameters' dtype (no casts) when undefined. Only for units that shard parameters.
+  std::optional<at::ScalarType> param;
+  // The dtype gradients travel in for their reduction; the parameters' dtype when undefined.
+  std::optional<at::ScalarType> reduce;
+};
+
 class FlatUnit {
  public:
   // `shard_parameters`: whether the parameters are sharded at rest (fsdp) or every rank keeps
   // them whole (ddp, zero). Moves the parameters' data into the unit's buffer.
   FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, GradReduction reduction,
-           bool shard_parameters);
+           bool shard_parameters, UnitPrecision precision = {});
 
   const std::vector<at::Tensor>& params() const { return params_; }
   std::int64_t numel() const { return numel_; }
@@ -65,6 +76,18 @@ class FlatUnit {
   // fsdp: after the whole buffer was written (loading a checkpoint), refreshes this rank's shard.
   void shard_from_full();
 
+  // --- Master weights (checkpoints) --------------------------------------------------------------
+  // Whether the gathered parameters are a cast of the master weights (param dtype set and other).
+  bool casts_parameters() const { return param_dtype_ != master_dtype_; }
+  // The whole master weights in a new flat buffer (a collective: every rank calls it).
+  at::Tensor gather_master();
+  // An empty flat buffer for master weights, to fill and hand to load_master().
+  at::Tensor new_master() const;
+  // This rank's shard of `flat` becomes its master weights (the gathered copy, if any, too).
+  void load_master(const at::Tensor& flat);
+  // Parameter i's view of a flat buffer laid out like this unit's.
+  at::Tensor view_of(const at::Tensor& flat, std::size_t i) const;
+
   std::int64_t parameter_bytes() const;
   std::int64_t gradient_bytes() const;
 
@@ -81,6 +104,7 @@ class FlatUnit {
   std::vector<at::Tensor> params_;
   std::vector<std::int64_t> offsets_;
   std::int64_t numel_ = 0, shard_numel_ = 0;
+  at::ScalarType master_dtype_, param_dtype_, reduce_dtype_;
 
   at::Tensor full_;                    // flat, padded; fsdp frees its storage between uses
   std::vector<at::Tensor> full_views_; // per parameter, shaped like it, into full_
@@ -89,7 +113,8 @@ class FlatUnit {
 
   at::Tensor grad_flat_;   // ddp: flat summed gradient; zero1: flat padded local gradient
   at::Tensor grad_shard_;  // zero, fsdp: this rank's summed gradient shard
-  at::Tensor scatter_in_, scatter_out_;  // reduce_scatter_each: one backward's gradient in flight
+  at::Tensor scatter_in_, scatter_out_;  // a reduction in flight in reduce dtype (when it casts, or each backward's)
+  at::Tensor gather_in_;                 // a gather in flight: this rank's shard cast to the param dtype
   std::shared_ptr<tessera::PendingCollective> pending_;
   std::size_t ready_ = 0;
 };

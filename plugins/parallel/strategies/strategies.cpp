@@ -1,6 +1,7 @@
 // Plugin `parallel_strategies`: the data-parallel strategies ddp, zero1, zero2 and fsdp
 // (data_parallel.hpp says what each does).
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "data_parallel.hpp"
@@ -12,21 +13,39 @@ using tessera_plugins::DataParallel;
 using tessera_plugins::DataParallelOptions;
 using tessera_plugins::GradReduction;
 
+// fp32 | bf16 -> the dtype; fp32 means the parameters' own (no cast).
+std::optional<at::ScalarType> dtype_of(const std::string& name) {
+  if (name == "bf16") return at::kBFloat16;
+  return std::nullopt;
+}
+
 struct BucketedConfig {
   double bucket_mb = 25.0;
+  std::string reduce_dtype = "fp32";
 
   static void declare(tessera::ConfigFields<BucketedConfig>& f) {
     f.field("bucket_mb", &BucketedConfig::bucket_mb,
             "gradient bucket size in MiB: each bucket's reduction starts as soon as backward fills it")
         .greater_than(0);
+    f.field("reduce_dtype", &BucketedConfig::reduce_dtype,
+            "dtype gradients are reduced in: fp32, or bf16 (half the traffic; summed in bf16, kept in fp32)")
+        .one_of({"fp32", "bf16"});
   }
 };
 
 struct FsdpConfig {
   bool prefetch = true;
+  std::string param_dtype = "fp32";
+  std::string reduce_dtype = "fp32";
 
   static void declare(tessera::ConfigFields<FsdpConfig>& f) {
     f.field("prefetch", &FsdpConfig::prefetch, "gather the next unit's parameters while the current one computes");
+    f.field("param_dtype", &FsdpConfig::param_dtype,
+            "dtype parameters are all-gathered and computed in: fp32, or bf16 (the fp32 shard stays the master)")
+        .one_of({"fp32", "bf16"});
+    f.field("reduce_dtype", &FsdpConfig::reduce_dtype,
+            "dtype gradients are reduce-scattered in: fp32, or bf16 (the fp32 gradient shard accumulates them)")
+        .one_of({"fp32", "bf16"});
   }
 };
 
@@ -37,6 +56,7 @@ auto bucketed(const char* name, GradReduction reduction) {
     o.name = name;
     o.reduction = reduction;
     o.bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024.0 * 1024.0);
+    o.precision.reduce = dtype_of(c.reduce_dtype);
     return std::make_shared<DataParallel>(o);
   };
 }
@@ -60,6 +80,8 @@ void register_components(tessera::Registrar& registrar) {
         o.reduction = GradReduction::reduce_scatter_each;
         o.shard_parameters = true;
         o.prefetch = c.prefetch;
+        o.precision.param = dtype_of(c.param_dtype);
+        o.precision.reduce = dtype_of(c.reduce_dtype);
         return std::make_shared<DataParallel>(o);
       });
 }

@@ -47,7 +47,7 @@ std::string uneven_token_file(const TempDir& dir) {
 
 // Three blocks so fsdp has several units besides the root; bucket_mb small enough for ddp and
 // zero to cut several buckets.
-std::string components_yaml(const std::string& data, const std::string& strategy) {
+std::string components_yaml(const std::string& data, const std::string& strategy, const std::string& extra = "") {
   std::string yaml =
       "model: {component_key: model, variant_key: gpt,\n"
       "        config: {vocab_size: 32, n_layer: 3, n_head: 2, n_embd: 16, max_seq_len: 16}}\n"
@@ -58,7 +58,7 @@ std::string components_yaml(const std::string& data, const std::string& strategy
       "            config: {lr: 0.01, weight_decay: 0.1, model: {instance_key: model}}}\n";
   if (!strategy.empty()) {
     yaml += "parallel: {component_key: parallel, variant_key: " + strategy + ", config: {" +
-            (strategy == "fsdp" ? std::string("prefetch: true") : std::string("bucket_mb: 0.005")) + "}}\n";
+            (strategy == "fsdp" ? std::string("prefetch: true") : std::string("bucket_mb: 0.005")) + extra + "}}\n";
   }
   return yaml;
 }
@@ -230,9 +230,13 @@ TEST_P(Strategies, TrainWithBf16Compute) {
   const RankRun bf16 = run_ranks(components_yaml(data, ""), 1, kAccumPerRank * c.world, "bf16").front();
   ASSERT_EQ(fp32.error, "");
   ASSERT_EQ(bf16.error, "");
-  const std::vector<RankRun> ranks = run_ranks(components_yaml(data, c.strategy), c.world, kAccumPerRank, "bf16");
+  // Also with the mixed-precision policy: gradients reduced in bf16, and under fsdp parameters
+  // gathered in bf16 (the fp32 shards stay the master weights).
+  const std::string policy = c.strategy == "fsdp" ? ", param_dtype: bf16, reduce_dtype: bf16" : ", reduce_dtype: bf16";
+  for (const std::string& extra : {std::string(), policy}) {
+  const std::vector<RankRun> ranks = run_ranks(components_yaml(data, c.strategy, extra), c.world, kAccumPerRank, "bf16");
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    SCOPED_TRACE(c.strategy + " rank " + std::to_string(r) + " of " + std::to_string(c.world));
+    SCOPED_TRACE(c.strategy + extra + " rank " + std::to_string(r) + " of " + std::to_string(c.world));
     const RankRun& run = ranks[r];
     ASSERT_EQ(run.error, "");
     ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
@@ -244,6 +248,11 @@ TEST_P(Strategies, TrainWithBf16Compute) {
     for (const auto& [name, w] : run.weights) {
       EXPECT_EQ(w.scalar_type(), at::kFloat) << name << ": master weights must stay float32";
     }
+    EXPECT_EQ(run.weights.size(), bf16.weights.size());
+    // The forward after training ran without autocast: its dtype is that of the gathered weights.
+    const bool gathers_bf16 = c.strategy == "fsdp" && !extra.empty();
+    EXPECT_EQ(run.eval_logits.scalar_type(), gathers_bf16 ? at::kBFloat16 : at::kFloat);
+  }
   }
 }
 
