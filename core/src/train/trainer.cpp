@@ -201,6 +201,8 @@ TrainResult Trainer::fit() {
       const CheckpointEvent loaded{progress_.step, restored_from_};
       for (auto& cb : parts_.callbacks) cb->on_checkpoint_loaded(ctx, loaded);
     }
+    // Read after the loop: reading them per step would wait for the device every step.
+    MetricValue first_loss, last_loss;
     bool first = true;
     while (true) {
       bool save_requested = false;
@@ -209,11 +211,13 @@ TrainResult Trainer::fit() {
       announce_saved_checkpoints(ctx);
       if (!result.stop_reason.empty()) break;
       StepMetrics metrics = step();
-      if (first) result.first_loss = metrics.loss;
+      if (first) first_loss = metrics.loss;
       first = false;
-      result.last_loss = metrics.loss;
+      last_loss = metrics.loss;
       for (auto& cb : parts_.callbacks) cb->on_step_end(ctx, metrics);
     }
+    result.first_loss = first_loss;
+    result.last_loss = last_loss;
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
     wait_for_last_save();
     announce_saved_checkpoints(ctx);

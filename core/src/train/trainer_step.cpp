@@ -170,8 +170,8 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
   return lr;
 }
 
-// Progress, the step's metrics (the one host synchronisation of the step), the time breakdown,
-// memory, rates and ETA, then every callback's own metrics.
+// Progress, the step's metrics (the loss and norm copied to the host without waiting), the time
+// breakdown, memory, rates and ETA, then every callback's own metrics.
 StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
                             bool skipped, const StepClock& clock) {
   progress_.step += 1;
@@ -180,10 +180,11 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
 
   StepMetrics m;
   m.step = progress_.step;
-  const at::Tensor logged =
-      at::stack({reduced.loss_sum, reduced.grad_norm.to(reduced.loss_sum.device())}).to(at::kCPU, at::kDouble);
-  m.loss = logged[0].item<double>();
-  m.grad_norm = logged[1].item<double>();
+  // The loss and the norm leave the device without the step waiting for them: read where needed.
+  const auto logged =
+      AsyncValues::copy_of(at::stack({reduced.loss_sum.to(at::kFloat), reduced.grad_norm.to(reduced.loss_sum.device(), at::kFloat)}));
+  m.loss = MetricValue(logged, 0);
+  m.grad_norm = MetricValue(logged, 1);
   const auto end = Clock::now();
   m.lr = lr;
   m.tokens = progress_.tokens;

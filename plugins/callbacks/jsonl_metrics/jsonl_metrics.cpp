@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tessera/callback.hpp"
@@ -63,8 +64,26 @@ class JsonlMetrics final : public tessera::Callback {
     if (!out_) throw tessera::Error("callback/jsonl_metrics: cannot open " + path_.string());
   }
 
+  // A step's row is written when its loss has arrived from the device: at once on a CPU, a step
+  // later on a GPU (by then the copy has long landed), so the sink never makes the device wait.
+  // Pending rows are written before anything else is (evaluation rows, checkpoints, the end).
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
     if (ctx.run.rank != 0 || !out_.is_open()) return;
+    write_pending();
+    if (m.loss.ready() && m.grad_norm.ready()) {
+      write(row(m));
+    } else {
+      pending_ = m;
+    }
+  }
+
+  void on_checkpoint_saved(tessera::CallbackContext&, const tessera::CheckpointEvent&) override {
+    write_pending();
+    flush();
+  }
+
+ private:
+  static nlohmann::json row(const tessera::StepMetrics& m) {
     nlohmann::json line = {
         {"step", m.step},
         {"loss", number(m.loss)},
@@ -89,19 +108,34 @@ class JsonlMetrics final : public tessera::Callback {
     if (m.mfu) line["mfu"] = number(*m.mfu);
     if (m.eta_s) line["eta_s"] = number(*m.eta_s);
     for (const auto& [name, value] : m.extra) line[name] = number(value);
-    write(line);
+    return line;
   }
+
+  void write_pending() {
+    if (!pending_) return;
+    write(row(*pending_));
+    pending_.reset();
+  }
+
+ public:
 
   // {"step": 200, "eval": "val", "val/loss": 2.31, "val/perplexity": 10.1, ...}
   void on_evaluation_end(tessera::CallbackContext& ctx, const tessera::EvalMetrics& m) override {
     if (ctx.run.rank != 0 || !out_.is_open()) return;
+    write_pending();
     nlohmann::json line = {{"step", m.step}, {"eval", m.name}};
     for (const auto& [name, value] : m.values) line[m.name + "/" + name] = number(value);
     write(line);
   }
 
-  void on_train_end(tessera::CallbackContext&) override { flush(); }
-  void on_exception(tessera::CallbackContext&, const std::string&) override { flush(); }
+  void on_train_end(tessera::CallbackContext&) override {
+    write_pending();
+    flush();
+  }
+  void on_exception(tessera::CallbackContext&, const std::string&) override {
+    write_pending();
+    flush();
+  }
 
  private:
   void write(const nlohmann::json& line) {
@@ -119,6 +153,7 @@ class JsonlMetrics final : public tessera::Callback {
   std::int64_t flush_every_;
   std::ofstream out_;
   std::int64_t lines_since_flush_ = 0;
+  std::optional<tessera::StepMetrics> pending_;  // a step whose loss was still on its way
 };
 
 void register_components(tessera::Registrar& registrar) {

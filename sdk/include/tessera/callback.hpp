@@ -13,16 +13,20 @@
 
 #include "tessera/context.hpp"
 #include "tessera/export.hpp"
+#include "tessera/metric_value.hpp"
 
 namespace tessera {
 
 class Model;
 
-// What happened in one optimizer step. Values are synchronised with the host once per step.
+// What happened in one optimizer step. Everything is known on the host except the loss and the
+// gradient norm, which arrive from the device without the step waiting for them
+// (tessera/metric_value.hpp): read them where needed; a sink that reads them every step can
+// read the previous step's, which have landed, and spare the device a synchronisation.
 struct StepMetrics {
   std::int64_t step = 0;        // optimizer steps done, this one included (1-based)
-  double loss = 0;              // summed loss / target tokens of the whole step
-  double grad_norm = 0;         // global L2 norm before clipping
+  MetricValue loss;             // summed loss / target tokens of the whole step
+  MetricValue grad_norm;        // global L2 norm before clipping
   double lr = 0;
   std::int64_t tokens = 0;      // input tokens consumed so far, all ranks (cumulative)
   std::int64_t step_tokens = 0; // input tokens in this step, all ranks

@@ -1,0 +1,135 @@
+// The compute plane on a GPU. Built always; each test skips with a message where there is no GPU
+// (CI has none): run them on a machine with one (docs/benchmarks.md says when they last ran).
+//   - a training step makes no host synchronisation in steady state: steps run under LibTorch's
+//     CUDA sync-debug mode set to error (any synchronising call throws);
+//   - bf16 training on the GPU: fused AdamW, prefetched pinned batches, chunked loss, activation
+//     checkpointing, the metrics read a step later;
+//   - fsdp with NCCL and the bf16 mixed-precision policy trains on one GPU like the local run.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ATen/Context.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifdef TESSERA_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/run/training_run.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/parallel.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using testing::TempDir;
+
+bool have_gpu() { return at::globalContext().hasCUDA() && c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0; }
+
+#define SKIP_WITHOUT_GPU()                                                                             \
+  do {                                                                                                 \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine: this test runs on a GPU machine only"; \
+  } while (0)
+
+std::string token_file(const TempDir& dir) {
+  std::vector<std::uint16_t> tokens;
+  for (int i = 0; i < 20000; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 31 + i / 7) % 97));
+  const std::string path = dir.file("tokens.bin");
+  testing::write_token_file(path, tokens);
+  return path;
+}
+
+std::string spec(const std::string& data, const std::string& parallel = "") {
+  return "model: {component_key: model, variant_key: gpt,\n"
+         "        config: {vocab_size: 128, n_layer: 2, n_head: 4, n_embd: 64, max_seq_len: 64, dropout: 0.1,\n"
+         "                 activation_checkpointing: true}}\n"
+         "train_data: {component_key: dataset, variant_key: tokens, config: {path: " + data + ", seq_len: 64}}\n"
+         "loss: {component_key: loss, variant_key: cross_entropy, config: {chunk_size: 96}}\n"
+         "optimizer: {component_key: optimizer, variant_key: adamw,\n"
+         "            config: {lr: 0.003, weight_decay: 0.1, implementation: fused, model: {instance_key: model}}}\n" +
+         parallel;
+}
+
+std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, const std::string& yaml,
+                                                std::shared_ptr<Communicator> comm) {
+  RunContext context;
+  context.seed = 3;
+  context.device = "cuda:0";
+  context.precision = "bf16";
+  context.communicator = std::move(comm);
+  core::seed_everything(context.seed, context.device);
+  built = testing::build_components(yaml, context);
+  core::TrainerParts parts;
+  parts.model = testing::built<Model>(built, "model");
+  parts.train_data = testing::built<Dataset>(built, "train_data");
+  parts.loss = testing::built<Loss>(built, "loss");
+  parts.optimizer = testing::built<Optimizer>(built, "optimizer");
+  if (built.instances.count("parallel")) parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+  core::TrainerSettings settings;
+  settings.micro_batch_size = 8;
+  settings.grad_accum = 2;
+  settings.max_steps = 100;
+  settings.clip_grad_norm = 1.0;
+  settings.prefetch = 2;
+  return std::make_unique<core::Trainer>(std::move(parts), settings, context);
+}
+
+TEST(CudaStep, SteadyStateStepsMakeNoHostSynchronisation) {
+  SKIP_WITHOUT_GPU();
+#ifdef TESSERA_WITH_CUDA
+  TempDir dir;
+  core::BuiltComponents built;
+  auto trainer = make_gpu_trainer(built, spec(token_file(dir)), core::make_local_communicator());
+  // The first steps allocate, create optimizer state and measure memory once.
+  for (int i = 0; i < 3; ++i) trainer->step();
+  std::vector<StepMetrics> steps;
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  try {
+    for (int i = 0; i < 5; ++i) steps.push_back(trainer->step());
+  } catch (...) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    throw;
+  }
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  for (const auto& m : steps) {
+    EXPECT_TRUE(std::isfinite(m.loss.value()));
+    EXPECT_GT(m.grad_norm.value(), 0);
+  }
+  EXPECT_LT(steps.back().loss.value(), std::log(128.0));
+#endif
+}
+
+// One NCCL rank on the GPU with fsdp's bf16 gather and reduce against the local strategy: the
+// same bf16 run within bf16's rounding, master weights float32.
+TEST(CudaStep, FsdpOverNcclWithBf16GatherAndReduceTrains) {
+  SKIP_WITHOUT_GPU();
+  if (!core::nccl_available()) GTEST_SKIP() << "this LibTorch has no NCCL";
+  TempDir dir;
+  const std::string data = token_file(dir);
+  core::BuiltComponents local_built, fsdp_built;
+  auto local = make_gpu_trainer(local_built, spec(data), core::make_local_communicator());
+  core::DistributedEnv env;
+  env.world_size = 1;
+  env.master_port = 32000 + ::getpid() % 20000;
+  auto nccl = core::make_nccl_communicator(env, std::chrono::seconds(60), c10::Device("cuda:0"));
+  auto sharded = make_gpu_trainer(
+      fsdp_built,
+      spec(data, "parallel: {component_key: parallel, variant_key: fsdp, config: {param_dtype: bf16, reduce_dtype: bf16}}\n"),
+      nccl);
+  for (int i = 0; i < 4; ++i) {
+    const double a = local->step().loss.value(), b = sharded->step().loss.value();
+    EXPECT_NEAR(b, a, 0.02 * a) << "step " << i + 1;
+  }
+  for (const auto& p : sharded->model().parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << "gathered in bf16";
+}
+
+}  // namespace
+}  // namespace tessera
