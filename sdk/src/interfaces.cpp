@@ -56,6 +56,17 @@ at::Tensor Model::forward_hidden(const at::Tensor& input_ids) {
   return hooks_->after_forward(ForwardHooks::kWholeModel, compute_hidden(input_ids));
 }
 
+bool Model::has_deferred_parameters() const {
+  for (const auto& p : parameters()) {
+    if (p.is_meta()) return true;
+  }
+  return false;
+}
+
+void Model::initialize_parameters(const std::vector<at::Tensor>&) {
+  throw Error("this model has no deferred initialisation (Model::initialize_parameters)");
+}
+
 at::Tensor Model::compute_hidden(const at::Tensor&) {
   throw Error("Model::compute_hidden is not implemented by this model (has_output_head() must stay false)");
 }

@@ -1,5 +1,7 @@
 #include "tessera/core/run/training_run.hpp"
 
+#include "tessera/deferred_init.hpp"
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -103,7 +105,12 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   RunContext context = plan_.context;
   context.communicator = communicator_;
 
-  BuiltComponents built = ComponentFactory(host_.registry(), context).build(plan_.components());
+  // Models that support it build without memory for their parameters; the trainer (or fsdp, a
+  // unit at a time) gives them storage and their initial values (tessera/deferred_init.hpp).
+  BuiltComponents built = [&] {
+    DeferredInitScope deferred;
+    return ComponentFactory(host_.registry(), context).build(plan_.components());
+  }();
   TrainerParts parts;
   parts.model = instance<Model>(built, "model");
   parts.train_data = instance<Dataset>(built, "train_data");

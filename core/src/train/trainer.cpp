@@ -3,12 +3,15 @@
 #include "tessera/core/train/trainer.hpp"
 
 #include <ATen/Context.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/Device.h>
 
 #include <csignal>
 
 #include "tessera/communicator.hpp"
+#include "tessera/deferred_init.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/train/local_strategy.hpp"
 #include "tessera/core/train/prefetching_dataset.hpp"
@@ -58,9 +61,12 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
                 "hidden states and output head; set the loss's chunk_size to 0");
   }
-  parts_.model->to(device_);
+  place_model();
   parts_.model->train();
   strategy_.setup(*parts_.model, *parts_.optimizer, *context_.communicator);
+  if (parts_.model->has_deferred_parameters()) {
+    throw Error("trainer: parallel strategy set up without giving the model's deferred parameters storage");
+  }
   if (settings_.prefetch > 0) {
     parts_.train_data =
         std::make_shared<PrefetchingDataset>(parts_.train_data, settings_.prefetch, /*pin_memory=*/device_.is_cuda());
@@ -79,6 +85,26 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 }
 
 Trainer::~Trainer() = default;
+
+// The model onto the run's device. Deferred parameters (tessera/deferred_init.hpp) get storage
+// there and their initial values, all at once, unless the strategy does it a unit at a time.
+void Trainer::place_model() {
+  Model& model = *parts_.model;
+  if (!model.has_deferred_parameters()) {
+    model.to(device_);
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  for (auto& buffer : model.buffers()) buffer.set_data(buffer.to(device_));
+  if (strategy_.materializes_parameters()) return;
+  std::vector<at::Tensor> deferred;
+  for (const auto& p : model.parameters()) {
+    if (!p.is_meta()) continue;
+    materialize_parameter(p, at::empty(p.sizes(), p.options().device(device_)));
+    deferred.push_back(p);
+  }
+  model.initialize_parameters(deferred);
+}
 
 void Trainer::enable_checkpoints(CheckpointContext context) {
   if (context.store.dir().empty()) throw Error("trainer: checkpoints enabled without a checkpoint folder");

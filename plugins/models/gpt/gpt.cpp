@@ -9,17 +9,18 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tessera/activation_checkpoint.hpp"
+#include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
@@ -41,6 +42,7 @@ struct GptConfig : tessera::gpt_parts::GptArchitecture {
 };
 
 using tessera::gpt_parts::CausalSelfAttention;
+using tessera::gpt_parts::Embedding;
 using tessera::gpt_parts::LayerNorm;
 using tessera::gpt_parts::Mlp;
 
@@ -67,15 +69,18 @@ class Gpt final : public tessera::Model {
  public:
   explicit Gpt(const GptConfig& c)
       : config_(c),
-        wte_(register_module("wte", torch::nn::Embedding(c.vocab_size, c.n_embd))),
-        wpe_(register_module("wpe", torch::nn::Embedding(c.max_seq_len, c.n_embd))) {
+        init_seed_(tessera::draw_init_seed()),
+        wte_(register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd))),
+        wpe_(register_module("wpe", std::make_shared<Embedding>(c.max_seq_len, c.n_embd))) {
     // A plain module as container names parameters h.0.attn.c_attn.weight, ... like GPT-2.
     auto layers = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
       blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c)));
     }
     ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias));
-    init_weights();
+    // Deferred (built by the host for a run): the parameters are shapes on the meta device until
+    // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
+    if (!has_deferred_parameters()) initialize_parameters(parameters());
     if (!c.init_from.empty()) load_weights(c.init_from);
     // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
     // output layer, but not the position embedding: a lookup costs no FLOPs.
@@ -165,28 +170,41 @@ class Gpt final : public tessera::Model {
     }
   }
 
-  // GPT-2 init from the global generator, so the host's seed fixes the weights. Residual output
-  // projections are scaled by 1/sqrt(2 n_layer) to keep the residual stream's variance flat.
-  void init_weights() {
+  // GPT-2 init, parameter by parameter: normal(0, init_std) weights and embeddings, residual
+  // output projections (c_proj) scaled by 1/sqrt(2 n_layer) to keep the residual stream's
+  // variance flat, ones and zeros for norms and biases. Each tensor's values come from its own
+  // generator (the model's init seed and its name), drawn on the CPU: the same values whatever
+  // subset is initialised, in whatever order, on whatever device.
+ public:
+  void initialize_parameters(const std::vector<at::Tensor>& params) override {
     c10::NoGradGuard no_grad;
-    const double std_dev = config_.init_std;
-    const double residual_std = std_dev / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
-    auto init_linear = [](torch::nn::Linear& linear, double weight_std) {
-      linear->weight.normal_(0.0, weight_std);
-      if (linear->bias.defined()) linear->bias.zero_();
-    };
-    wte_->weight.normal_(0.0, std_dev);
-    wpe_->weight.normal_(0.0, std_dev);
-    for (const auto& block : blocks_) {
-      init_linear(block->attn->qkv_proj(), std_dev);
-      init_linear(block->attn->out_proj(), residual_std);
-      init_linear(block->mlp->up_proj(), std_dev);
-      init_linear(block->mlp->down_proj(), residual_std);
+    std::map<const c10::TensorImpl*, std::string> names;
+    for (const auto& item : named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+    const double residual_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+    for (const at::Tensor& p : params) {
+      auto it = names.find(p.unsafeGetTensorImpl());
+      if (it == names.end()) throw tessera::Error("model/gpt: initialize_parameters got a tensor that is not its parameter");
+      const std::string& name = it->second;
+      const auto ends_with = [&](const std::string& tail) {
+        return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+      };
+      if (ends_with(".bias")) {
+        p.zero_();
+      } else if (name.rfind("ln_f.", 0) == 0 || name.find(".ln_") != std::string::npos) {
+        p.fill_(1.0);
+      } else {
+        at::Tensor values = at::empty(p.sizes(), at::kFloat);
+        values.normal_(0.0, ends_with("c_proj.weight") ? residual_std : config_.init_std,
+                       tessera::init_generator(init_seed_, name));
+        p.copy_(values);
+      }
     }
   }
 
+ private:
   GptConfig config_;
-  torch::nn::Embedding wte_, wpe_;
+  std::uint64_t init_seed_;
+  std::shared_ptr<Embedding> wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
   double flop_params_ = 0;
@@ -194,7 +212,12 @@ class Gpt final : public tessera::Model {
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptConfig>("gpt", "GPT-2 style decoder-only transformer with tied head",
-                                           [](const GptConfig& c) { return std::make_shared<Gpt>(c); });
+                                           [](const GptConfig& c) {
+                                             // Weights read from a file at construction: built whole.
+                                             std::optional<tessera::DeferredInitSuspension> whole;
+                                             if (!c.init_from.empty()) whole.emplace();
+                                             return std::make_shared<Gpt>(c);
+                                           });
 }
 
 }  // namespace

@@ -5,20 +5,54 @@
 #pragma once
 
 #include <ATen/ops/dropout.h>
+#include <ATen/ops/embedding.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
-#include <ATen/ops/ones.h>
+#include <ATen/ops/linear.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
-#include <ATen/ops/zeros.h>
-#include <torch/nn/modules/linear.h>
+#include <torch/nn/module.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "tessera/deferred_init.hpp"
 
 namespace tessera::gpt_parts {
 
-inline torch::nn::Linear linear_layer(std::int64_t in, std::int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+// Parameters come from tessera::new_parameter: on the meta device while the host defers
+// initialisation (tessera/deferred_init.hpp), else uninitialised on the CPU; the models write
+// their initial values. `fill` gives a constant at once when not deferring (norms' ones, zero
+// biases), for models that initialise only their random tensors themselves.
+inline at::Tensor parameter(at::IntArrayRef sizes, double fill) {
+  at::Tensor p = new_parameter(sizes);
+  if (!p.is_meta()) p.fill_(fill);
+  return p;
+}
+
+// y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would).
+class Affine : public torch::nn::Module {
+ public:
+  Affine(std::int64_t in, std::int64_t out, bool with_bias) {
+    weight = register_parameter("weight", new_parameter({out, in}));
+    if (with_bias) bias = register_parameter("bias", parameter({out}, 0.0));
+  }
+  at::Tensor forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+
+  at::Tensor weight, bias;  // bias undefined without one
+};
+
+// A lookup table (token or position embedding): torch::nn::Embedding without allocating.
+class Embedding : public torch::nn::Module {
+ public:
+  Embedding(std::int64_t count, std::int64_t dim) { weight = register_parameter("weight", new_parameter({count, dim})); }
+  at::Tensor forward(const at::Tensor& ids) const { return at::embedding(weight, ids); }
+
+  at::Tensor weight;
+};
+
+inline std::shared_ptr<Affine> linear_layer(std::int64_t in, std::int64_t out, bool bias) {
+  return std::make_shared<Affine>(in, out, bias);
 }
 
 // GPT-2 init of an affine map: normal weights, zero bias (when there is one).
@@ -31,8 +65,8 @@ inline void init_affine(at::Tensor& weight, at::Tensor& bias, double std_dev) {
 class LayerNorm : public torch::nn::Module {
  public:
   LayerNorm(std::int64_t dim, bool bias) : dim_(dim) {
-    weight_ = register_parameter("weight", at::ones({dim}));
-    if (bias) bias_ = register_parameter("bias", at::zeros({dim}));
+    weight_ = register_parameter("weight", parameter({dim}, 1.0));
+    if (bias) bias_ = register_parameter("bias", parameter({dim}, 0.0));
   }
   at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {dim_}, weight_, bias_); }
 
@@ -63,13 +97,13 @@ class CausalSelfAttention : public torch::nn::Module {
     return at::dropout(out_->forward(y), dropout_, is_training());
   }
 
-  torch::nn::Linear& out_proj() { return out_; }
-  torch::nn::Linear& qkv_proj() { return qkv_; }
+  std::shared_ptr<Affine>& out_proj() { return out_; }
+  std::shared_ptr<Affine>& qkv_proj() { return qkv_; }
 
  private:
   std::int64_t n_head_;
   double dropout_;
-  torch::nn::Linear qkv_, out_;
+  std::shared_ptr<Affine> qkv_, out_;
 };
 
 class Mlp : public torch::nn::Module {
@@ -83,12 +117,12 @@ class Mlp : public torch::nn::Module {
     return at::dropout(down_->forward(at::gelu(up_->forward(x))), dropout_, is_training());
   }
 
-  torch::nn::Linear& up_proj() { return up_; }
-  torch::nn::Linear& down_proj() { return down_; }
+  std::shared_ptr<Affine>& up_proj() { return up_; }
+  std::shared_ptr<Affine>& down_proj() { return down_; }
 
  private:
   double dropout_;
-  torch::nn::Linear up_, down_;
+  std::shared_ptr<Affine> up_, down_;
 };
 
 }  // namespace tessera::gpt_parts

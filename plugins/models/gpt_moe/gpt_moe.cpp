@@ -16,6 +16,7 @@
 #include "gpt_moe_config.hpp"
 #include "moe_feed_forward.hpp"
 #include "tessera/activation_checkpoint.hpp"
+#include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
@@ -187,7 +188,12 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptMoeConfig>(
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
-      [](const GptMoeConfig& c) { return std::make_shared<GptMoe>(c); });
+      [](const GptMoeConfig& c) {
+        // Initialised at construction from the global generator: no deferred initialisation
+        // (fsdp shards it after building it whole).
+        tessera::DeferredInitSuspension whole;
+        return std::make_shared<GptMoe>(c);
+      });
 }
 
 }  // namespace

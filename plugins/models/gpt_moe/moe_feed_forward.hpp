@@ -181,7 +181,7 @@ class MoeFeedForward : public torch::nn::Module {
     return sums_.take(s_.num_experts, router->weight.options().dtype(at::kFloat));
   }
 
-  torch::nn::Linear router{nullptr};
+  std::shared_ptr<gpt_parts::Affine> router;
   std::shared_ptr<ExpertLinear> up, down;
   at::Tensor last_aux_loss, last_z_loss;  // unweighted, from the last forward (with their graph)
 

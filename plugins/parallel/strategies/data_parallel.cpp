@@ -4,6 +4,7 @@
 #include "data_parallel.hpp"
 
 #include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
@@ -12,6 +13,7 @@
 
 #include <set>
 
+#include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
 #include "tessera/optimizer.hpp"
@@ -61,6 +63,18 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
     }
     build_buckets(ordered);
   }
+  // Deferred parameters outside the optimizer (frozen): whole, with rank 0's values.
+  std::vector<at::Tensor> frozen;
+  for (const auto& p : model.parameters()) {
+    if (!p.is_meta()) continue;
+    tessera::materialize_parameter(p, at::empty(p.sizes(), p.options().device(options_.device)));
+    frozen.push_back(p);
+  }
+  if (!frozen.empty()) {
+    model.initialize_parameters(frozen);
+    c10::NoGradGuard no_grad;
+    for (auto& p : frozen) comm_->broadcast(p, 0);
+  }
   ready_.assign(units_.size(), false);
   optimized_ = params;
   for (std::size_t u = 0; u < units_.size(); ++u) {
@@ -81,7 +95,9 @@ void DataParallel::broadcast_from_rank0(tessera::Model& model) {
   // Every rank starts from rank 0's weights, whatever each rank's initialisation did.
   if (comm_->world_size() == 1) return;
   c10::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) comm_->broadcast(p, 0);
+  for (auto& p : model.parameters()) {
+    if (!p.is_meta()) comm_->broadcast(p, 0);  // deferred ones (fsdp) are broadcast unit by unit
+  }
   for (auto& b : model.buffers()) comm_->broadcast(b, 0);
 }
 

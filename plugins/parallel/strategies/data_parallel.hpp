@@ -33,6 +33,7 @@ struct DataParallelOptions {
   std::int64_t bucket_bytes = 25 << 20;  // ddp, zero: gradient bucket size
   bool prefetch = true;               // fsdp: gather the next unit while this one computes
   UnitPrecision precision;            // what is gathered (fsdp) and reduced
+  c10::Device device{c10::kCPU};      // the run's device: where fsdp gives deferred parameters storage
 };
 
 class DataParallel final : public tessera::ParallelStrategy,
@@ -51,6 +52,7 @@ class DataParallel final : public tessera::ParallelStrategy,
   tessera::ParallelMemory memory() const override;
   tessera::StateDict full_parameters(tessera::Model& model, std::int64_t only_rank = -1) override;
   void load_full_parameters(tessera::Model& model, const tessera::StateDict& state) override;
+  bool materializes_parameters() const override { return options_.shard_parameters; }
   bool shards_optimizer_state() const override { return options_.reduction != GradReduction::all_reduce; }
   std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override;
   void with_owned_parameters(const std::function<void()>& fn) override;

@@ -8,12 +8,13 @@
 
 #include <algorithm>
 
+#include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera_plugins {
 
 FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, GradReduction reduction,
-                   bool shard_parameters, UnitPrecision precision)
+                   bool shard_parameters, UnitPrecision precision, const DeferredUnitInit* deferred)
     : comm_(comm),
       reduction_(reduction),
       shard_parameters_(shard_parameters),
@@ -21,7 +22,7 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
       world_(comm.world_size()),
       params_(std::move(params)) {
   if (params_.empty()) throw tessera::Error("parallel: a unit with no parameters");
-  const auto options = params_.front().options();
+  auto options = params_.front().options();
   for (const auto& p : params_) {
     if (p.scalar_type() != options.dtype().toScalarType() || p.device() != options.device()) {
       throw tessera::Error("parallel: the parameters of one unit must share dtype and device, got " +
@@ -42,9 +43,17 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
 
   // The parameters' values move into one padded buffer; each parameter becomes a view of it.
   c10::NoGradGuard no_grad;
+  const bool meta = options.device().is_meta();
+  if (meta && !deferred) throw tessera::Error("parallel: parameters on the meta device and no initializer");
+  if (meta) options = options.device(deferred->device);
   at::Tensor master = at::zeros({shard_numel_ * world_}, options);
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    master.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()).copy_(params_[i].detach());
+  if (meta) {
+    // Deferred: the buffer is the parameters' first storage; every rank takes rank 0's values.
+    for (std::size_t i = 0; i < params_.size(); ++i) tessera::materialize_parameter(params_[i], view_of(master, i));
+    deferred->initialize(params_);
+    comm_.broadcast(master, 0);
+  } else {
+    for (std::size_t i = 0; i < params_.size(); ++i) view_of(master, i).copy_(params_[i].detach());
   }
   // Under a param dtype the gathered buffer is a cast of the master weights, which only the
   // shard keeps.

@@ -7,7 +7,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -33,12 +36,21 @@ struct UnitPrecision {
   std::optional<at::ScalarType> reduce;
 };
 
+// A unit whose parameters are still on the meta device (tessera/deferred_init.hpp): the device
+// their storage goes on and the model's initializer of their values.
+struct DeferredUnitInit {
+  c10::Device device{c10::kCPU};
+  std::function<void(const std::vector<at::Tensor>&)> initialize;
+};
+
 class FlatUnit {
  public:
   // `shard_parameters`: whether the parameters are sharded at rest (fsdp) or every rank keeps
-  // them whole (ddp, zero). Moves the parameters' data into the unit's buffer.
+  // them whole (ddp, zero). Moves the parameters' data into the unit's buffer. Deferred
+  // parameters (on the meta device) get their storage in the buffer and their values from
+  // `deferred` (rank 0's, broadcast): the unit is the only whole copy that ever exists.
   FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, GradReduction reduction,
-           bool shard_parameters, UnitPrecision precision = {});
+           bool shard_parameters, UnitPrecision precision = {}, const DeferredUnitInit* deferred = nullptr);
 
   const std::vector<at::Tensor>& params() const { return params_; }
   std::int64_t numel() const { return numel_; }

@@ -39,6 +39,10 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
   }
   // Backward runs the units last to first and finishes with the root (embeddings come first in
   // the forward pass), so reductions start in that order.
+  // Deferred parameters get storage unit by unit: no rank ever holds the whole model.
+  DeferredUnitInit deferred;
+  deferred.device = options_.device;
+  deferred.initialize = [&model](const std::vector<at::Tensor>& p) { model.initialize_parameters(p); };
   forward_units_.assign(per_unit.size(), 0);
   for (std::size_t i = per_unit.size(); i-- > 0;) {
     if (per_unit[i].empty()) {
@@ -46,10 +50,10 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
       continue;
     }
     forward_units_[i] = units_.size();
-    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *comm_, options_.reduction, true, options_.precision));
+    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *comm_, options_.reduction, true, options_.precision, &deferred));
   }
   if (!rest.empty()) {
-    units_.push_back(std::make_unique<FlatUnit>(rest, *comm_, options_.reduction, true, options_.precision));
+    units_.push_back(std::make_unique<FlatUnit>(rest, *comm_, options_.reduction, true, options_.precision, &deferred));
     root_ = units_.back().get();
   }
 }

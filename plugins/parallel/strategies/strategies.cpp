@@ -74,8 +74,9 @@ void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::ParallelStrategy, FsdpConfig>(
       "fsdp",
       "fully sharded: parameters, gradients and optimizer state sharded; the model's units gathered one at a time",
-      [](const FsdpConfig& c) {
+      [](const FsdpConfig& c, const tessera::RunContext& run) {
         DataParallelOptions o;
+        o.device = c10::Device(run.device);
         o.name = "fsdp";
         o.reduction = GradReduction::reduce_scatter_each;
         o.shard_parameters = true;

@@ -63,6 +63,15 @@ class TESSERA_API Model : public torch::nn::Module {
   // The projection compute() applies to compute_hidden()'s result (parameters, not copies).
   virtual OutputHead output_head() { return {}; }
 
+  // --- Deferred initialisation (tessera/deferred_init.hpp) ---------------------------------------
+  // Whether some parameters are still on the meta device (built inside a DeferredInitScope by a
+  // model that supports it).
+  bool has_deferred_parameters() const;
+  // Writes the initial values of these parameters of this model (which have storage by now),
+  // exactly those the model has when built without deferral, for any subset in any order.
+  // The default throws: a model that never defers is never asked.
+  virtual void initialize_parameters(const std::vector<at::Tensor>& params);
+
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.
   virtual std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() { return {}; }

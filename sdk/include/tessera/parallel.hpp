@@ -53,6 +53,10 @@ class TESSERA_API ParallelStrategy {
   // keep their identity from here on). Makes every rank start from rank 0's weights, then takes
   // over the parameters and gradients (buckets, shards, hooks).
   virtual void setup(Model& model, Optimizer& optimizer, Communicator& comm) = 0;
+  // Whether setup() gives a model's deferred parameters (tessera/deferred_init.hpp) their storage
+  // and initial values itself (fsdp: one unit at a time, keeping its shard). When false, the
+  // trainer materialises the whole model before setup().
+  virtual bool materializes_parameters() const { return false; }
   // Before the forward pass of micro-batch `index` of the `count` in this step.
   virtual void begin_micro_batch(std::int64_t index, std::int64_t count) = 0;
   // After the step's last backward: completes the gradient reduction. The gradients are sums

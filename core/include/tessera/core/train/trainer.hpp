@@ -110,6 +110,7 @@ class Trainer : private CallbackEvents {
   StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
                      bool skipped, const StepClock& clock);
 
+  void place_model();
   std::string stop_reason() const;
   // stop_reason() and the save requests, agreed by all ranks in one collective: if one stops,
   // all stop after this step; if a callback on one asked for a checkpoint, all save.
