@@ -1,7 +1,5 @@
 #include "tessera/core/run/training_run.hpp"
 
-#include "tessera/deferred_init.hpp"
-
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -15,6 +13,7 @@
 #include "tessera/callback.hpp"
 #include "tessera/core/components/component_factory.hpp"
 #include "tessera/core/distributed/distributed.hpp"
+#include "tessera/deferred_init.hpp"
 #include "tessera/log.hpp"
 #include "tessera/parallel.hpp"
 
