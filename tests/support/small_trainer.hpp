@@ -10,6 +10,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "test_support.hpp"
+#include "trainer_parts.hpp"
 
 namespace tessera::testing {
 
@@ -62,11 +63,7 @@ inline Built make_trainer(const std::string& yaml, TrainerSettings settings,
   core::seed_everything(context.seed, "cpu");
   Built b;
   b.components = testing::build_components(yaml, context);
-  TrainerParts parts;
-  parts.model = testing::built<Model>(b.components, "model");
-  parts.train_data = testing::built<Dataset>(b.components, "train_data");
-  parts.loss = testing::built<Loss>(b.components, "loss");
-  parts.optimizer = testing::built<Optimizer>(b.components, "optimizer");
+  TrainerParts parts = trainer_parts(b.components);
   parts.callbacks = std::move(callbacks);
   for (const auto& name : callback_instances) parts.callbacks.push_back(testing::built<Callback>(b.components, name));
   b.trainer = std::make_unique<Trainer>(std::move(parts), settings, context, peak_flops);

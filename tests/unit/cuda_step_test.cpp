@@ -25,6 +25,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/parallel.hpp"
+#include "trainer_parts.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -67,12 +68,7 @@ std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, co
   context.communicator = std::move(comm);
   core::seed_everything(context.seed, context.device);
   built = testing::build_components(yaml, context);
-  core::TrainerParts parts;
-  parts.model = testing::built<Model>(built, "model");
-  parts.train_data = testing::built<Dataset>(built, "train_data");
-  parts.loss = testing::built<Loss>(built, "loss");
-  parts.optimizer = testing::built<Optimizer>(built, "optimizer");
-  if (built.instances.count("parallel")) parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+  core::TrainerParts parts = testing::trainer_parts(built);
   core::TrainerSettings settings;
   settings.micro_batch_size = 8;
   settings.grad_accum = 2;

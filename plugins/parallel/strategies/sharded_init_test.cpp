@@ -24,6 +24,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/parallel.hpp"
+#include "trainer_parts.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -144,12 +145,7 @@ void build_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, boo
       if (deferred) scope.emplace();
       built = testing::build_components(yaml, context);
     }
-    core::TrainerParts parts;
-    parts.model = testing::built<Model>(built, "model");
-    parts.train_data = testing::built<Dataset>(built, "train_data");
-    parts.loss = testing::built<Loss>(built, "loss");
-    parts.optimizer = testing::built<Optimizer>(built, "optimizer");
-    parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+    core::TrainerParts parts = testing::trainer_parts(built);
     EXPECT_EQ(parts.model->has_deferred_parameters(), deferred);
     core::TrainerSettings settings;
     settings.micro_batch_size = 2;

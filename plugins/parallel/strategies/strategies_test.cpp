@@ -18,6 +18,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/parallel.hpp"
+#include "trainer_parts.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -90,12 +91,7 @@ void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std
       core::seed_everything(context.seed + 1000 * static_cast<std::uint64_t>(context.rank), "cpu");
       built = testing::build_components(yaml, context);
     }
-    core::TrainerParts parts;
-    parts.model = testing::built<Model>(built, "model");
-    parts.train_data = testing::built<Dataset>(built, "train_data");
-    parts.loss = testing::built<Loss>(built, "loss");
-    parts.optimizer = testing::built<Optimizer>(built, "optimizer");
-    if (built.instances.count("parallel")) parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+    core::TrainerParts parts = testing::trainer_parts(built);
     core::TrainerSettings settings;
     settings.grad_accum = accum;
     settings.micro_batch_size = kMicroBatch;

@@ -1,0 +1,25 @@
+// The trainer's parts from components built for a test (tests/support/test_support.hpp).
+#pragma once
+
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/dataset.hpp"
+#include "tessera/loss.hpp"
+#include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
+#include "tessera/parallel.hpp"
+#include "test_support.hpp"
+
+namespace tessera::testing {
+
+// Components named model, train_data, loss, optimizer and, when present, parallel.
+inline core::TrainerParts trainer_parts(const core::BuiltComponents& built) {
+  core::TrainerParts parts;
+  parts.model = testing::built<Model>(built, "model");
+  parts.train_data = testing::built<Dataset>(built, "train_data");
+  parts.loss = testing::built<Loss>(built, "loss");
+  parts.optimizer = testing::built<Optimizer>(built, "optimizer");
+  if (built.instances.count("parallel")) parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+  return parts;
+}
+
+}  // namespace tessera::testing
