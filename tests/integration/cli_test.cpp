@@ -433,5 +433,20 @@ TEST_F(Cli, BadRankVariablesAreAConfigError) {
   EXPECT_NE(out.find("RANK 5 is not in a world of WORLD_SIZE 2"), std::string::npos) << out;
 }
 
+// Every run spec the project ships validates (configs/gpt2-124m.yaml names a GPU and data this
+// machine may not have: validation checks the spec, not the machine).
+TEST_F(Cli, EveryShippedConfigValidates) {
+  std::vector<std::filesystem::path> configs;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {
+    if (entry.path().extension() == ".yaml") configs.push_back(entry.path());
+  }
+  ASSERT_GE(configs.size(), 4u);
+  for (const auto& config : configs) {
+    std::string out;
+    EXPECT_EQ(run_command(tessera("validate " + config.string() + " --set plugins.paths=[]"), out), 0)
+        << config << "\n" << out;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

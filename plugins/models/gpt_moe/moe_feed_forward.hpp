@@ -3,6 +3,7 @@
 // balancing and z-losses, and the routing sums monitors read (tessera::RouterStatistics).
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/argsort.h>
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/div.h>
@@ -122,7 +123,16 @@ class MoeFeedForward : public torch::nn::Module {
     const std::int64_t n = tokens.size(0);
 
     // Router in fp32 whatever the model's precision: small logit differences decide the experts.
-    const at::Tensor logits = at::linear(tokens.to(at::kFloat), router->weight.to(at::kFloat));
+    // The router in float32 even under bf16 autocast: its top-k choices and balancing losses
+    // should not depend on bf16 rounding of nearly equal scores.
+    const at::Tensor logits = [&] {
+      const c10::DeviceType type = tokens.device().type();
+      const bool autocast = at::autocast::is_autocast_enabled(type);
+      at::autocast::set_autocast_enabled(type, false);
+      at::Tensor out = at::linear(tokens.to(at::kFloat), router->weight.to(at::kFloat));
+      at::autocast::set_autocast_enabled(type, autocast);
+      return out;
+    }();
     const at::Tensor log_probs = at::log_softmax(logits, -1);
     const at::Tensor probs = log_probs.exp();
     auto [top_probs, top_experts] = at::topk(probs, k, -1);
@@ -150,7 +160,8 @@ class MoeFeedForward : public torch::nn::Module {
       at::Tensor y = at::linear(at::gelu(at::linear(tokens.index_select(0, rows), w_up[e], b_up[e])), w_down[e],
                                 b_down[e]);
       y = y * gate_of.narrow(0, start, kept).unsqueeze(1).to(y.scalar_type());
-      combined = combined.index_add(0, rows, y);
+      // Summed in the tokens' dtype (float32 under bf16 autocast, whose products come out bf16).
+      combined = combined.index_add(0, rows, y.to(combined.scalar_type()));
       start += per_expert[e];
     }
 
