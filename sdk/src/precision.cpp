@@ -31,4 +31,11 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::set_autocast_dtype(type_, was_dtype_);
 }
 
+NoAutocast::NoAutocast(const c10::Device& device)
+    : type_(device.type()), was_enabled_(at::autocast::is_autocast_enabled(type_)) {
+  at::autocast::set_autocast_enabled(type_, false);
+}
+
+NoAutocast::~NoAutocast() { at::autocast::set_autocast_enabled(type_, was_enabled_); }
+
 }  // namespace tessera

@@ -12,28 +12,17 @@
 
 #include <algorithm>
 
+#include "tessera/precision.hpp"
+
 namespace tessera_plugins {
 namespace {
-
-// Autocast off inside the function: it chooses its dtypes itself.
-class AutocastOff {
- public:
-  explicit AutocastOff(c10::DeviceType type) : type_(type), was_(at::autocast::is_autocast_enabled(type)) {
-    at::autocast::set_autocast_enabled(type_, false);
-  }
-  ~AutocastOff() { at::autocast::set_autocast_enabled(type_, was_); }
-
- private:
-  c10::DeviceType type_;
-  bool was_;
-};
 
 struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& labels, std::int64_t chunk_size,
                             double label_smoothing, std::int64_t ignore_index, at::ScalarType matmul_dtype,
                             bool with_grad) {
-    AutocastOff no_autocast(hidden.device().type());
+    tessera::NoAutocast no_autocast(hidden.device());  // it chooses its dtypes itself
     const at::Tensor h_all = hidden.to(matmul_dtype);
     const at::Tensor w = weight.to(matmul_dtype);
     const bool has_bias = bias.numel() > 0;

@@ -3,7 +3,6 @@
 // balancing and z-losses, and the routing sums monitors read (tessera::RouterStatistics).
 #pragma once
 
-#include <ATen/autocast_mode.h>
 #include <ATen/ops/argsort.h>
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/div.h>
@@ -17,7 +16,6 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
-#include <torch/nn/modules/linear.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +26,7 @@
 #include "../gpt/transformer_parts.hpp"
 #include "gpt_moe_config.hpp"
 #include "tessera/moe.hpp"
+#include "tessera/precision.hpp"
 
 namespace tessera::gpt_moe {
 
@@ -126,12 +125,8 @@ class MoeFeedForward : public torch::nn::Module {
     // The router in float32 even under bf16 autocast: its top-k choices and balancing losses
     // should not depend on bf16 rounding of nearly equal scores.
     const at::Tensor logits = [&] {
-      const c10::DeviceType type = tokens.device().type();
-      const bool autocast = at::autocast::is_autocast_enabled(type);
-      at::autocast::set_autocast_enabled(type, false);
-      at::Tensor out = at::linear(tokens.to(at::kFloat), router->weight.to(at::kFloat));
-      at::autocast::set_autocast_enabled(type, autocast);
-      return out;
+      tessera::NoAutocast float32(tokens.device());
+      return at::linear(tokens.to(at::kFloat), router->weight.to(at::kFloat));
     }();
     const at::Tensor log_probs = at::log_softmax(logits, -1);
     const at::Tensor probs = log_probs.exp();

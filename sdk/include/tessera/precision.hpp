@@ -35,4 +35,18 @@ class TESSERA_API AutocastGuard {
   at::ScalarType was_dtype_ = at::kFloat;
 };
 
+// While alive, autocast is off on `device`'s type: for computations that choose their dtypes
+// themselves (a chunked loss, an MoE router kept in float32). The state before comes back after.
+class TESSERA_API NoAutocast {
+ public:
+  explicit NoAutocast(const c10::Device& device);
+  ~NoAutocast();
+  NoAutocast(const NoAutocast&) = delete;
+  NoAutocast& operator=(const NoAutocast&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool was_enabled_;
+};
+
 }  // namespace tessera
