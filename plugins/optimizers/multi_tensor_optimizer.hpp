@@ -172,10 +172,11 @@ class MultiTensorOptimizer : public tessera::Optimizer {
     for (std::size_t i : indices) out.push_back(state_[i].fields[field]);
     return out;
   }
+  // The parameters as the update writes them: detached, so in-place ops bypass autograd.
   std::vector<at::Tensor> params_of(const std::vector<std::size_t>& indices) const {
     std::vector<at::Tensor> out;
     out.reserve(indices.size());
-    for (std::size_t i : indices) out.push_back(params_[i]);
+    for (std::size_t i : indices) out.push_back(params_[i].detach());
     return out;
   }
   std::vector<at::Tensor> grads_of(const std::vector<std::size_t>& indices) const {

@@ -10,14 +10,7 @@ PrefetchingDataset::PrefetchingDataset(std::shared_ptr<Dataset> inner, std::int6
   if (depth_ < 1) throw Error("prefetch: depth must be at least 1, got " + std::to_string(depth_));
 }
 
-PrefetchingDataset::~PrefetchingDataset() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  if (reader_.joinable()) reader_.join();
-}
+PrefetchingDataset::~PrefetchingDataset() { join_reader(); }
 
 void PrefetchingDataset::set_shard(std::int64_t rank, std::int64_t world_size) {
   stop();
@@ -30,13 +23,17 @@ void PrefetchingDataset::start(std::int64_t batch_size) {
   reader_ = std::thread([this, batch_size] { read_ahead(batch_size); });
 }
 
-void PrefetchingDataset::stop() {
+void PrefetchingDataset::join_reader() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
   if (reader_.joinable()) reader_.join();
+}
+
+void PrefetchingDataset::stop() {
+  join_reader();
   // What was read ahead is dropped: the inner dataset rewinds to the first batch not taken.
   if (!queue_.empty()) {
     StateDict rewind = queue_.front().state_before;

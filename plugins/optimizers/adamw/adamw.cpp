@@ -102,7 +102,7 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
 
   // The loop's arithmetic, every op over all of the group's tensors at once.
   void foreach_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members) {
-    std::vector<at::Tensor> params = detached(params_of(members));
+    std::vector<at::Tensor> params = params_of(members);
     const std::vector<at::Tensor> grads = grads_of(members);
     std::vector<at::Tensor> exp_avgs = gather(members, 0), exp_avg_sqs = gather(members, 1);
     std::vector<c10::Scalar> root_bc2, step_sizes;
@@ -133,14 +133,9 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
       steps.push_back(s.device_step);
     }
     at::_foreach_add_(steps, 1);
-    at::_fused_adamw_(detached(params_of(members)), grads_of(members), gather(members, 0), gather(members, 1),
+    at::_fused_adamw_(params_of(members), grads_of(members), gather(members, 0), gather(members, 1),
                       /*max_exp_avg_sqs=*/{}, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
                       /*amsgrad=*/false, /*maximize=*/false);
-  }
-
-  static std::vector<at::Tensor> detached(std::vector<at::Tensor> tensors) {
-    for (auto& t : tensors) t = t.detach();
-    return tensors;
   }
 
   double beta1_, beta2_, eps_;

@@ -94,7 +94,6 @@ class SgdOptimizer final : public tessera_plugins::MultiTensorOptimizer {
   // The loop's arithmetic, every op over all of the group's tensors at once.
   void foreach_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members, bool first) {
     std::vector<at::Tensor> params = params_of(members);
-    for (auto& p : params) p = p.detach();
     std::vector<at::Tensor> d_p = grads_of(members);
     if (group.weight_decay != 0) d_p = at::_foreach_add(d_p, params, group.weight_decay);
     if (momentum_ != 0) {
@@ -112,7 +111,6 @@ class SgdOptimizer final : public tessera_plugins::MultiTensorOptimizer {
 
   void fused_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members, bool first) {
     std::vector<at::Tensor> params = params_of(members);
-    for (auto& p : params) p = p.detach();
     const std::vector<at::Tensor> bufs = momentum_ != 0 ? gather(members, 0) : std::vector<at::Tensor>{};
     at::_fused_sgd_(params, grads_of(members), bufs, group.weight_decay, momentum_, lr_, /*dampening=*/0.0,
                     nesterov_, /*maximize=*/false, /*is_first_step=*/first);

@@ -46,7 +46,8 @@ class PrefetchingDataset final : public Dataset {
   };
 
   void start(std::int64_t batch_size);
-  void stop();  // the reader finishes its batch and exits; the queue is dropped
+  void join_reader();  // the reader finishes its batch and exits
+  void stop();         // join_reader(), then the inner dataset rewinds past what was read ahead
   void read_ahead(std::int64_t batch_size);
 
   std::shared_ptr<Dataset> inner_;
