@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/process/stop_signal.hpp"
@@ -178,6 +180,29 @@ TEST(Trainer, SameSeedGivesTheSameLosses) {
   for (int i = 0; i < 3; ++i) first.push_back(a.trainer->step().loss);
   auto b = make_trainer(components_yaml(data, "adamw", "lr: 0.01"), settings(2, 2));
   for (int i = 0; i < 3; ++i) EXPECT_EQ(b.trainer->step().loss, first[i]) << "step " << i;
+}
+
+// trainer.prefetch: the training dataset is read ahead by the trainer's reader thread (its own
+// position runs `prefetch` micro-batches ahead), while the trainer's state names the first
+// micro-batch it has not used. Without prefetch the dataset is where the trainer is.
+TEST(Trainer, PrefetchReadsAheadWhileTheStateStaysAtTheNextUnusedBatch) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  auto position = [](const StateDict& state) { return state.at("position").item<std::int64_t>(); };
+  for (const std::int64_t prefetch : {0, 2}) {
+    SCOPED_TRACE("prefetch " + std::to_string(prefetch));
+    TrainerSettings s = settings(1, 2, 5);
+    s.prefetch = prefetch;
+    auto b = make_trainer(components_yaml(data), s);
+    const auto inner = testing::built<Dataset>(b.components, "train_data");
+    b.trainer->step();
+    EXPECT_EQ(position(b.trainer->capture().data), 2);  // one micro-batch of 2 samples used
+    // The reader fills its queue of `prefetch` more in microseconds; then the trainer (and with
+    // it the reader thread) goes, so the dataset's own position is read with no thread running.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    b.trainer.reset();
+    EXPECT_EQ(position(inner->state_dict()), 2 + 2 * prefetch);
+  }
 }
 
 TEST(Trainer, CheckpointsNeedAFolderFromTheStore) {

@@ -10,6 +10,7 @@
 
 #include "tessera/batch.hpp"
 #include "tessera/loss.hpp"
+#include "autograd_graph.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -129,6 +130,8 @@ std::vector<at::Tensor> loss_and_grads(Loss& loss, const HeadCase& c, bool from_
   const LossSum sum = from_hidden ? loss.compute_from_hidden(c.hidden, head, c.labels)
                                   : loss.compute(at::linear(c.hidden, c.weight, c.bias), c.labels);
   EXPECT_EQ(sum.count.item<std::int64_t>(), 12);
+  // The chunked path is its own autograd function, never the whole logits' linear + cross-entropy.
+  EXPECT_EQ(testing::count_graph_nodes(sum.sum, "ChunkedLinearCrossEntropy"), from_hidden ? 1 : 0);
   (sum.sum * 0.37).backward();
   std::vector<at::Tensor> out{sum.sum.detach(), c.hidden.grad(), c.weight.grad()};
   if (c.bias.defined()) out.push_back(c.bias.grad());

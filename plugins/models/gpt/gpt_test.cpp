@@ -13,6 +13,7 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/precision.hpp"
+#include "autograd_graph.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -227,6 +228,7 @@ namespace {
 struct Gradients {
   double loss = 0;
   std::map<std::string, at::Tensor> grads;
+  int checkpointed_blocks = 0;  // checkpoint nodes in the backward graph
 };
 
 Gradients loss_and_gradients(Model& model, const at::Tensor& input, std::uint64_t dropout_seed) {
@@ -235,8 +237,9 @@ Gradients loss_and_gradients(Model& model, const at::Tensor& input, std::uint64_
   model.zero_grad();
   const at::Tensor logits = model.forward(input);
   const at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), input.reshape({-1}));
-  loss.backward();
   Gradients out;
+  out.checkpointed_blocks = testing::count_graph_nodes(loss, "CheckpointFunction");
+  loss.backward();
   out.loss = loss.item<double>();
   for (const auto& item : model.named_parameters()) out.grads[item.key()] = item.value().grad().clone();
   return out;
@@ -250,11 +253,14 @@ TEST(GptModel, ActivationCheckpointingGivesIdenticalGradients) {
   const at::Tensor input = tokens({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3}, 2);
   auto plain = make_gpt("dropout: 0.2");
   const Gradients expected = loss_and_gradients(*plain, input, 77);
+  EXPECT_EQ(expected.checkpointed_blocks, 0);
   const double after_plain = at::rand({1}).item<double>();
   for (const std::string every : {"1", "2"}) {
     SCOPED_TRACE("every " + every);
     auto checkpointed = make_gpt("dropout: 0.2, activation_checkpointing: true, activation_checkpointing_every: " + every);
     const Gradients got = loss_and_gradients(*checkpointed, input, 77);
+    // Two blocks: both recomputed with every 1, block 0 alone with every 2.
+    EXPECT_EQ(got.checkpointed_blocks, every == "1" ? 2 : 1);
     EXPECT_EQ(at::rand({1}).item<double>(), after_plain) << "the recomputation moved the generator";
     EXPECT_EQ(got.loss, expected.loss);
     ASSERT_EQ(got.grads.size(), expected.grads.size());

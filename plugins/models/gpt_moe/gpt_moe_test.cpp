@@ -20,6 +20,7 @@
 #include "tessera/moe.hpp"
 #include "tessera/parallel.hpp"
 #include "gloo_ranks.hpp"
+#include "autograd_graph.hpp"
 #include "test_support.hpp"
 #include "trainer_parts.hpp"
 
@@ -212,6 +213,8 @@ TEST(GptMoe, ActivationCheckpointingGivesIdenticalGradientsAndCountsRoutingOnce)
     const at::Tensor logits = model->forward(input);
     const at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), input.reshape({-1})) +
                             model->auxiliary_loss();
+    // Block 0 (dense) recomputed whole, block 1 (MoE) its attention: two checkpoint nodes.
+    EXPECT_EQ(testing::count_graph_nodes(loss, "CheckpointFunction"), extra.empty() ? 0 : 2);
     loss.backward();
     std::map<std::string, at::Tensor> grads;
     for (const auto& item : model->named_parameters()) grads[item.key()] = item.value().grad().clone();
