@@ -7,8 +7,8 @@
 namespace tessera {
 
 ComponentConfig::ComponentConfig(std::string path, std::map<std::string, Value> values,
-                                 RunContext context)
-    : path_(std::move(path)), values_(std::move(values)), context_(std::move(context)) {}
+                                 RunContext context, std::set<std::string> given)
+    : path_(std::move(path)), values_(std::move(values)), context_(std::move(context)), given_(std::move(given)) {}
 
 bool ComponentConfig::has(const std::string& name) const {
   auto it = values_.find(name);

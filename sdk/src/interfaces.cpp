@@ -63,6 +63,10 @@ bool Model::has_deferred_parameters() const {
   return false;
 }
 
+HfExport Model::hugging_face_export(const StateDict&) const {
+  throw Error("this model has no Hugging Face format; export it with checkpoint.export_format: tessera");
+}
+
 void Model::initialize_parameters(const std::vector<at::Tensor>&) {
   throw Error("this model has no deferred initialisation (Model::initialize_parameters)");
 }

@@ -1,13 +1,19 @@
 #include "tessera/safetensors.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <string_view>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "tessera/durable_file.hpp"
@@ -69,7 +75,51 @@ WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
   return {file.bytes(), file.crc()};
 }
 
-SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name) {
+namespace {
+
+// A read-only file mapped into memory, unmapped when the last tensor viewing it goes. Private
+// (copy-on-write): a tensor written in place never changes the file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error("cannot read " + path + ": " + std::strerror(errno));
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+      ::close(fd);
+      throw Error("cannot read " + path + ": not a regular file");
+    }
+    size_ = static_cast<std::size_t>(info.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        throw Error("cannot map " + path + ": " + std::strerror(err));
+      }
+      data_ = static_cast<char*>(p);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(data_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  char* data() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Parses the bytes [data, data + size). With `mapping`, tensors whose bytes are aligned for
+// their dtype view the mapping (which they keep alive) instead of being copied.
+SafetensorsFile parse(const char* data, std::size_t size, const std::string& name,
+                      const std::shared_ptr<MappedFile>& mapping) {
+  const std::string_view bytes(data, size);
   auto fail = [&](const std::string& why) { return Error(name + ": not a valid safetensors file: " + why); };
   if (bytes.size() < 8) throw fail("shorter than its 8-byte header length");
   std::uint64_t header_size = 0;
@@ -132,12 +182,18 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& n
                  " elements of " + dtype.get<std::string>());
     }
     at::Tensor t;
+    const char* source = bytes.data() + data_start + begin;
     try {
-      t = at::empty(sizes, at::TensorOptions().dtype(type->second));
+      if (mapping && end > begin && reinterpret_cast<std::uintptr_t>(source) % element == 0) {
+        t = at::from_blob(const_cast<char*>(source), sizes, [mapping](void*) {},
+                          at::TensorOptions().dtype(type->second));
+      } else {
+        t = at::empty(sizes, at::TensorOptions().dtype(type->second));
+        if (end > begin) std::memcpy(t.mutable_data_ptr(), source, end - begin);
+      }
     } catch (const c10::Error& e) {
       throw fail("entry " + key + " has a shape LibTorch cannot hold: " + e.what_without_backtrace());
     }
-    if (end > begin) std::memcpy(t.mutable_data_ptr(), bytes.data() + data_start + begin, end - begin);
     out.tensors[key] = std::move(t);
     ranges.emplace_back(begin, end);
   }
@@ -152,12 +208,17 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& n
   return out;
 }
 
+}  // namespace
+
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& name) {
+  return parse(bytes.data(), bytes.size(), name, nullptr);
+}
+
 SafetensorsFile read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_safetensors(buffer.str(), path);
+  // Memory-mapped: a multi-gigabyte checkpoint is paged in as its tensors are used, and never
+  // held twice (a buffer of the file plus the tensors copied out of it).
+  auto mapping = std::make_shared<MappedFile>(path);
+  return parse(mapping->data(), mapping->size(), path, mapping);
 }
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,15 @@ namespace tessera {
 
 class TESSERA_API ComponentConfig {
  public:
-  ComponentConfig(std::string path, std::map<std::string, Value> values, RunContext context);
+  // `given`: the fields the YAML wrote itself (the others hold their defaults).
+  ComponentConfig(std::string path, std::map<std::string, Value> values, RunContext context,
+                  std::set<std::string> given = {});
 
   // False only for optional() fields that the YAML left out.
   bool has(const std::string& name) const;
+  // Whether the YAML wrote this field (rather than leaving it to its default).
+  bool given(const std::string& name) const { return given_.count(name) > 0; }
+  const std::set<std::string>& given_names() const { return given_; }
   bool boolean(const std::string& name) const;
   std::int64_t integer(const std::string& name) const;
   double number(const std::string& name) const;
@@ -53,6 +59,7 @@ class TESSERA_API ComponentConfig {
   std::string path_;
   std::map<std::string, Value> values_;
   RunContext context_;
+  std::set<std::string> given_;
 };
 
 }  // namespace tessera

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -142,6 +143,13 @@ class ConfigFields {
       });
       return spec;
     }
+  }
+
+  // Fills `member` with the names of the fields the YAML wrote itself, for a component whose
+  // defaults yield to another source (a model taking what the YAML leaves out from the
+  // checkpoint it imports).
+  void record_given(std::set<std::string> Config::*member) {
+    readers_.push_back([member](Config& c, const ComponentConfig& values) { c.*member = values.given_names(); });
   }
 
   // A rule over several fields (or one the schema cannot express). It throws

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "tessera/export.hpp"
+#include "tessera/hugging_face.hpp"
 #include "tessera/output_head.hpp"
+#include "tessera/stateful.hpp"
 
 namespace tessera {
 
@@ -71,6 +73,13 @@ class TESSERA_API Model : public torch::nn::Module {
   // exactly those the model has when built without deferral, for any subset in any order.
   // The default throws: a model that never defers is never asked.
   virtual void initialize_parameters(const std::vector<at::Tensor>& params);
+
+  // --- Hugging Face format (tessera/hugging_face.hpp) ---------------------------------------------
+  // Whether hugging_face_export() can write this model as a Hugging Face folder.
+  virtual bool exports_hugging_face() const { return false; }
+  // This model's config.json and tensors by Hugging Face name and layout, from `state`: its own
+  // state dict, every tensor whole (a sharded run gathers it first). The default throws.
+  virtual HfExport hugging_face_export(const StateDict& state) const;
 
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.

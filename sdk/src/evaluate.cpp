@@ -1,0 +1,53 @@
+#include "tessera/evaluate.hpp"
+
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/Device.h>
+#include <c10/core/GradMode.h>
+
+#include "tessera/communicator.hpp"
+#include "tessera/error.hpp"
+#include "tessera/precision.hpp"
+
+namespace tessera {
+
+EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t batches,
+                         std::int64_t micro_batch_size, const RunContext& run) {
+  const c10::Device device(run.device);
+  model.eval();
+  at::Tensor sums;  // summed loss, target tokens, input tokens, batches
+  try {
+    c10::NoGradGuard no_grad;
+    AutocastGuard autocast(device, run.precision);
+    const bool from_hidden = loss.takes_hidden_states() && model.has_output_head();
+    // Summed on the device: no host synchronisation until the loop is done.
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+    std::int64_t targets = 0, inputs = 0;
+    for (std::int64_t i = 0; i < batches; ++i) {
+      Batch batch = data.next_batch(micro_batch_size);
+      const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
+      const LossSum part = from_hidden ? loss.compute_from_hidden(model.forward_hidden(input_ids), model.output_head(), labels)
+                                       : loss.compute(model.forward(input_ids), labels);
+      loss_sum += part.sum.to(at::kDouble);
+      targets += batch.num_target_tokens;
+      inputs += batch.input_ids.numel();
+    }
+    sums = at::stack({loss_sum.cpu(), at::scalar_tensor(static_cast<double>(targets), at::kDouble),
+                      at::scalar_tensor(static_cast<double>(inputs), at::kDouble),
+                      at::scalar_tensor(static_cast<double>(batches), at::kDouble)});
+  } catch (...) {
+    model.train();
+    throw;
+  }
+  model.train();
+  if (run.communicator && run.communicator->world_size() > 1) run.communicator->all_reduce(sums);
+  EvalTotals totals;
+  totals.loss_sum = sums[0].item<double>();
+  totals.target_tokens = sums[1].item<double>();
+  totals.input_tokens = sums[2].item<double>();
+  totals.batches = static_cast<std::int64_t>(sums[3].item<double>());
+  return totals;
+}
+
+}  // namespace tessera
