@@ -1,5 +1,7 @@
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 
+#include "tessera/hugging_face.hpp"
+
 namespace tessera::core {
 
 void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {
@@ -12,6 +14,19 @@ void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {
   f.field("export_every_steps", &C::export_every_steps, "export the model as safetensors every N steps (0: never)")
       .at_least(0);
   f.field("export_at_end", &C::export_at_end, "export the model as safetensors when training stops");
+  f.field("export_format", &C::export_format,
+          "tessera: model.safetensors and the model's component spec; hf: a Hugging Face folder "
+          "(config.json, safetensors by Hugging Face names, the tokenizer files) that transformers loads")
+      .one_of({"tessera", "hf"});
+  f.field("export_max_shard_size", &C::export_max_shard_size,
+          "hf: weights larger than this are split into shards with model.safetensors.index.json (5GB, 500MB, bytes)");
+  f.check([](const C& c) {
+    try {
+      parse_byte_size(c.export_max_shard_size);
+    } catch (const Error& e) {
+      throw ConfigError(e.what(), "export_max_shard_size");
+    }
+  });
 }
 
 }  // namespace tessera::core

@@ -140,15 +140,19 @@ bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state
   return true;
 }
 
-void write_model_export(const CheckpointStore& store, const CheckpointState& state) {
+void write_model_export(const CheckpointStore& store, const CheckpointState& state, std::uint64_t max_shard_bytes) {
   const fs::path final_dir = store.export_folder(state.step);
   if (fs::exists(final_dir)) return;
   const fs::path tmp = store.export_in_progress(state.step);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  write_safetensors((tmp / CheckpointStore::kExportModel).string(), state.model, model_file_metadata(state.step));
-  write_file_durably((tmp / CheckpointStore::kExportConfig).string(), state.model_config_json);
-  fsync_directory(tmp.string());
+  if (state.hf_export) {
+    write_hf_checkpoint(tmp.string(), *state.hf_export, max_shard_bytes);
+  } else {
+    write_safetensors((tmp / CheckpointStore::kExportModel).string(), state.model, model_file_metadata(state.step));
+    write_file_durably((tmp / CheckpointStore::kExportConfig).string(), state.model_config_json);
+    fsync_directory(tmp.string());
+  }
   rename_durably(tmp.string(), final_dir.string());
 }
 

@@ -4,6 +4,7 @@
 
 #include "tessera/core/checkpoint/checkpoint_writer.hpp"
 #include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
 #include "tessera/log.hpp"
 
 namespace tessera::core {
@@ -41,7 +42,7 @@ void Checkpointer::write(const CheckpointState& state, bool checkpoint, bool exp
     std::lock_guard<std::mutex> lock(completed_mutex_);
     completed_.push_back(state.step);
   }
-  if (export_model && state.rank == 0) write_model_export(store_, state);
+  if (export_model && state.rank == 0) write_model_export(store_, state, parse_byte_size(settings_.export_max_shard_size));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (state.rank == 0 && checkpoint) {
     log::info("checkpoint ", store_.checkpoint(state.step).path().string(), " written in ", seconds, " s");

@@ -21,6 +21,7 @@ const char* kUsage =
     "commands:\n"
     "  train CONFIG       train from a run spec\n"
     "  validate CONFIG    check a run spec and every component in it, building nothing\n"
+    "  eval CONFIG        the model's loss on the spec's evaluation data, one JSON line on stdout\n"
     "  components         list the registered components and the plugin files they come from\n"
     "  describe KIND/VARIANT\n"
     "                     show a component's config schema (also: describe trainer|settings|checkpoint)\n"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, int (*)(const cli::Args&)> commands = {
       {"train", cli::train_command},
       {"validate", cli::validate_command},
+      {"eval", cli::eval_command},
       {"components", cli::components_command},
       {"describe", cli::describe_command},
       {"schema", cli::schema_command},

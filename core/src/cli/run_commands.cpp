@@ -1,6 +1,7 @@
-// `tessera train` and `tessera validate`.
+// `tessera train`, `tessera validate` and `tessera eval`.
 #include <boost/program_options.hpp>
 
+#include <cstdio>
 #include <iostream>
 
 #include "commands.hpp"
@@ -14,10 +15,14 @@ namespace {
 
 struct Parsed {
   core::RunOptions options;
+  core::EvalOptions eval;
   bool help = false;
 };
 
-Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) {
+enum class Command { train, validate, eval };
+
+Parsed parse_run_args(const Args& args, const char* command, Command which) {
+  const bool with_run_dir = which == Command::train;
   Parsed parsed;
   po::options_description visible(std::string("usage: tessera ") + command +
                                   " CONFIG [options]\n\noptions");
@@ -34,6 +39,18 @@ Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) 
          "continue from a checkpoint: 'auto' (the newest valid one under checkpoint.dir, or start "
          "fresh when there is none) or the PATH of one");
   }
+  if (which == Command::eval) {
+    visible.add_options()
+        ("resume", po::value<std::string>(&parsed.options.resume),
+         "evaluate the model of a checkpoint: 'auto' (the newest valid one under checkpoint.dir; the model "
+         "as built when there is none) or the PATH of one. Without it: the model as built (init_from)")
+        ("split", po::value<std::string>(&parsed.eval.split)->default_value("eval"),
+         "eval: the data of the spec's evaluation callback; train: components.train_data")
+        ("batches", po::value<std::int64_t>(&parsed.eval.batches)->default_value(10),
+         "micro-batches to evaluate, from the start of the data, in all (split evenly over the ranks)")
+        ("micro-batch-size", po::value<std::int64_t>(&parsed.eval.micro_batch_size)->default_value(0),
+         "sequences per micro-batch (0: the evaluation callback's micro_batch_size, else trainer.micro_batch_size)");
+  }
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>(&parsed.options.config_path));
   po::positional_options_description positional;
@@ -42,6 +59,12 @@ Parsed parse_run_args(const Args& args, const char* command, bool with_run_dir) 
     parsed.help = true;
   } else if (parsed.options.config_path.empty()) {
     throw UsageError("missing CONFIG (a run spec YAML file)");
+  } else if (parsed.eval.split != "eval" && parsed.eval.split != "train") {
+    throw UsageError("--split must be eval or train, got '" + parsed.eval.split + "'");
+  } else if (parsed.eval.batches < 1) {
+    throw UsageError("--batches must be at least 1");
+  } else if (parsed.eval.micro_batch_size < 0) {
+    throw UsageError("--micro-batch-size must be at least 1 (or 0 for the spec's)");
   }
   return parsed;
 }
@@ -67,7 +90,7 @@ bool parse_command_line(const Args& args, const po::options_description& visible
 }
 
 int train_command(const Args& args) {
-  Parsed parsed = parse_run_args(args, "train", true);
+  Parsed parsed = parse_run_args(args, "train", Command::train);
   if (parsed.help) return 0;
   core::TrainingRun run(parsed.options);
   core::install_stop_signal_handlers();
@@ -76,11 +99,31 @@ int train_command(const Args& args) {
 }
 
 int validate_command(const Args& args) {
-  Parsed parsed = parse_run_args(args, "validate", false);
+  Parsed parsed = parse_run_args(args, "validate", Command::validate);
   if (parsed.help) return 0;
   core::TrainingRun run(parsed.options);
   std::cout << parsed.options.config_path << ": ok (" << run.plugins().plugins().size()
             << " plugins loaded, every component validated)\n";
+  return 0;
+}
+
+int eval_command(const Args& args) {
+  Parsed parsed = parse_run_args(args, "eval", Command::eval);
+  if (parsed.help) return 0;
+  core::TrainingRun run(parsed.options);
+  const std::int64_t world = run.plan().env.world_size;
+  if (parsed.eval.batches % world != 0) {
+    throw UsageError("--batches " + std::to_string(parsed.eval.batches) + " must be a multiple of the " +
+                     std::to_string(world) + " ranks (every rank evaluates the same number)");
+  }
+  const EvalTotals totals = run.evaluate(parsed.eval);
+  if (totals.target_tokens <= 0) throw Error("the evaluated batches hold no target tokens");
+  if (run.plan().env.rank == 0) {
+    char line[256];
+    std::snprintf(line, sizeof line, "{\"loss\": %.17g, \"tokens\": %.0f, \"batches\": %lld}", totals.mean_loss(),
+                  totals.target_tokens, static_cast<long long>(totals.batches));
+    std::cout << line << std::endl;
+  }
   return 0;
 }
 

@@ -181,10 +181,12 @@ class GraphWalker {
     if (config) reject_unknown_keys(info->schema, *config, config_path);
 
     std::map<std::string, Value> values;
+    std::set<std::string> given;
     for (const auto& field : info->schema.fields()) {
       const ConfigNode* value = config && config->is_map() ? config->find(field.name) : nullptr;
       const std::string field_path = join_path(config_path, field.name);
       if (value && !value->is_null()) {
+        given.insert(field.name);
         values[field.name] = field.type == FieldType::component
                                  ? Value(make(*value, field_path, field.component_kind))
                                  : read_field(field, *value, field_path);
@@ -202,7 +204,7 @@ class GraphWalker {
       if (info->check) {
         try {
           rethrowing_config_errors(node, config, path,
-                                   [&] { info->check(ComponentConfig(path, std::move(values), context_)); });
+                                   [&] { info->check(ComponentConfig(path, std::move(values), context_, given)); });
         } catch (const ConfigError&) {
           throw;
         } catch (const std::exception& e) {
@@ -211,7 +213,7 @@ class GraphWalker {
       }
       return ComponentHandle{kind, variant, nullptr};
     }
-    return create(*info, node, config, path, std::move(values));
+    return create(*info, node, config, path, std::move(values), std::move(given));
   }
 
   // Runs `fn`, turning a ConfigError into a positioned issue: at the field it names (under the
@@ -245,12 +247,12 @@ class GraphWalker {
   }
 
   ComponentHandle create(const ComponentInfo& info, const ConfigNode& node, const ConfigNode* config,
-                         const std::string& path, std::map<std::string, Value> values) {
+                         const std::string& path, std::map<std::string, Value> values, std::set<std::string> given) {
     const std::string what = info.kind + "/" + info.variant;
     std::shared_ptr<void> object;
     try {
       rethrowing_config_errors(node, config, path,
-                               [&] { object = info.make(ComponentConfig(path, std::move(values), context_)); });
+                               [&] { object = info.make(ComponentConfig(path, std::move(values), context_, std::move(given))); });
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {

@@ -134,6 +134,13 @@ TrainResult TrainingRun::train() {
     if (!out) throw Error("cannot write " + resolved.string());
   }
   auto trainer = make_trainer();
+  if (plan_.checkpoint.export_format == "hf" && !trainer->model().exports_hugging_face()) {
+    const ConfigNode* section = plan_.spec.find("checkpoint");
+    const ConfigNode* node = section ? section->find("export_format") : nullptr;
+    throw ConfigIssue(node ? node->pos() : plan_.spec.pos(), "checkpoint.export_format",
+                      "this model has no Hugging Face format (model/gpt and model/llama have one); "
+                      "use export_format: tessera");
+  }
   CheckpointContext checkpoints;
   checkpoints.settings = plan_.checkpoint;
   checkpoints.store = plan_.checkpoints;

@@ -116,7 +116,11 @@ void Trainer::enable_checkpoints(CheckpointContext context) {
 
 void Trainer::save(bool checkpoint, bool export_model, const char* why) {
   const auto start = Clock::now();
-  auto state = std::make_shared<const CheckpointState>(capture());
+  CheckpointState captured = capture();
+  if (export_model && context_.rank == 0 && checkpoint_.settings.export_format == "hf") {
+    captured.hf_export = std::make_shared<const HfExport>(parts_.model->hugging_face_export(captured.model));
+  }
+  auto state = std::make_shared<const CheckpointState>(std::move(captured));
   checkpointer_->save(state, checkpoint, export_model);
   pause_s_ = std::chrono::duration<double>(Clock::now() - start).count();
   if (checkpoint) last_checkpoint_step_ = progress_.step;

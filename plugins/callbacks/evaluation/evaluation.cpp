@@ -3,12 +3,6 @@
 // dataset is rewound before each evaluation, so every evaluation sees the same tokens); the
 // summed loss and token counts are reduced across ranks, and the result is announced to every
 // callback (sinks log it; see on_evaluation_end).
-#include <ATen/ops/stack.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/zeros.h>
-#include <c10/core/Device.h>
-#include <c10/core/GradMode.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -16,11 +10,10 @@
 #include <string>
 
 #include "tessera/callback.hpp"
-#include "tessera/communicator.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/error.hpp"
+#include "tessera/evaluate.hpp"
 #include "tessera/loss.hpp"
-#include "tessera/precision.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 
@@ -70,46 +63,25 @@ class Evaluation final : public tessera::Callback {
  private:
   void evaluate(tessera::CallbackContext& ctx) {
     const auto start = std::chrono::steady_clock::now();
-    const c10::Device device(ctx.run.device);
-    tessera::Model& model = ctx.model;
     config_.data->load_state_dict(start_);
-    model.eval();
-    at::Tensor sums = at::zeros({3}, at::kDouble);  // summed loss, target tokens, input tokens
-    {
-      c10::NoGradGuard no_grad;
-      // Computed as training computes: the run's precision, and logits chunk by chunk when the
-      // loss makes them so.
-      tessera::AutocastGuard autocast(device, ctx.run.precision);
-      const bool from_hidden = config_.loss->takes_hidden_states() && model.has_output_head();
-      at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-      std::int64_t targets = 0, inputs = 0;
-      // A fixed number of forward passes on every rank: under fsdp each one is a collective.
-      for (std::int64_t i = 0; i < config_.batches; ++i) {
-        tessera::Batch batch = config_.data->next_batch(config_.micro_batch_size);
-        const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
-        const tessera::LossSum loss =
-            from_hidden ? config_.loss->compute_from_hidden(model.forward_hidden(input_ids), model.output_head(), labels)
-                        : config_.loss->compute(model.forward(input_ids), labels);
-        loss_sum += loss.sum.to(at::kDouble);
-        targets += batch.num_target_tokens;
-        inputs += batch.input_ids.numel();
+    const tessera::EvalTotals totals = [&] {
+      try {
+        return tessera::evaluate_loss(ctx.model, *config_.loss, *config_.data, config_.batches,
+                                      config_.micro_batch_size, ctx.run);
+      } catch (const tessera::Error& e) {
+        throw tessera::Error("callback/evaluation '" + config_.name + "': " + e.what());
       }
-      sums = at::stack({loss_sum.cpu(), at::scalar_tensor(static_cast<double>(targets), at::kDouble),
-                        at::scalar_tensor(static_cast<double>(inputs), at::kDouble)});
-    }
-    model.train();
-    if (ctx.run.communicator && ctx.run.communicator->world_size() > 1) ctx.run.communicator->all_reduce(sums);
-    const double target_tokens = sums[1].item<double>();
-    if (target_tokens <= 0) {
+    }();
+    if (totals.target_tokens <= 0) {
       throw tessera::Error("callback/evaluation '" + config_.name + "': the evaluation batches hold no target tokens");
     }
-    const double loss = sums[0].item<double>() / target_tokens;
+    const double loss = totals.mean_loss();
     tessera::EvalMetrics metrics;
     metrics.step = ctx.progress.step;
     metrics.name = config_.name;
     metrics.values["loss"] = loss;
     metrics.values["perplexity"] = std::exp(loss);
-    metrics.values["tokens"] = sums[2].item<double>();
+    metrics.values["tokens"] = totals.input_tokens;
     metrics.values["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     last_step_ = ctx.progress.step;
     ctx.announce_evaluation(metrics);

@@ -18,6 +18,8 @@ struct CheckpointSettings {
   bool async = true;
   std::int64_t export_every_steps = 0;
   bool export_at_end = true;
+  std::string export_format = "tessera";  // tessera, or hf: a folder transformers loads
+  std::string export_max_shard_size = "5GB";  // hf: larger weights are split into indexed shards
 
   static void declare(ConfigFields<CheckpointSettings>& f);
 };

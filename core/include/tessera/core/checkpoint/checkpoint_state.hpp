@@ -8,6 +8,7 @@
 
 #include "tessera/durable_file.hpp"
 #include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
 #include "tessera/stateful.hpp"
 
 namespace tessera::core {
@@ -36,6 +37,9 @@ struct CheckpointState {
   StateDict rng;   // this rank's generators
   std::string config_yaml;        // rank 0: the resolved spec
   std::string model_config_json;  // rank 0: the model's component spec, for exports
+  // Rank 0, for an export in Hugging Face format: the model's folder contents, converted from
+  // `model` by the model at the step (the writer may run after the model has moved on).
+  std::shared_ptr<const HfExport> hf_export;
 };
 
 struct CheckpointMetadata {

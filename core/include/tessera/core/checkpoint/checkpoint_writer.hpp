@@ -16,8 +16,9 @@ namespace tessera::core {
 // replaced.
 bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state, std::int64_t keep_last,
                       std::chrono::milliseconds timeout);
-// Rank 0: the store's export folder of state.step: {model.safetensors, config.json}, written then
-// renamed.
-void write_model_export(const CheckpointStore& store, const CheckpointState& state);
+// Rank 0: the store's export folder of state.step, written then renamed: {model.safetensors,
+// config.json (the model's component spec)}, or with state.hf_export a Hugging Face folder whose
+// weights are sharded above `max_shard_bytes`.
+void write_model_export(const CheckpointStore& store, const CheckpointState& state, std::uint64_t max_shard_bytes);
 
 }  // namespace tessera::core

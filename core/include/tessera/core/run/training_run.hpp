@@ -3,14 +3,22 @@
 // fixed: components, then the registry, then the plugin libraries.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "tessera/core/plugins/plugin_host.hpp"
 #include "tessera/core/run/run_plan.hpp"
 #include "tessera/core/train/trainer.hpp"
+#include "tessera/evaluate.hpp"
 
 namespace tessera::core {
+
+struct EvalOptions {
+  std::string split = "eval";        // eval: the evaluation callback's data; train: train_data
+  std::int64_t batches = 10;         // micro-batches in all, split evenly over the ranks
+  std::int64_t micro_batch_size = 0;  // 0: the evaluation callback's, else the trainer's
+};
 
 class TrainingRun {
  public:
@@ -26,6 +34,10 @@ class TrainingRun {
   TrainResult train();
   // Builds the trainer without running it (tests drive single steps).
   std::unique_ptr<Trainer> make_trainer();
+  // `tessera eval`: the model as built (init_from) or as a checkpoint left it (options' resume),
+  // its loss over the first batches of a dataset of the spec, reduced over the ranks
+  // (core/src/run/evaluation.cpp).
+  EvalTotals evaluate(const EvalOptions& options);
 
  private:
   // --resume auto: the newest valid checkpoint as rank 0 finds it ("" for none), on every rank.

@@ -94,6 +94,9 @@ class Trainer : private CallbackEvents {
 
   const TrainProgress& progress() const { return progress_; }
   Model& model() { return *parts_.model; }
+  Loss& loss() { return *parts_.loss; }
+  // The run's context, with the communicator joined.
+  const RunContext& context() const { return context_; }
   // Set by the first step.
   const MemoryReport& memory() const { return memory_; }
 
