@@ -1,5 +1,6 @@
 // Model `gpt`: a GPT-2 style decoder-only transformer. Pre-norm blocks with causal
 // scaled-dot-product attention and a 4x GELU MLP; the output head reuses the token embedding.
+// Imports and exports Hugging Face's GPT2LMHeadModel (gpt2_format.hpp).
 #include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/gelu.h>
@@ -25,21 +26,14 @@
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 #include "tessera/safetensors.hpp"
-#include "gpt_architecture.hpp"
+#include "tessera/hugging_face.hpp"
+#include "../hf_import.hpp"
+#include "gpt2_format.hpp"
 #include "transformer_parts.hpp"
 
 namespace {
 
-struct GptConfig : tessera::gpt_parts::GptArchitecture {
-  std::string init_from;  // a safetensors file (or an export folder holding model.safetensors)
-
-  static void declare(tessera::ConfigFields<GptConfig>& f) {
-    tessera::gpt_parts::declare_gpt_architecture(
-        f, {"dropout on embeddings, attention and residual branches", "biases in linear layers and layer norms"});
-    f.field("init_from", &GptConfig::init_from,
-            "start from these weights: a safetensors file or a Tessera export folder");
-  }
-};
+using tessera::gpt2_format::GptConfig;
 
 using tessera::gpt_parts::CausalSelfAttention;
 using tessera::gpt_parts::Embedding;
@@ -52,7 +46,8 @@ class Block : public torch::nn::Module {
       : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
         attn(register_module("attn", std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.bias, c.dropout))),
         ln_2(register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
-        mlp(register_module("mlp", std::make_shared<Mlp>(c.n_embd, c.bias, c.dropout))) {}
+        mlp(register_module("mlp", std::make_shared<Mlp>(c.n_embd, c.bias, c.dropout,
+                                                         c.activation == "gelu_tanh" ? "tanh" : "none"))) {}
 
   at::Tensor forward(at::Tensor x) {
     x = x + attn->forward(ln_1->forward(x));
@@ -67,7 +62,8 @@ class Block : public torch::nn::Module {
 
 class Gpt final : public tessera::Model {
  public:
-  explicit Gpt(const GptConfig& c)
+  // `hf`: a Hugging Face GPT-2 folder to take the weights from (c.init_from), already read.
+  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf)
       : config_(c),
         init_seed_(tessera::draw_init_seed()),
         wte_(register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd))),
@@ -81,7 +77,12 @@ class Gpt final : public tessera::Model {
     // Deferred (built by the host for a run): the parameters are shapes on the meta device until
     // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
     if (!has_deferred_parameters()) initialize_parameters(parameters());
-    if (!c.init_from.empty()) load_weights(c.init_from);
+    if (hf) {
+      tessera::gpt2_format::import_weights(*hf, *this);
+      tokenizer_files_ = hf->tokenizer_files;
+    } else if (!c.init_from.empty()) {
+      load_weights(c.init_from);
+    }
     // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
     // output layer, but not the position embedding: a lookup costs no FLOPs.
     flop_params_ = static_cast<double>(num_parameters() - wpe_->weight.numel());
@@ -95,6 +96,14 @@ class Gpt final : public tessera::Model {
   // The tied head: a chunked loss gets the final norm's output and the token embedding matrix.
   bool has_output_head() const override { return true; }
   tessera::OutputHead output_head() override { return {wte_->weight, {}}; }
+
+  // GPT2LMHeadModel has biases throughout.
+  bool exports_hugging_face() const override { return config_.bias; }
+  tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
+    tessera::HfExport out = tessera::gpt2_format::export_folder(config_, state);
+    out.files_to_copy = tokenizer_files_;
+    return out;
+  }
 
   std::int64_t vocab_size() const override { return config_.vocab_size; }
   std::int64_t max_seq_len() const override { return config_.max_seq_len; }
@@ -208,15 +217,20 @@ class Gpt final : public tessera::Model {
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
   double flop_params_ = 0;
+  std::vector<std::string> tokenizer_files_;  // of an imported Hugging Face folder, carried into hf exports
 };
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptConfig>("gpt", "GPT-2 style decoder-only transformer with tied head",
-                                           [](const GptConfig& c) {
+                                           [](const GptConfig& yaml) {
                                              // Weights read from a file at construction: built whole.
                                              std::optional<tessera::DeferredInitSuspension> whole;
-                                             if (!c.init_from.empty()) whole.emplace();
-                                             return std::make_shared<Gpt>(c);
+                                             if (!yaml.init_from.empty()) whole.emplace();
+                                             if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Gpt>(yaml, nullptr);
+                                             // A Hugging Face folder: config.json settles what the YAML left out.
+                                             const tessera::HfCheckpoint hf = tessera::hf_import::at_init_from(
+                                                 [&] { return tessera::read_hf_checkpoint(yaml.init_from); });
+                                             return std::make_shared<Gpt>(tessera::gpt2_format::settle_config(yaml, hf.config), &hf);
                                            });
 }
 

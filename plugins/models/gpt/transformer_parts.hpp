@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/deferred_init.hpp"
@@ -108,13 +110,15 @@ class CausalSelfAttention : public torch::nn::Module {
 
 class Mlp : public torch::nn::Module {
  public:
-  Mlp(std::int64_t n_embd, bool bias, double dropout)
+  // `approximate`: "none" for the exact GELU, "tanh" for GPT-2's (Hugging Face's gelu_new).
+  Mlp(std::int64_t n_embd, bool bias, double dropout, std::string approximate = "none")
       : dropout_(dropout),
+        approximate_(std::move(approximate)),
         up_(register_module("c_fc", linear_layer(n_embd, 4 * n_embd, bias))),
         down_(register_module("c_proj", linear_layer(4 * n_embd, n_embd, bias))) {}
 
   at::Tensor forward(const at::Tensor& x) {
-    return at::dropout(down_->forward(at::gelu(up_->forward(x))), dropout_, is_training());
+    return at::dropout(down_->forward(at::gelu(up_->forward(x), approximate_)), dropout_, is_training());
   }
 
   std::shared_ptr<Affine>& up_proj() { return up_; }
@@ -122,6 +126,7 @@ class Mlp : public torch::nn::Module {
 
  private:
   double dropout_;
+  std::string approximate_;
   std::shared_ptr<Affine> up_, down_;
 };
 

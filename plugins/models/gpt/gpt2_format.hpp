@@ -1,0 +1,161 @@
+// model/gpt's config, and the mapping between it and Hugging Face's GPT2LMHeadModel:
+// config.json's fields, the tensor names (Tessera uses GPT-2's own, under `transformer.`), the
+// Conv1D weights GPT-2 stores [in, out], the tied lm_head, and the causal-mask buffers older
+// files carry. Included by gpt.cpp only.
+#pragma once
+
+#include <ATen/ops/equal.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include <set>
+#include <string>
+
+#include "tessera/config_fields.hpp"
+#include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
+#include "../hf_import.hpp"
+#include "gpt_architecture.hpp"
+
+namespace tessera::gpt2_format {
+
+struct GptConfig : gpt_parts::GptArchitecture {
+  std::string init_from;  // a safetensors file, a Tessera export folder or a Hugging Face GPT-2 folder
+  std::string activation = "gelu";
+  std::set<std::string> given;  // the fields the YAML wrote (the rest may come from config.json)
+
+  static void declare(ConfigFields<GptConfig>& f) {
+    gpt_parts::declare_gpt_architecture(
+        f, {"dropout on embeddings, attention and residual branches", "biases in linear layers and layer norms"});
+    f.field("activation", &GptConfig::activation,
+            "the MLP's GELU: gelu (exact) or gelu_tanh (the tanh approximation GPT-2 uses, Hugging Face's gelu_new)")
+        .one_of({"gelu", "gelu_tanh"});
+    f.field("init_from", &GptConfig::init_from,
+            "start from these weights: a safetensors file, a Tessera export folder, or a Hugging Face GPT-2 "
+            "folder (config.json + safetensors; architecture fields left out of the YAML come from config.json)");
+    f.record_given(&GptConfig::given);
+  }
+};
+
+// True when `name` is stored as a Conv1D weight ([in, out]) in GPT-2 files.
+inline bool is_conv1d_weight(const std::string& name) {
+  for (const char* tail : {".c_attn.weight", ".c_proj.weight", ".c_fc.weight"}) {
+    const std::string t(tail);
+    if (name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0) return true;
+  }
+  return false;
+}
+
+inline bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The YAML's config with what config.json says filled in; an error where they disagree or where
+// the checkpoint is a GPT-2 variant model/gpt does not compute.
+inline GptConfig settle_config(GptConfig c, const HfConfig& json) {
+  return hf_import::at_init_from([&] {
+    const std::string type = json.string("model_type").value_or("");
+    if (type != "gpt2") {
+      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/gpt imports (gpt2" +
+                            (type == "llama" ? "; use model/llama" : "") + ")",
+                        "init_from");
+    }
+    using hf_import::settle;
+    settle(c.vocab_size, "vocab_size", c.given, json.integer("vocab_size"), "vocab_size", json);
+    settle(c.n_layer, "n_layer", c.given, json.integer("n_layer"), "n_layer", json);
+    settle(c.n_head, "n_head", c.given, json.integer("n_head"), "n_head", json);
+    settle(c.n_embd, "n_embd", c.given, json.integer("n_embd"), "n_embd", json);
+    settle(c.max_seq_len, "max_seq_len", c.given, json.integer("n_positions"), "n_positions", json);
+    std::optional<std::string> activation;
+    const std::optional<std::string> function = json.string("activation_function");
+    if (const auto& f = function) {
+      if (*f == "gelu_new" || *f == "gelu_pytorch_tanh" || *f == "gelu_fast") {
+        activation = "gelu_tanh";
+      } else if (*f == "gelu") {
+        activation = "gelu";
+      } else {
+        throw ConfigError(json.file() + ": activation_function '" + *f +
+                              "' is not one model/gpt computes (gelu_new, gelu_pytorch_tanh, gelu)",
+                          "init_from");
+      }
+    }
+    settle(c.activation, "activation", c.given, activation, "activation_function", json,
+           function ? "'" + *function + "'" : "");
+    settle(c.bias, "bias", c.given, std::optional<bool>(true), "(GPT-2's biases)", json);
+    // What model/gpt computes one way only: the checkpoint must agree.
+    auto require = [&](bool ok, const std::string& what) {
+      if (!ok) throw ConfigError(json.file() + ": " + what + ", which model/gpt does not compute", "init_from");
+    };
+    const double eps = json.number("layer_norm_epsilon").value_or(1e-5);
+    require(hf_import::same(eps, 1e-5), "layer_norm_epsilon is " + c10::str(eps) + " (model/gpt's is 1e-5)");
+    const auto inner = json.integer("n_inner");
+    require(!inner || *inner == 4 * c.n_embd, "n_inner is " + std::to_string(inner.value_or(0)) + ", not 4 x n_embd");
+    require(json.boolean("scale_attn_weights").value_or(true), "scale_attn_weights is false");
+    require(!json.boolean("scale_attn_by_inverse_layer_idx").value_or(false), "scale_attn_by_inverse_layer_idx is true");
+    require(!json.boolean("reorder_and_upcast_attn").value_or(false), "reorder_and_upcast_attn is true");
+    require(json.boolean("tie_word_embeddings").value_or(true), "tie_word_embeddings is false (an untied head)");
+    if (c.n_embd % c.n_head != 0) {
+      throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
+                            std::to_string(c.n_head) + ")",
+                        "n_embd");
+    }
+    return c;
+  });
+}
+
+// Copies a Hugging Face GPT-2 checkpoint into `model`'s parameters (GPT-2's names, with or
+// without the `transformer.` prefix published files lack).
+inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model) {
+  hf_import::WeightImport weights(hf);
+  const std::string prefix = weights.has("transformer.wte.weight") ? "transformer." : "";
+  for (const auto& item : model.named_parameters()) {
+    weights.copy(prefix + item.key(), item.value(), is_conv1d_weight(item.key()));
+  }
+  // The head is the token embedding: a stored lm_head must be that same matrix.
+  if (weights.has("lm_head.weight")) {
+    const at::Tensor& head = weights.tensor("lm_head.weight");
+    const at::Tensor& wte = weights.tensor(prefix + "wte.weight");
+    if (!at::equal(head, wte)) {
+      throw ConfigError(hf.folder + ": lm_head.weight differs from " + prefix +
+                            "wte.weight (an untied head, which model/gpt cannot hold)",
+                        "init_from");
+    }
+  }
+  // Causal-mask buffers older transformers saved with every attention layer.
+  weights.ignore([](const std::string& name) { return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"); });
+  weights.finish();
+}
+
+// config.json and the tensors of a GPT2LMHeadModel equal to `state` (model/gpt's state dict).
+inline HfExport export_folder(const GptConfig& c, const StateDict& state) {
+  nlohmann::ordered_json config = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", c.vocab_size},
+      {"n_positions", c.max_seq_len},
+      {"n_embd", c.n_embd},
+      {"n_layer", c.n_layer},
+      {"n_head", c.n_head},
+      {"n_inner", nullptr},
+      {"activation_function", c.activation == "gelu_tanh" ? "gelu_new" : "gelu"},
+      {"resid_pdrop", c.dropout},
+      {"embd_pdrop", c.dropout},
+      {"attn_pdrop", c.dropout},
+      {"layer_norm_epsilon", 1e-5},
+      {"initializer_range", c.init_std},
+      {"scale_attn_weights", true},
+      {"tie_word_embeddings", true},
+      // GPT-2's <|endoftext|>, where the vocabulary has it (transformers checks the ids exist).
+      {"bos_token_id", c.vocab_size > 50256 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr)},
+      {"eos_token_id", c.vocab_size > 50256 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr)},
+      {"dtype", "float32"},
+  };
+  HfExport out;
+  out.config_json = config.dump(2) + "\n";
+  for (const auto& [name, tensor] : state) {
+    out.tensors["transformer." + name] = is_conv1d_weight(name) ? tensor.t().contiguous() : tensor;
+  }
+  return out;
+}
+
+}  // namespace tessera::gpt2_format

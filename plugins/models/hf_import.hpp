@@ -1,0 +1,123 @@
+// What model/gpt and model/llama share to import a Hugging Face folder (tessera/hugging_face.hpp):
+// filling the architecture fields the YAML left out from config.json (and refusing those that
+// disagree), and copying tensors into parameters with every missing, extra or misshapen tensor
+// one error naming it. Header-only, included by relative path: each plugin compiles its own copy.
+#pragma once
+
+#include <c10/core/GradMode.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
+
+namespace tessera::hf_import {
+
+// Runs `fn`; a read error (a tessera::Error naming the file) becomes a config error at init_from.
+template <class Fn>
+auto at_init_from(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConfigError(e.what(), "init_from");
+  }
+}
+
+inline std::string show(std::int64_t v) { return std::to_string(v); }
+inline std::string show(double v) { return c10::str(v); }
+inline std::string show(bool v) { return v ? "true" : "false"; }
+inline std::string show(const std::string& v) { return "'" + v + "'"; }
+
+inline bool same(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
+template <class T>
+bool same(const T& a, const T& b) {
+  return a == b;
+}
+
+// The YAML's `field` against config.json's value for it (`json_key`, already converted to the
+// YAML's terms): taken when the YAML left the field out, an error naming both when they differ.
+// `as_written`: config.json's value as the file spells it, when the conversion renamed it.
+template <class T>
+void settle(T& field, const std::string& yaml_key, const std::set<std::string>& given, const std::optional<T>& from_json,
+            const std::string& json_key, const HfConfig& config, const std::string& as_written = "") {
+  if (!from_json) return;
+  if (!given.count(yaml_key)) {
+    field = *from_json;
+  } else if (!same(field, *from_json)) {
+    throw ConfigError("the YAML says " + yaml_key + ": " + show(field) + " but " + config.file() + " says " + json_key +
+                          ": " + (as_written.empty() ? show(*from_json) : as_written + " (" + show(*from_json) + ")") +
+                          " (leave " + yaml_key + " out to take the checkpoint's)",
+                      yaml_key);
+  }
+}
+
+// Copies checkpoint tensors into parameters, remembering which it used.
+class WeightImport {
+ public:
+  explicit WeightImport(const HfCheckpoint& checkpoint) : checkpoint_(checkpoint) {}
+
+  bool has(const std::string& name) const { return checkpoint_.tensors.count(name) > 0; }
+  const at::Tensor& tensor(const std::string& name) {
+    auto it = checkpoint_.tensors.find(name);
+    if (it == checkpoint_.tensors.end()) {
+      throw ConfigError(checkpoint_.folder + " has no tensor " + name + " (is it a checkpoint of this architecture and size?)",
+                        "init_from");
+    }
+    used_.insert(name);
+    return it->second;
+  }
+
+  // target <- the checkpoint's `name`, transposed first when `transposed` (GPT-2's Conv1D
+  // weights are stored [in, out]).
+  void copy(const std::string& name, const at::Tensor& target, bool transposed = false) {
+    at::Tensor source = tensor(name);
+    if (transposed && source.dim() == 2) source = source.t();
+    if (source.sizes() != target.sizes()) {
+      throw ConfigError(checkpoint_.tensor_file.at(name) + ": tensor " + name + " has shape " +
+                            c10::str(transposed ? tensor(name).sizes() : source.sizes()) + ", the model needs " +
+                            c10::str(transposed ? target.t().sizes() : target.sizes()) +
+                            (transposed ? " (stored transposed)" : "") + "; does config.json match the weights?",
+                        "init_from");
+    }
+    c10::NoGradGuard no_grad;
+    at::Tensor(target).copy_(source);
+  }
+
+  // Known tensors that are not weights (GPT-2's causal-mask buffers): not reported as extra.
+  void ignore(const std::function<bool(const std::string&)>& known) {
+    for (const auto& item : checkpoint_.tensors) {
+      if (known(item.first)) used_.insert(item.first);
+    }
+  }
+
+  // Throws naming the tensors nothing took.
+  void finish() const {
+    std::string extra;
+    std::size_t count = 0;
+    for (const auto& item : checkpoint_.tensors) {
+      if (used_.count(item.first)) continue;
+      if (count++ < 5) extra += (extra.empty() ? "" : ", ") + item.first;
+    }
+    if (count > 0) {
+      throw ConfigError(checkpoint_.folder + " has " + std::to_string(count) + " tensor" + (count > 1 ? "s" : "") +
+                            " this model does not have: " + extra + (count > 5 ? ", ..." : "") +
+                            " (is it a checkpoint of this architecture?)",
+                        "init_from");
+    }
+  }
+
+ private:
+  const HfCheckpoint& checkpoint_;
+  std::set<std::string> used_;
+};
+
+}  // namespace tessera::hf_import

@@ -1,0 +1,336 @@
+// Model `llama`: the Llama decoder. Pre-norm blocks of RMSNorm -> grouped-query causal
+// self-attention with rotary position embeddings (Hugging Face's rotate-half convention) ->
+// residual, RMSNorm -> SwiGLU MLP -> residual; no biases; a final RMSNorm and an output head,
+// tied to the token embedding or not. Imports and exports Hugging Face's LlamaForCausalLM.
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cos.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/outer.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/rms_norm.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/sin.h>
+#include <ATen/ops/where.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/activation_checkpoint.hpp"
+#include "tessera/deferred_init.hpp"
+#include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
+#include "tessera/model.hpp"
+#include "tessera/plugin.hpp"
+#include "tessera/safetensors.hpp"
+#include "../gpt/transformer_parts.hpp"
+#include "../hf_import.hpp"
+#include "llama_config.hpp"
+
+namespace {
+
+using tessera::gpt_parts::Affine;
+using tessera::gpt_parts::Embedding;
+using tessera::llama::LlamaConfig;
+
+class RmsNorm : public torch::nn::Module {
+ public:
+  RmsNorm(std::int64_t dim, double eps) : dim_(dim), eps_(eps) {
+    weight = register_parameter("weight", tessera::gpt_parts::parameter({dim}, 1.0));
+  }
+  // Normalised in float32 whatever the compute dtype, as Hugging Face's LlamaRMSNorm does, then
+  // scaled in the input's dtype.
+  at::Tensor forward(const at::Tensor& x) const {
+    return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) * weight.to(x.scalar_type());
+  }
+
+  at::Tensor weight;
+
+ private:
+  std::int64_t dim_;
+  double eps_;
+};
+
+// The rotary tables: cos and sin of position x frequency, [max_seq_len, head_dim], float32.
+// Frequencies 1 / theta^(2i / d) for i < d/2, scaled Llama-3-style when asked, each used twice
+// (for both halves of a head, the rotate-half layout).
+std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& c) {
+  c10::NoGradGuard no_grad;
+  const std::int64_t d = c.head_size();
+  at::Tensor inv_freq =
+      1.0 / at::pow(c.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+  if (c.rope_scaling) {
+    const double factor = (*c.rope_scaling)[0], low = (*c.rope_scaling)[1], high = (*c.rope_scaling)[2];
+    const double original = (*c.rope_scaling)[3];
+    const double low_wavelen = original / low, high_wavelen = original / high;
+    const at::Tensor wavelen = 2.0 * M_PI / inv_freq;
+    // Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / factor, inv_freq);
+    const at::Tensor smooth = (original / wavelen - low) / (high - low);
+    const at::Tensor blended = (1 - smooth) * scaled / factor + smooth * scaled;
+    const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    inv_freq = at::where(medium, blended, scaled);
+  }
+  const at::Tensor freqs = at::outer(at::arange(c.max_seq_len, at::kLong).to(at::kFloat), inv_freq);
+  const at::Tensor angles = at::cat({freqs, freqs}, -1);
+  return {at::cos(angles), at::sin(angles)};
+}
+
+// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] for x = [x1, x2] along the last dim.
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const std::int64_t half = x.size(-1) / 2;
+  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+class Attention : public torch::nn::Module {
+ public:
+  explicit Attention(const LlamaConfig& c)
+      : n_head_(c.n_head),
+        n_kv_head_(c.kv_heads()),
+        head_dim_(c.head_size()),
+        dropout_(c.dropout),
+        q_(register_module("q_proj", std::make_shared<Affine>(c.n_embd, c.n_head * c.head_size(), false))),
+        k_(register_module("k_proj", std::make_shared<Affine>(c.n_embd, c.kv_heads() * c.head_size(), false))),
+        v_(register_module("v_proj", std::make_shared<Affine>(c.n_embd, c.kv_heads() * c.head_size(), false))),
+        o_(register_module("o_proj", std::make_shared<Affine>(c.n_head * c.head_size(), c.n_embd, false))) {}
+
+  // cos, sin: [seq, head_dim] in x's compute dtype.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const std::int64_t batch = x.size(0), seq = x.size(1);
+    // [B, T, H·D] -> [B, H, T, D]
+    auto heads = [&](const at::Tensor& t, std::int64_t n) { return t.view({batch, seq, n, head_dim_}).transpose(1, 2); };
+    const at::Tensor q = apply_rotary(heads(q_->forward(x), n_head_), cos, sin);
+    const at::Tensor k = apply_rotary(heads(k_->forward(x), n_kv_head_), cos, sin);
+    const at::Tensor v = heads(v_->forward(x), n_kv_head_);
+    at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
+                                                    /*is_causal=*/true, /*scale=*/std::nullopt,
+                                                    /*enable_gqa=*/n_kv_head_ != n_head_);
+    return o_->forward(y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}));
+  }
+
+ private:
+  std::int64_t n_head_, n_kv_head_, head_dim_;
+  double dropout_;
+  std::shared_ptr<Affine> q_, k_, v_, o_;
+};
+
+// down(silu(gate(x)) * up(x))
+class SwiGlu : public torch::nn::Module {
+ public:
+  explicit SwiGlu(const LlamaConfig& c)
+      : gate_(register_module("gate_proj", std::make_shared<Affine>(c.n_embd, c.mlp_size(), false))),
+        up_(register_module("up_proj", std::make_shared<Affine>(c.n_embd, c.mlp_size(), false))),
+        down_(register_module("down_proj", std::make_shared<Affine>(c.mlp_size(), c.n_embd, false))) {}
+
+  at::Tensor forward(const at::Tensor& x) { return down_->forward(at::silu(gate_->forward(x)) * up_->forward(x)); }
+
+ private:
+  std::shared_ptr<Affine> gate_, up_, down_;
+};
+
+class Block : public torch::nn::Module {
+ public:
+  explicit Block(const LlamaConfig& c)
+      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps))),
+        self_attn(register_module("self_attn", std::make_shared<Attention>(c))),
+        post_attention_layernorm(
+            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps))),
+        mlp(register_module("mlp", std::make_shared<SwiGlu>(c))) {}
+
+  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin) {
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin);
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
+
+  std::shared_ptr<RmsNorm> input_layernorm;
+  std::shared_ptr<Attention> self_attn;
+  std::shared_ptr<RmsNorm> post_attention_layernorm;
+  std::shared_ptr<SwiGlu> mlp;
+};
+
+class Llama final : public tessera::Model {
+ public:
+  // `hf`: a Hugging Face Llama folder to take the weights from (c.init_from), already read.
+  Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf)
+      : config_(c),
+        init_seed_(tessera::draw_init_seed()),
+        embed_tokens_(register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.n_embd))) {
+    auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
+    for (std::int64_t i = 0; i < c.n_layer; ++i) {
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c)));
+    }
+    norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps));
+    if (!c.tie_embeddings) lm_head_ = register_module("lm_head", std::make_shared<Affine>(c.n_embd, c.vocab_size, false));
+    // Derived from the config, not learned: neither parameters nor state (an import or a
+    // checkpoint never carries them).
+    std::tie(cos_, sin_) = rotary_tables(c);
+    if (!has_deferred_parameters()) initialize_parameters(parameters());
+    if (hf) {
+      import_weights(*hf);
+      tokenizer_files_ = hf->tokenizer_files;
+    } else if (!c.init_from.empty()) {
+      load_tessera_weights(c.init_from);
+    }
+    // 6N + 12·L·H·D·T (PaLM appendix B). N counts the head (tied or not) but not a separate
+    // input embedding: a lookup costs no FLOPs.
+    flop_params_ = static_cast<double>(num_parameters() - (c.tie_embeddings ? 0 : embed_tokens_->weight.numel()));
+  }
+
+  std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() override { return {blocks_.begin(), blocks_.end()}; }
+
+  bool has_output_head() const override { return true; }
+  tessera::OutputHead output_head() override {
+    return {config_.tie_embeddings ? embed_tokens_->weight : lm_head_->weight, {}};
+  }
+
+  bool exports_hugging_face() const override { return true; }
+  tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
+    tessera::HfExport out;
+    out.config_json = tessera::llama::hf_config_json(config_);
+    for (const auto& [name, tensor] : state) out.tensors[tessera::llama::hf_name(name)] = tensor;
+    out.files_to_copy = tokenizer_files_;
+    return out;
+  }
+
+  std::int64_t vocab_size() const override { return config_.vocab_size; }
+  std::int64_t max_seq_len() const override { return config_.max_seq_len; }
+  double flops_per_token(std::int64_t seq_len) const override {
+    return 6.0 * flop_params_ + 12.0 * static_cast<double>(config_.n_layer) *
+                                    static_cast<double>(config_.n_head * config_.head_size()) *
+                                    static_cast<double>(seq_len);
+  }
+
+  // Llama init, parameter by parameter: normal(0, init_std) for projections and embeddings,
+  // the residual outputs (o_proj, down_proj) scaled by 1/sqrt(2 n_layer), ones for the norms.
+  // Each tensor from its own generator (the model's init seed and its name): the same values for
+  // any subset, in any order, on any device.
+  void initialize_parameters(const std::vector<at::Tensor>& params) override {
+    c10::NoGradGuard no_grad;
+    std::map<const c10::TensorImpl*, std::string> names;
+    for (const auto& item : named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+    const double residual_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+    for (const at::Tensor& p : params) {
+      auto it = names.find(p.unsafeGetTensorImpl());
+      if (it == names.end()) throw tessera::Error("model/llama: initialize_parameters got a tensor that is not its parameter");
+      const std::string& name = it->second;
+      if (name.find("norm.") != std::string::npos) {
+        p.fill_(1.0);
+        continue;
+      }
+      const bool residual = name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos;
+      at::Tensor values = at::empty(p.sizes(), at::kFloat);
+      values.normal_(0.0, residual ? residual_std : config_.init_std, tessera::init_generator(init_seed_, name));
+      p.copy_(values);
+    }
+  }
+
+ protected:
+  at::Tensor compute(const at::Tensor& input_ids) override {
+    return at::linear(compute_hidden(input_ids), output_head().weight);
+  }
+
+  at::Tensor compute_hidden(const at::Tensor& input_ids) override {
+    if (input_ids.dim() != 2) {
+      throw tessera::Error("model/llama: input_ids must be [batch, seq], got " + std::to_string(input_ids.dim()) +
+                           " dimensions");
+    }
+    const std::int64_t seq = input_ids.size(1);
+    if (seq > config_.max_seq_len) {
+      throw tessera::Error("model/llama: sequence length " + std::to_string(seq) + " exceeds max_seq_len " +
+                           std::to_string(config_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
+    }
+    at::Tensor x = embed_tokens_->forward(input_ids);
+    // The tables in the compute dtype (as Hugging Face casts them), on the input's device: under
+    // autocast the projections they multiply come out in the autocast dtype.
+    const at::ScalarType dtype =
+        at::autocast::is_autocast_enabled(input_ids.device().type())
+            ? at::autocast::get_autocast_dtype(input_ids.device().type())
+            : x.scalar_type();
+    const at::Tensor cos = cos_.narrow(0, 0, seq).to(input_ids.device(), dtype);
+    const at::Tensor sin = sin_.narrow(0, 0, seq).to(input_ids.device(), dtype);
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      tessera::BlockBody body = [block = blocks_[i], cos, sin](const at::Tensor& h) { return block->forward(h, cos, sin); };
+      const bool checkpointed = tessera::checkpoints_block(config_.activation_checkpointing,
+                                                           config_.activation_checkpointing_every,
+                                                           static_cast<std::int64_t>(i));
+      x = run_unit(i, x, [&](const at::Tensor& h) {
+        return checkpointed ? tessera::checkpoint_activations(body, h) : body(h);
+      });
+    }
+    return norm_->forward(x);
+  }
+
+ private:
+  void import_weights(const tessera::HfCheckpoint& hf) {
+    tessera::hf_import::WeightImport weights(hf);
+    for (const auto& item : named_parameters()) weights.copy(tessera::llama::hf_name(item.key()), item.value());
+    if (config_.tie_embeddings && weights.has("lm_head.weight")) {
+      // A tied checkpoint may still store the head; it must be the embedding.
+      if (!at::equal(weights.tensor("lm_head.weight"), weights.tensor("model.embed_tokens.weight"))) {
+        throw tessera::ConfigError(hf.folder + ": lm_head.weight differs from model.embed_tokens.weight, but the "
+                                   "model ties them (tie_embeddings)",
+                                   "init_from");
+      }
+    }
+    // Rotary tables some converters store with every layer: derived, not weights.
+    weights.ignore([](const std::string& name) { return name.find("rotary_emb.inv_freq") != std::string::npos; });
+    weights.finish();
+  }
+
+  // Weights from a Tessera export (or any safetensors file with these names and shapes).
+  void load_tessera_weights(const std::string& from) {
+    std::filesystem::path path(from);
+    if (std::filesystem::is_directory(path)) path /= "model.safetensors";
+    tessera::HfCheckpoint file;
+    file.folder = path.string();
+    tessera::hf_import::at_init_from([&] {
+      for (auto& [name, tensor] : tessera::read_safetensors(path.string()).tensors) {
+        file.tensor_file[name] = path.string();
+        file.tensors[name] = std::move(tensor);
+      }
+    });
+    tessera::hf_import::WeightImport weights(file);
+    for (const auto& item : named_parameters()) weights.copy(item.key(), item.value());
+    weights.finish();
+  }
+
+  LlamaConfig config_;
+  std::uint64_t init_seed_;
+  std::shared_ptr<Embedding> embed_tokens_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<RmsNorm> norm_;
+  std::shared_ptr<Affine> lm_head_;  // null when tied
+  at::Tensor cos_, sin_;
+  double flop_params_ = 0;
+  std::vector<std::string> tokenizer_files_;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  registrar.add<tessera::Model, LlamaConfig>(
+      "llama", "Llama decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; Hugging Face import/export",
+      [](const LlamaConfig& yaml) {
+        // Weights read from files at construction: built whole.
+        std::optional<tessera::DeferredInitSuspension> whole;
+        if (!yaml.init_from.empty()) whole.emplace();
+        if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Llama>(yaml, nullptr);
+        const tessera::HfCheckpoint hf =
+            tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
+        return std::make_shared<Llama>(tessera::llama::settle_config(yaml, hf.config), &hf);
+      });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("model_llama", "0.1.0", register_components)

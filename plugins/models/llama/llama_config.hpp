@@ -1,0 +1,225 @@
+// model/llama's config and the mapping between it and Hugging Face's LlamaForCausalLM: the
+// fields of config.json (both the older top-level rope_theta/rope_scaling and transformers 5's
+// rope_parameters), and the tensor names (Tessera's are Hugging Face's without `model.`).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/config_fields.hpp"
+#include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
+#include "../hf_import.hpp"
+
+namespace tessera::llama {
+
+struct LlamaConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_kv_head = 0;          // 0: n_head (no grouping)
+  std::int64_t n_embd = 128;
+  std::int64_t head_dim = 0;           // 0: n_embd / n_head
+  std::int64_t intermediate_size = 0;  // 0: 8/3 n_embd rounded up to a multiple of 64
+  std::int64_t max_seq_len = 256;
+  double rope_theta = 10000.0;
+  // Llama 3's frequency-dependent RoPE scaling: [factor, low_freq_factor, high_freq_factor,
+  // original_max_seq_len]; absent: none.
+  std::optional<std::vector<double>> rope_scaling;
+  double rms_norm_eps = 1e-5;
+  bool tie_embeddings = false;
+  double dropout = 0.0;  // on the attention probabilities (Llama's attention_dropout)
+  double init_std = 0.02;
+  bool activation_checkpointing = false;
+  std::int64_t activation_checkpointing_every = 1;
+  std::string init_from;
+  std::set<std::string> given;
+
+  std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  std::int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  std::int64_t mlp_size() const {
+    if (intermediate_size > 0) return intermediate_size;
+    const std::int64_t raw = (8 * n_embd + 2) / 3;
+    return (raw + 63) / 64 * 64;
+  }
+
+  static void check(const LlamaConfig& c) {
+    if (c.head_dim == 0 && c.n_embd % c.n_head != 0) {
+      throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
+                            std::to_string(c.n_head) + "), or set head_dim",
+                        "n_embd");
+    }
+    if (c.n_head % c.kv_heads() != 0) {
+      throw ConfigError("n_head (" + std::to_string(c.n_head) + ") must be a multiple of n_kv_head (" +
+                            std::to_string(c.kv_heads()) + ")",
+                        "n_kv_head");
+    }
+    if (c.head_size() % 2 != 0) throw ConfigError("the head size must be even for rotary embeddings", "head_dim");
+    if (c.rope_scaling) {
+      const auto& s = *c.rope_scaling;
+      if (s.size() != 4 || s[0] < 1 || s[1] <= 0 || s[2] <= s[1] || s[3] < 1) {
+        throw ConfigError("rope_scaling is [factor >= 1, low_freq_factor > 0, high_freq_factor > low_freq_factor, "
+                          "original_max_seq_len >= 1] (Llama 3's)",
+                          "rope_scaling");
+      }
+    }
+  }
+
+  static void declare(ConfigFields<LlamaConfig>& f) {
+    using C = LlamaConfig;
+    f.field("vocab_size", &C::vocab_size, "number of token ids").at_least(1);
+    f.field("n_layer", &C::n_layer, "transformer blocks").at_least(1);
+    f.field("n_head", &C::n_head, "query heads per block").at_least(1);
+    f.field("n_kv_head", &C::n_kv_head, "key/value heads (grouped-query attention; 0: n_head)").at_least(0);
+    f.field("n_embd", &C::n_embd, "width of the residual stream").at_least(1);
+    f.field("head_dim", &C::head_dim, "size of one attention head (0: n_embd / n_head)").at_least(0);
+    f.field("intermediate_size", &C::intermediate_size,
+            "hidden width of the SwiGLU MLP (0: 8/3 n_embd rounded up to a multiple of 64)")
+        .at_least(0);
+    f.field("max_seq_len", &C::max_seq_len, "longest sequence (rotary tables are built for it)").at_least(1);
+    f.field("rope_theta", &C::rope_theta, "base of the rotary position embedding's frequencies").greater_than(0);
+    f.field("rope_scaling", &C::rope_scaling,
+            "Llama 3 RoPE scaling [factor, low_freq_factor, high_freq_factor, original_max_seq_len] (absent: none)");
+    f.field("rms_norm_eps", &C::rms_norm_eps, "epsilon of the RMS norms").greater_than(0);
+    f.field("tie_embeddings", &C::tie_embeddings, "the output head reuses the token embedding (no lm_head)");
+    f.field("dropout", &C::dropout, "dropout on the attention probabilities").at_least(0).less_than(1);
+    f.field("init_std", &C::init_std, "standard deviation of the normal weight init").greater_than(0);
+    f.field("activation_checkpointing", &C::activation_checkpointing,
+            "recompute block activations in backward instead of keeping them (less memory, about a third more compute)");
+    f.field("activation_checkpointing_every", &C::activation_checkpointing_every,
+            "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
+        .at_least(1);
+    f.field("init_from", &C::init_from,
+            "start from these weights: a Hugging Face Llama folder (config.json + safetensors, sharded or not; "
+            "architecture fields left out of the YAML come from config.json), a Tessera export folder or a "
+            "safetensors file");
+    f.record_given(&C::given);
+    f.check(&LlamaConfig::check);
+  }
+};
+
+// The Hugging Face name of a Tessera parameter name.
+inline std::string hf_name(const std::string& name) { return name.rfind("lm_head.", 0) == 0 ? name : "model." + name; }
+
+// The YAML's config with what config.json says filled in; an error where they disagree or where
+// the checkpoint is a Llama variant model/llama does not compute.
+inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
+  return hf_import::at_init_from([&] {
+    const std::string type = json.string("model_type").value_or("");
+    if (type != "llama") {
+      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/llama imports (llama" +
+                            (type == "gpt2" ? "; use model/gpt" : "") + ")",
+                        "init_from");
+    }
+    using hf_import::settle;
+    settle(c.vocab_size, "vocab_size", c.given, json.integer("vocab_size"), "vocab_size", json);
+    settle(c.n_layer, "n_layer", c.given, json.integer("num_hidden_layers"), "num_hidden_layers", json);
+    settle(c.n_head, "n_head", c.given, json.integer("num_attention_heads"), "num_attention_heads", json);
+    settle(c.n_embd, "n_embd", c.given, json.integer("hidden_size"), "hidden_size", json);
+    std::optional<std::int64_t> kv = json.integer("num_key_value_heads");
+    if (!kv) kv = c.n_head;  // Hugging Face's default: no grouping
+    // 0 in the YAML means "n_head"; compare what it means.
+    if (c.given.count("n_kv_head") && c.n_kv_head == 0) c.n_kv_head = c.n_head;
+    settle(c.n_kv_head, "n_kv_head", c.given, kv, "num_key_value_heads", json);
+    std::optional<std::int64_t> head_dim = json.integer("head_dim");
+    if (!head_dim) head_dim = c.n_embd / c.n_head;
+    if (c.given.count("head_dim") && c.head_dim == 0) c.head_dim = c.n_embd / c.n_head;
+    settle(c.head_dim, "head_dim", c.given, head_dim, "head_dim", json);
+    if (c.given.count("intermediate_size") && c.intermediate_size == 0) c.intermediate_size = c.mlp_size();
+    settle(c.intermediate_size, "intermediate_size", c.given, json.integer("intermediate_size"), "intermediate_size",
+           json);
+    // No weight depends on it (the rotary tables are computed): a YAML max_seq_len may differ from
+    // the checkpoint's, e.g. to fine-tune on shorter sequences without tables for 128k positions.
+    if (!c.given.count("max_seq_len")) {
+      if (auto positions = json.integer("max_position_embeddings")) c.max_seq_len = *positions;
+    }
+    settle(c.rms_norm_eps, "rms_norm_eps", c.given, json.number("rms_norm_eps"), "rms_norm_eps", json);
+    settle(c.tie_embeddings, "tie_embeddings", c.given,
+           std::optional<bool>(json.boolean("tie_word_embeddings").value_or(false)), "tie_word_embeddings", json);
+
+    // RoPE: transformers 5 writes rope_parameters; older files a top-level rope_theta and
+    // rope_scaling.
+    const std::string rope = json.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+    std::optional<double> theta = json.number("rope_parameters.rope_theta");
+    if (!theta) theta = json.number("rope_theta");
+    settle(c.rope_theta, "rope_theta", c.given, std::optional<double>(theta.value_or(10000.0)), "rope_theta", json);
+    std::optional<std::string> rope_type = json.string(rope + ".rope_type");
+    if (!rope_type) rope_type = json.string(rope + ".type");
+    if (rope_type && *rope_type == "llama3") {
+      auto need = [&](const std::string& key) {
+        const auto v = json.number(rope + "." + key);
+        if (!v) throw ConfigError(json.file() + ": " + rope + " of type llama3 lacks " + key, "init_from");
+        return *v;
+      };
+      const std::vector<double> scaling = {need("factor"), need("low_freq_factor"), need("high_freq_factor"),
+                                           need("original_max_position_embeddings")};
+      if (!c.given.count("rope_scaling")) {
+        c.rope_scaling = scaling;
+      } else if (!c.rope_scaling || *c.rope_scaling != scaling) {
+        throw ConfigError("the YAML's rope_scaling differs from " + json.file() + "'s " + rope + " (llama3 factor " +
+                              c10::str(scaling[0]) + "); leave rope_scaling out to take the checkpoint's",
+                          "rope_scaling");
+      }
+    } else if (rope_type && *rope_type != "default") {
+      throw ConfigError(json.file() + ": " + rope + ".rope_type '" + *rope_type +
+                            "' is not one model/llama computes (default, llama3)",
+                        "init_from");
+    } else if (c.given.count("rope_scaling") && c.rope_scaling) {
+      throw ConfigError("the YAML sets rope_scaling but " + json.file() + " has none (leave rope_scaling out)",
+                        "rope_scaling");
+    }
+    auto require = [&](bool ok, const std::string& what) {
+      if (!ok) throw ConfigError(json.file() + ": " + what + ", which model/llama does not compute", "init_from");
+    };
+    const std::string act = json.string("hidden_act").value_or("silu");
+    require(act == "silu", "hidden_act is '" + act + "' (model/llama's MLP is SwiGLU with silu)");
+    require(!json.boolean("attention_bias").value_or(false), "attention_bias is true");
+    require(!json.boolean("mlp_bias").value_or(false), "mlp_bias is true");
+    LlamaConfig::check(c);
+    return c;
+  });
+}
+
+// config.json of a LlamaForCausalLM with this architecture. Written the way transformers 4 wrote
+// it (top-level rope_theta and rope_scaling), which transformers 5 reads too.
+inline std::string hf_config_json(const LlamaConfig& c) {
+  nlohmann::ordered_json rope_scaling = nullptr;
+  if (c.rope_scaling) {
+    const auto& s = *c.rope_scaling;
+    rope_scaling = {{"rope_type", "llama3"},
+                    {"factor", s[0]},
+                    {"low_freq_factor", s[1]},
+                    {"high_freq_factor", s[2]},
+                    {"original_max_position_embeddings", static_cast<std::int64_t>(s[3])}};
+  }
+  const nlohmann::ordered_json config = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.n_embd},
+      {"intermediate_size", c.mlp_size()},
+      {"num_hidden_layers", c.n_layer},
+      {"num_attention_heads", c.n_head},
+      {"num_key_value_heads", c.kv_heads()},
+      {"head_dim", c.head_size()},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", c.max_seq_len},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", rope_scaling},
+      {"attention_bias", false},
+      {"attention_dropout", c.dropout},
+      {"mlp_bias", false},
+      {"tie_word_embeddings", c.tie_embeddings},
+      {"initializer_range", c.init_std},
+      {"dtype", "float32"},
+  };
+  return config.dump(2) + "\n";
+}
+
+}  // namespace tessera::llama

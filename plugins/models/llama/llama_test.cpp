@@ -1,0 +1,232 @@
+// model/llama built through the real loader and factory at small sizes: shapes, causality,
+// grouped-query attention against repeated key/value heads, tied and untied heads, FLOPs, the
+// init, deferred (sharded) init equal to the model built whole, activation checkpointing, bf16,
+// the Hugging Face export's names and config, Tessera exports read back, and config errors.
+// (Agreement with transformers itself is tests/integration/hf_interop_test.cpp.)
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "tessera/core/config/config_tree.hpp"
+#include "tessera/core/run/training_run.hpp"
+#include "tessera/deferred_init.hpp"
+#include "tessera/error.hpp"
+#include "tessera/model.hpp"
+#include "tessera/precision.hpp"
+#include "tessera/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using testing::build_components;
+using testing::built;
+
+constexpr std::int64_t kVocab = 32, kLayers = 2, kEmbd = 16, kMaxSeq = 8;
+
+// 4 query heads sharing 2 key/value heads unless `extra` sets n_kv_head.
+std::string llama_yaml(const std::string& extra = "") {
+  const std::string kv = extra.find("n_kv_head") == std::string::npos ? "n_kv_head: 2, " : "";
+  return "model: {component_key: model, variant_key: llama, config: {vocab_size: 32, n_layer: 2, n_head: 4, " + kv +
+         "n_embd: 16, intermediate_size: 40, max_seq_len: 8" + (extra.empty() ? "" : ", " + extra) + "}}\n";
+}
+
+std::shared_ptr<Model> make_llama(const std::string& extra = "", std::uint64_t seed = 1234) {
+  core::seed_everything(seed, "cpu");
+  auto components = build_components(llama_yaml(extra));
+  return built<Model>(components, "model");
+}
+
+at::Tensor tokens(std::int64_t batch, std::int64_t seq, std::uint64_t seed = 5) {
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randint(kVocab, {batch, seq}, g, at::kLong);
+}
+
+at::Tensor param(Model& model, const std::string& name) { return model.named_parameters()[name]; }
+
+TEST(LlamaModel, LogitsHaveShapeBatchSeqVocab) {
+  auto model = make_llama();
+  const at::Tensor logits = model->forward(tokens(2, 5));
+  EXPECT_EQ(logits.sizes(), (at::IntArrayRef{2, 5, kVocab}));
+  EXPECT_TRUE(at::isfinite(logits).all().item<bool>());
+}
+
+TEST(LlamaModel, IsCausal) {
+  auto model = make_llama();
+  model->eval();
+  at::Tensor a = tokens(1, 8), b = a.clone();
+  b[0][6] = (b[0][6].item<std::int64_t>() + 1) % kVocab;
+  const at::Tensor la = model->forward(a), lb = model->forward(b);
+  EXPECT_TRUE(at::allclose(la.narrow(1, 0, 6), lb.narrow(1, 0, 6), 0, 1e-6)) << "a later token changed earlier logits";
+  EXPECT_FALSE(at::allclose(la.narrow(1, 6, 2), lb.narrow(1, 6, 2), 0, 1e-6));
+}
+
+TEST(LlamaModel, ParametersFollowHuggingFaceNamesAndGroupedQueryShapes) {
+  auto model = make_llama();
+  const auto params = model->named_parameters();
+  // 4 query heads of 4, 2 key/value heads of 4.
+  EXPECT_EQ(params["layers.0.self_attn.q_proj.weight"].sizes(), (at::IntArrayRef{16, 16}));
+  EXPECT_EQ(params["layers.0.self_attn.k_proj.weight"].sizes(), (at::IntArrayRef{8, 16}));
+  EXPECT_EQ(params["layers.1.self_attn.v_proj.weight"].sizes(), (at::IntArrayRef{8, 16}));
+  EXPECT_EQ(params["layers.1.mlp.gate_proj.weight"].sizes(), (at::IntArrayRef{40, 16}));
+  EXPECT_EQ(params["layers.1.mlp.down_proj.weight"].sizes(), (at::IntArrayRef{16, 40}));
+  EXPECT_TRUE(params.contains("lm_head.weight"));
+  EXPECT_TRUE(params.contains("norm.weight"));
+  for (const auto& item : params) EXPECT_EQ(item.key().find("bias"), std::string::npos) << item.key();
+  // Tied: no lm_head, the embedding is the head.
+  auto tied = make_llama("tie_embeddings: true");
+  EXPECT_FALSE(tied->named_parameters().contains("lm_head.weight"));
+  EXPECT_EQ(tied->num_parameters(), model->num_parameters() - kVocab * kEmbd);
+  EXPECT_TRUE(tied->output_head().weight.is_same(param(*tied, "embed_tokens.weight")));
+}
+
+// Grouped-query attention equals full attention with each key/value head repeated for its group.
+TEST(LlamaModel, GroupedQueryAttentionEqualsRepeatedKeyValueHeads) {
+  auto grouped = make_llama();
+  auto full = make_llama("n_kv_head: 4");
+  c10::NoGradGuard no_grad;
+  for (const auto& item : grouped->named_parameters()) {
+    at::Tensor target = param(*full, item.key());
+    const bool kv = item.key().find("k_proj") != std::string::npos || item.key().find("v_proj") != std::string::npos;
+    // [2 heads x 4, 16] -> [4 heads x 4, 16]: heads 0,1 use kv head 0; heads 2,3 kv head 1.
+    target.copy_(kv ? item.value().view({2, 1, 4, 16}).expand({2, 2, 4, 16}).reshape({16, 16}) : item.value());
+  }
+  grouped->eval();
+  full->eval();
+  const at::Tensor input = tokens(2, 8);
+  EXPECT_TRUE(at::allclose(grouped->forward(input), full->forward(input), 1e-5, 1e-5));
+}
+
+TEST(LlamaModel, FlopsPerTokenIsSixNPlusAttention) {
+  auto model = make_llama();
+  // The separate input embedding is a lookup: not counted; the head is.
+  const double n = static_cast<double>(model->num_parameters() - kVocab * kEmbd);
+  EXPECT_DOUBLE_EQ(model->flops_per_token(8), 6.0 * n + 12.0 * kLayers * 16 * 8);
+}
+
+TEST(LlamaModel, InitScalesResidualProjectionsAndSetsNormsToOne) {
+  core::seed_everything(3, "cpu");
+  auto b = build_components(
+      "model: {component_key: model, variant_key: llama, config: {vocab_size: 256, n_layer: 2, n_head: 2, "
+      "n_embd: 64, intermediate_size: 128, max_seq_len: 8, init_std: 0.05}}\n");
+  auto model = built<Model>(b, "model");
+  auto std_of = [&](const std::string& name) { return param(*model, name).std().item<double>(); };
+  EXPECT_NEAR(std_of("embed_tokens.weight"), 0.05, 0.005);
+  EXPECT_NEAR(std_of("layers.0.self_attn.q_proj.weight"), 0.05, 0.005);
+  EXPECT_NEAR(std_of("layers.1.self_attn.o_proj.weight"), 0.025, 0.003);
+  EXPECT_NEAR(std_of("layers.1.mlp.down_proj.weight"), 0.025, 0.003);
+  EXPECT_TRUE(param(*model, "layers.0.input_layernorm.weight").eq(1).all().item<bool>());
+  EXPECT_TRUE(param(*model, "norm.weight").eq(1).all().item<bool>());
+}
+
+// Built as the host builds it (meta parameters), given storage and initialised in another
+// order: exactly the weights of the model built whole.
+TEST(LlamaModel, DeferredInitGivesTheWeightsOfTheModelBuiltWhole) {
+  auto whole = make_llama("", 11);
+  core::seed_everything(11, "cpu");
+  std::shared_ptr<Model> deferred;
+  {
+    DeferredInitScope scope;
+    auto components = build_components(llama_yaml());
+    deferred = built<Model>(components, "model");
+  }
+  ASSERT_TRUE(deferred->has_deferred_parameters());
+  std::vector<at::Tensor> params = deferred->parameters();
+  for (const at::Tensor& p : params) materialize_parameter(p, at::empty(p.sizes(), at::kFloat));
+  std::reverse(params.begin(), params.end());
+  deferred->initialize_parameters(params);
+  const auto expected = whole->named_parameters();
+  for (const auto& item : deferred->named_parameters()) {
+    EXPECT_TRUE(item.value().equal(expected[item.key()])) << item.key();
+  }
+}
+
+TEST(LlamaModel, ActivationCheckpointingGivesIdenticalGradients) {
+  const at::Tensor input = tokens(2, 8);
+  auto gradients = [&](const std::string& extra) {
+    auto model = make_llama(extra, 21);
+    at::Tensor logits = model->forward(input.narrow(1, 0, 7));
+    at::cross_entropy_loss(logits.flatten(0, 1), input.narrow(1, 1, 7).flatten()).backward();
+    std::map<std::string, at::Tensor> grads;
+    for (const auto& item : model->named_parameters()) grads[item.key()] = item.value().grad().clone();
+    return grads;
+  };
+  const auto plain = gradients(""), checkpointed = gradients("activation_checkpointing: true");
+  for (const auto& [name, grad] : plain) EXPECT_TRUE(checkpointed.at(name).equal(grad)) << name;
+}
+
+TEST(LlamaModel, Bf16AutocastStaysCloseToFp32) {
+  auto model = make_llama();
+  model->eval();
+  const at::Tensor input = tokens(2, 8);
+  const at::Tensor fp32 = model->forward(input);
+  at::Tensor bf16;
+  {
+    AutocastGuard autocast(c10::Device(c10::kCPU), "bf16");
+    bf16 = model->forward(input);
+  }
+  EXPECT_EQ(bf16.scalar_type(), at::kBFloat16);
+  EXPECT_LT((bf16.to(at::kFloat) - fp32).abs().max().item<double>(), 0.1);
+}
+
+TEST(LlamaModel, HuggingFaceExportNamesAndConfig) {
+  auto model = make_llama("rope_theta: 500000.0, rope_scaling: [8.0, 1.0, 4.0, 16]");
+  StateDict state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  ASSERT_TRUE(model->exports_hugging_face());
+  const HfExport out = model->hugging_face_export(state);
+  EXPECT_TRUE(out.tensors.count("model.layers.1.self_attn.k_proj.weight"));
+  EXPECT_TRUE(out.tensors.count("model.embed_tokens.weight"));
+  EXPECT_TRUE(out.tensors.count("lm_head.weight"));
+  EXPECT_EQ(out.tensors.size(), state.size());
+  const auto config = nlohmann::json::parse(out.config_json);
+  EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(config["model_type"], "llama");
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_EQ(config["intermediate_size"], 40);
+  EXPECT_EQ(config["rope_theta"], 500000.0);
+  EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+}
+
+TEST(LlamaModel, RopeScalingChangesOnlyLongWavelengths) {
+  auto plain = make_llama("", 4), scaled = make_llama("rope_scaling: [8.0, 1.0, 4.0, 4]", 4);
+  plain->eval();
+  scaled->eval();
+  const at::Tensor input = tokens(1, 8);
+  // Same weights, different rotary frequencies: different logits past the first position.
+  EXPECT_FALSE(at::allclose(plain->forward(input), scaled->forward(input), 1e-5, 1e-5));
+  // Position 0 is not rotated at all.
+  EXPECT_TRUE(at::allclose(plain->forward(input).select(1, 0), scaled->forward(input).select(1, 0), 1e-6, 1e-6));
+}
+
+TEST(LlamaModel, ReadsBackATesseraExport) {
+  testing::TempDir dir;
+  auto model = make_llama("", 9);
+  StateDict state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  write_safetensors(dir.file("model.safetensors"), state);
+  auto again = build_components(llama_yaml("init_from: " + dir.path().string()));
+  auto loaded = built<Model>(again, "model");
+  for (const auto& item : loaded->named_parameters()) EXPECT_TRUE(item.value().equal(state.at(item.key()))) << item.key();
+}
+
+TEST(LlamaModel, ConfigMistakesAreConfigIssues) {
+  auto message = [](const std::string& extra) {
+    try {
+      build_components(llama_yaml(extra));
+    } catch (const core::ConfigIssue& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("n_kv_head: 3").find("multiple of n_kv_head"), std::string::npos) << message("n_kv_head: 3");
+  EXPECT_NE(message("rope_scaling: [8.0, 1.0]").find("rope_scaling"), std::string::npos);
+  EXPECT_NE(message("init_from: /nonexistent/model").find("init_from"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
