@@ -44,6 +44,12 @@ if ! .venv/bin/python3 -c "import safetensors" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "safetensors==0.4.5" ||
     echo "setup: NOTE: Python's safetensors could not be installed; the export interop test will be skipped"
 fi
+# transformers (with tokenizers and sentencepiece) is the reference of the Hugging Face interop
+# tests: GPT-2 and Llama import/export, eval and training against it (skipped without it).
+if ! .venv/bin/python3 -c "import transformers, tokenizers, sentencepiece" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "transformers==5.23.0" "tokenizers==0.23.3" "sentencepiece==0.2.3" ||
+    echo "setup: NOTE: transformers could not be installed; the Hugging Face interop tests will be skipped"
+fi
 # matplotlib draws tools/plot's PNGs; tensorboard's own reader checks the event files in a test.
 if ! .venv/bin/python3 -c "import matplotlib, tensorboard" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "matplotlib==3.11.2" "tensorboard==2.21.0" ||

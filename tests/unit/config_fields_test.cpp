@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,31 @@ TEST(ConfigFields, AnOptionalMemberThatStartsWithAValueIsADeclarationError) {
 
 TEST(ConfigFields, AComponentWithoutFieldsDeclaresNone) {
   EXPECT_TRUE(declared_fields<NoConfig>().schema().fields().empty());
+}
+
+
+struct Importing {
+  std::int64_t width = 64;
+  std::int64_t depth = 2;
+  std::set<std::string> given;
+  static void declare(ConfigFields<Importing>& f) {
+    f.field("width", &Importing::width, "a width");
+    f.field("depth", &Importing::depth, "a depth");
+    f.record_given(&Importing::given);
+  }
+};
+
+// A model importing a checkpoint must know which fields the YAML wrote: the rest may come from
+// the checkpoint's own config.
+TEST(ConfigFields, RecordGivenNamesTheFieldsTheYamlWrote) {
+  const auto fields = declared_fields<Importing>();
+  const Importing read = fields.read(ComponentConfig(
+      "components.model", {{"width", Value(std::int64_t{8})}, {"depth", Value(std::int64_t{2})}}, RunContext{}, {"width"}));
+  EXPECT_EQ(read.width, 8);
+  EXPECT_EQ(read.given, (std::set<std::string>{"width"}));
+  EXPECT_TRUE(fields.read(ComponentConfig("m", {{"width", Value(std::int64_t{64})}, {"depth", Value(std::int64_t{2})}},
+                                          RunContext{}))
+                  .given.empty());
 }
 
 }  // namespace

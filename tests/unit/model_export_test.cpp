@@ -36,7 +36,7 @@ std::string exported_model(const TempDir& dir, at::Tensor& logits, const at::Ten
   for (const auto& item : model->named_parameters()) state.model[item.key()] = item.value().detach().clone();
   state.model_config_json =
       R"({"component_key": "model", "variant_key": "gpt", "config": {"vocab_size": 40, "n_layer": 2, "n_head": 2, "n_embd": 16, "max_seq_len": 12}})";
-  core::write_model_export(core::CheckpointStore(dir.file("checkpoints"), dir.file("exports")), state);
+  core::write_model_export(core::CheckpointStore(dir.file("checkpoints"), dir.file("exports")), state, 5000000000ULL);
   return dir.file("exports") + "/step_00000007";
 }
 

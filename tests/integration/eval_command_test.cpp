@@ -1,0 +1,125 @@
+// `tessera eval` through the real binary on the tiny spec: the JSON line, which data it reads
+// (the evaluation callback's, or train_data), the model it evaluates (as built, or a
+// checkpoint's), that it equals the evaluation callback's own loss, and its errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "cli_fixture.hpp"
+
+namespace tessera {
+namespace {
+
+class EvalCommand : public Cli {
+ protected:
+  // Runs `tessera eval` and parses the one line it prints on stdout (stderr is the log).
+  nlohmann::json eval(const std::string& args, int expected_rc = 0) {
+    std::string out;
+    // In a subshell: run_command sends stderr to the output after the command's own redirections.
+    const int rc = run_command("(" + tessera("eval " + args) + " 2>" + dir_.file("eval.err") + ")", out);
+    std::string err;
+    run_command("cat " + dir_.file("eval.err"), err);
+    EXPECT_EQ(rc, expected_rc) << out << err;
+    last_error_ = err;
+    if (rc != 0) return {};
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one line on stdout: " << out;
+    return nlohmann::json::parse(out);
+  }
+
+  // The tiny spec plus an evaluation callback on the same file read in order.
+  std::string with_evaluation() {
+    return dir_.write("with_eval.yaml",
+                      "include: [" + tiny() + "]\n" +
+                          "components:\n"
+                          "  train_data: {component_key: dataset, variant_key: tokens, config: {path: " +
+                          data_ + ", seq_len: 32}}\n"
+                          "  callbacks:\n"
+                          "    - component_key: callback\n      variant_key: evaluation\n"
+                          "      config:\n"
+                          "        data: {component_key: dataset, variant_key: tokens, config: {path: " +
+                          data_ + ", seq_len: 32, shuffle: false}}\n" +
+                          "        loss: {instance_key: loss, pass_type: BY_REFERENCE}\n"
+                          "        every: 0\n        batches: 4\n        micro_batch_size: 2\n");
+  }
+
+  std::string last_error_;
+};
+
+TEST_F(EvalCommand, PrintsTheMeanLossTokensAndBatchesOfTheEvaluationData) {
+  const nlohmann::json result = eval(with_evaluation() + " --batches 4");
+  ASSERT_TRUE(result.is_object());
+  // The evaluation callback's micro_batch_size: 4 batches of 2 windows of 32 tokens.
+  EXPECT_EQ(result.at("tokens").get<std::int64_t>(), 4 * 2 * 32);
+  EXPECT_EQ(result.at("batches").get<std::int64_t>(), 4);
+  // An untrained byte-level model: close to the uniform loss ln(256).
+  EXPECT_NEAR(result.at("loss").get<double>(), std::log(256.0), 0.5);
+  // --split train reads train_data at trainer.micro_batch_size (8).
+  const nlohmann::json train = eval(tiny() + data_set() + " --split train --batches 2");
+  EXPECT_EQ(train.at("tokens").get<std::int64_t>(), 2 * 8 * 32);
+  EXPECT_EQ(eval(tiny() + data_set() + " --split train --batches 2 --micro-batch-size 3").at("tokens"), 2 * 3 * 32);
+}
+
+TEST_F(EvalCommand, EvaluatesTheCheckpointsModelWithTheEvaluationCallbacksLoss) {
+  const std::string spec = with_evaluation();
+  const std::string run_dir = dir_.file("run");
+  std::string out;
+  // Train 10 steps; the evaluation callback reports val loss at the end on the same 4 batches.
+  ASSERT_EQ(run_command(tessera("train " + spec + " --set trainer.max_steps=10 --run-dir " + run_dir), out), 0) << out;
+  const auto evals = read_eval_metrics(run_dir + "/metrics.jsonl");
+  ASSERT_FALSE(evals.empty());
+  const double callback_loss = evals.back().at("val/loss").get<double>();
+
+  const nlohmann::json fresh = eval(spec + " --batches 4 --set settings.run_dir=" + run_dir);
+  const nlohmann::json trained = eval(spec + " --batches 4 --resume auto --set settings.run_dir=" + run_dir);
+  EXPECT_NEAR(trained.at("loss").get<double>(), callback_loss, 1e-6 * callback_loss);
+  EXPECT_LT(trained.at("loss").get<double>(), fresh.at("loss").get<double>() - 0.1) << "the checkpoint was not used";
+  // A checkpoint by path gives the same.
+  const nlohmann::json by_path =
+      eval(spec + " --batches 4 --resume " + run_dir + "/checkpoints/step_00000010 --set settings.run_dir=" + run_dir);
+  EXPECT_EQ(by_path.at("loss"), trained.at("loss"));
+}
+
+TEST_F(EvalCommand, TwoRanksGiveTheOneRankLoss) {
+  const std::string spec = with_evaluation();
+  const nlohmann::json one = eval(spec + " --batches 4");
+  std::string out;
+  ASSERT_EQ(run_command("(" + tessera("launch --nproc-per-node 2 -- eval " + spec + " --batches 4") + " 2>/dev/null)", out), 0)
+      << out;
+  const auto brace = out.find('{');
+  ASSERT_NE(brace, std::string::npos) << out;
+  const nlohmann::json two = nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
+  EXPECT_EQ(two.at("tokens"), one.at("tokens"));
+  EXPECT_EQ(two.at("batches"), one.at("batches"));
+  EXPECT_NEAR(two.at("loss").get<double>(), one.at("loss").get<double>(), 1e-6);
+}
+
+TEST_F(EvalCommand, MistakesAreOneErrorAndExitTwo) {
+  // No evaluation callback: say so, and how to evaluate on the training data.
+  eval(tiny() + data_set(), 2);
+  EXPECT_NE(last_error_.find("no evaluation dataset"), std::string::npos) << last_error_;
+  EXPECT_NE(last_error_.find("--split train"), std::string::npos) << last_error_;
+  eval(tiny() + data_set() + " --split test", 2);
+  EXPECT_NE(last_error_.find("--split must be eval or train"), std::string::npos) << last_error_;
+  eval(tiny() + data_set() + " --split train --batches 0", 2);
+  EXPECT_NE(last_error_.find("--batches"), std::string::npos) << last_error_;
+  eval(tiny() + data_set() + " --split train --resume /nonexistent/step_00000001", 1);
+  EXPECT_NE(last_error_.find("/nonexistent/step_00000001"), std::string::npos) << last_error_;
+}
+
+TEST_F(EvalCommand, HfExportOfAModelWithoutOneIsRefusedBeforeTraining) {
+  std::string out;
+  const int rc = run_command(
+      tessera("train " + tiny() + data_set() +
+              " --set components.model.variant_key=gpt_moe --set checkpoint.export_format=hf --run-dir " +
+              dir_.file("moe")),
+      out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("checkpoint.export_format"), std::string::npos) << out;
+  EXPECT_NE(out.find("no Hugging Face format"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step 1 "), std::string::npos) << "it trained first: " << out;
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,411 @@
+// Hugging Face interop against transformers itself (tools/interop/hf_reference.py, in the
+// project's .venv; tools/setup.sh installs it): tiny random GPT2LMHeadModel and LlamaForCausalLM
+// folders made in Python are imported by `init_from`, `tessera eval` gives transformers' loss on
+// the same tokens; exports load in transformers with nothing missing or unexpected and give the
+// loss `tessera eval` gives; export -> import -> export keeps every tensor's bytes; a Llama trains
+// step for step like a plain PyTorch loop, on 1 rank and on 2 Gloo ranks under fsdp; and broken
+// folders are one positioned error each.
+#include <ATen/ops/equal.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iterator>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_fixture.hpp"
+#include "tessera/hugging_face.hpp"
+#include "tessera/model.hpp"
+#include "tessera/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tessera {
+namespace {
+
+constexpr double kLossTolerance = 1e-5;  // relative, fp32 (the contract)
+constexpr std::int64_t kSeqLen = 32;
+
+class HfInterop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (run_command(python_ + " -c 'import transformers, safetensors'", out) != 0) {
+      GTEST_SKIP() << "transformers is not installed in .venv (tools/setup.sh installs it): " << out;
+    }
+  }
+
+  // Runs hf_reference.py; fails the test (with its output) unless it exits 0. Returns stdout's
+  // last line.
+  std::string reference(const std::string& args) {
+    std::string out;
+    // In a subshell: run_command sends stderr to the output after the command's own redirections.
+    const int rc = run_command("(" + python_ + " " + testing::source_dir() + "/tools/interop/hf_reference.py " + args +
+                                   " 2>" + dir_.file("python.err") + ")",
+                               out);
+    std::string err;
+    run_command("cat " + dir_.file("python.err"), err);
+    EXPECT_EQ(rc, 0) << args << "\n" << out << err;
+    return last_line(out);
+  }
+
+  double reference_loss(const std::string& folder, const std::string& tokens, const std::string& extra = "") {
+    const std::string line = reference("loss " + folder + " --tokens " + tokens + " --seq-len " +
+                                       std::to_string(kSeqLen) + " --batch 4 --batches 3 " + extra);
+    return line.empty() ? NAN : nlohmann::json::parse(line).at("loss").get<double>();
+  }
+
+  // A run spec: `model` is the model's YAML, the data `tokens` read in order.
+  std::string spec(const std::string& name, const std::string& model, const std::string& tokens,
+                   const std::string& parallel = "") {
+    return dir_.write(name + ".yaml",
+                      "name: " + name + "\nplugins: {paths: [" + testing::plugin_dir() + "]}\n" +
+                          "settings: {seed: 1, run_dir: " + dir_.file("runs/" + name) + ", device: cpu}\n" +
+                          "components:\n  model: " + model + "\n" +
+                          "  train_data: {component_key: dataset, variant_key: tokens, config: {path: " + tokens +
+                          ", dtype: uint16, seq_len: " + std::to_string(kSeqLen) + ", shuffle: false}}\n" +
+                          "  loss: {component_key: loss, variant_key: cross_entropy}\n" +
+                          "  optimizer: {component_key: optimizer, variant_key: adamw, config: {lr: 1.0e-3, "
+                          "beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, implementation: loop, "
+                          "model: {instance_key: model, pass_type: BY_REFERENCE}}}\n" +
+                          parallel + "trainer: {max_steps: 3, micro_batch_size: 4, clip_grad_norm: 0}\n");
+  }
+
+  // `tessera eval` over the first 3 batches of 4 windows: the printed loss.
+  double tessera_eval(const std::string& spec_path, const std::string& extra = "") {
+    std::string out;
+    const int rc = run_command("(" + testing::tessera_binary() + " eval " + spec_path + " --split train --batches 3 " +
+                                   extra + " 2>/dev/null)",
+                               out);
+    EXPECT_EQ(rc, 0) << out;
+    const nlohmann::json result = nlohmann::json::parse(last_line(out), nullptr, false);
+    EXPECT_TRUE(result.is_object()) << out;
+    if (!result.is_object()) return NAN;
+    EXPECT_EQ(result.value("tokens", 0), 3 * 4 * kSeqLen);
+    EXPECT_EQ(result.value("batches", 0), 3);
+    return result.value("loss", NAN);
+  }
+
+  static std::string last_line(const std::string& text) {
+    std::string trimmed = text;
+    while (!trimmed.empty() && trimmed.back() == '\n') trimmed.pop_back();
+    const auto pos = trimmed.rfind('\n');
+    return pos == std::string::npos ? trimmed : trimmed.substr(pos + 1);
+  }
+
+  static double relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
+  TempDir dir_;
+};
+
+std::string model_yaml(const std::string& variant, const std::string& folder, const std::string& extra = "") {
+  return "{component_key: model, variant_key: " + variant + ", config: {init_from: " + folder + extra + "}}";
+}
+
+TEST_F(HfInterop, Gpt2ImportGivesTransformersLossAndAWrongGeluWouldShow) {
+  const std::string saved = dir_.file("gpt2"), published = dir_.file("gpt2-published");
+  reference("make-gpt2 " + saved);
+  reference("make-gpt2 " + published + " --published");  // no "transformer.", attn.bias buffers
+  // Text on which the tanh GELU and the exact one cannot average out of the loss.
+  const std::string tokens = dir_.file("probe.bin");
+  reference("probe-tokens " + tokens + " --model " + saved + " --mutate gelu --seq-len 32 --windows 12");
+
+  const double expected = reference_loss(saved, tokens);
+  for (const std::string& folder : {saved, published}) {
+    const double got = tessera_eval(spec("gpt2", model_yaml("gpt", folder), tokens));
+    EXPECT_LT(relative(got, expected), kLossTolerance) << folder << ": tessera " << got << ", transformers " << expected;
+  }
+  // The exact GELU where config.json says gelu_new would fail the comparison above.
+  const double wrong_gelu = reference_loss(saved, tokens, "--mutate gelu");
+  EXPECT_GT(relative(wrong_gelu, expected), 3 * kLossTolerance) << wrong_gelu << " vs " << expected;
+  // And Tessera computes the exact GELU when told to (a YAML that disagrees is refused).
+  std::string out;
+  EXPECT_EQ(run_command(testing::tessera_binary() + " eval " +
+                            spec("gpt2-exact", model_yaml("gpt", saved, ", activation: gelu"), tokens) + " --split train",
+                        out),
+            2);
+  EXPECT_NE(out.find("activation"), std::string::npos) << out;
+  EXPECT_NE(out.find("gelu_new"), std::string::npos) << out;
+}
+
+TEST_F(HfInterop, LlamaImportGivesTransformersLossAndRopeMistakesWouldShow) {
+  // Grouped-query attention (2 KV heads for 4), rope_theta 500000, saved in 12 shards.
+  const std::string sharded = dir_.file("llama");
+  reference("make-llama " + sharded + " --kv-heads 2 --rope-theta 500000 --max-shard-size 40KB");
+  ASSERT_TRUE(fs::exists(sharded + "/model.safetensors.index.json"));
+  // Llama 3 RoPE scaling and a tied head.
+  const std::string scaled = dir_.file("llama3");
+  reference("make-llama " + scaled + " --kv-heads 1 --llama3-scaling --tied");
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+
+  for (const std::string& folder : {sharded, scaled}) {
+    const double expected = reference_loss(folder, tokens);
+    const double got = tessera_eval(spec("llama", model_yaml("llama", folder), tokens));
+    EXPECT_LT(relative(got, expected), kLossTolerance) << folder << ": tessera " << got << ", transformers " << expected;
+  }
+  const double expected = reference_loss(sharded, tokens);
+  const double default_theta = reference_loss(sharded, tokens, "--mutate theta");
+  const double interleaved = reference_loss(sharded, tokens, "--mutate interleaved");
+  EXPECT_GT(relative(default_theta, expected), 3 * kLossTolerance);
+  EXPECT_GT(relative(interleaved, expected), 3 * kLossTolerance);
+}
+
+// The tensors of two Hugging Face folders, byte for byte.
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  const HfCheckpoint first = read_hf_checkpoint(a), second = read_hf_checkpoint(b);
+  ASSERT_EQ(first.tensors.size(), second.tensors.size());
+  for (const auto& [name, tensor] : first.tensors) {
+    auto it = second.tensors.find(name);
+    ASSERT_NE(it, second.tensors.end()) << name;
+    EXPECT_EQ(tensor.scalar_type(), it->second.scalar_type()) << name;
+    EXPECT_TRUE(at::equal(tensor, it->second)) << name << " differs";
+  }
+}
+
+TEST_F(HfInterop, TrainedModelsExportToFoldersTransformersLoadsWithTheSameLoss) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  reference("make-llama " + dir_.file("llama") + " --kv-heads 2");
+  reference("make-gpt2 " + dir_.file("gpt2"));
+  for (const std::string variant : {"llama", "gpt"}) {
+    const std::string start = dir_.file(variant == "gpt" ? "gpt2" : "llama");
+    const std::string path = spec(variant + "-export", model_yaml(variant, start), tokens);
+    std::string out;
+    // Sharded: a few tens of kilobytes per file.
+    ASSERT_EQ(run_command(testing::tessera_binary() + " train " + path +
+                              " --set checkpoint.export_format=hf --set checkpoint.export_max_shard_size=60KB",
+                          out),
+              0)
+        << out;
+    const std::string exported = dir_.file("runs/" + variant + "-export/exports/step_00000003");
+    ASSERT_TRUE(fs::exists(exported + "/model.safetensors.index.json")) << out;
+    // Loaded by transformers with nothing missing or unexpected (--strict), the same loss as the
+    // trained model's in Tessera (from its checkpoint).
+    const double in_transformers = reference_loss(exported, tokens, "--strict");
+    const double in_tessera = tessera_eval(path, "--resume auto");
+    EXPECT_LT(relative(in_tessera, in_transformers), kLossTolerance) << variant;
+    EXPECT_GT(relative(in_tessera, reference_loss(start, tokens)), 1e-3) << variant << ": training changed nothing";
+
+    // export -> import -> export: the same bytes.
+    auto components = testing::build_components("model: " + model_yaml(variant, exported) + "\n");
+    auto model = testing::built<Model>(components, "model");
+    StateDict state;
+    for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+    const std::string again = dir_.file(variant + "-again");
+    fs::create_directories(again);
+    write_hf_checkpoint(again, model->hugging_face_export(state), parse_byte_size("60KB"));
+    expect_same_tensors(exported, again);
+  }
+}
+
+// Per-step losses of a run's metrics.jsonl.
+std::vector<double> step_losses(const std::string& metrics) {
+  std::vector<double> losses;
+  for (const auto& row : read_metrics(metrics)) losses.push_back(row.at("loss").get<double>());
+  return losses;
+}
+
+TEST_F(HfInterop, LlamaTrainsLikeAPlainPyTorchLoopOnOneAndTwoRanks) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  const std::string start = dir_.file("llama");
+  reference("make-llama " + start + " --kv-heads 2 --std 0.1");
+  const std::string optimizer = " --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-8 --weight-decay 0.1";
+
+  struct Case {
+    std::string name;
+    int ranks;
+    std::string parallel;
+  };
+  for (const Case& c : {Case{"one", 1, ""}, Case{"fsdp", 2, "  parallel: {component_key: parallel, variant_key: fsdp}\n"}}) {
+    const std::string path = spec("train-" + c.name, model_yaml("llama", start), tokens, c.parallel);
+    // Each rank reads 2 windows a step: 4 per step in all, as the reference reads them.
+    const std::string args = "train " + path + " --set trainer.max_steps=5 --set trainer.micro_batch_size=" +
+                             std::to_string(4 / c.ranks) + " --set checkpoint.export_format=hf";
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() +
+                              (c.ranks > 1 ? " launch --nproc-per-node 2 -- " + args : " " + args),
+                          out),
+              0)
+        << out;
+    const std::vector<double> ours = step_losses(dir_.file("runs/train-" + c.name + "/metrics.jsonl"));
+    const std::string line = reference("train " + start + " --tokens " + tokens + " --seq-len 32 --batch " +
+                                       std::to_string(4 / c.ranks) + " --world " + std::to_string(c.ranks) +
+                                       " --steps 5" + optimizer);
+    const auto theirs = nlohmann::json::parse(line).get<std::vector<double>>();
+    ASSERT_EQ(ours.size(), theirs.size()) << out;
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_LT(relative(ours[i], theirs[i]), 1e-4) << c.name << " step " << i + 1 << ": tessera " << ours[i]
+                                                    << ", pytorch " << theirs[i];
+    }
+  }
+  // The fsdp run's export (gathered from both ranks' shards) loads in transformers with the loss
+  // that `tessera eval` gives on 2 ranks from the fsdp checkpoint and on 1 rank from the export.
+  const std::string exported = dir_.file("runs/train-fsdp/exports/step_00000005");
+  const std::string line = reference("loss " + exported + " --strict --tokens " + tokens +
+                                     " --seq-len 32 --batch 4 --batches 4");
+  const double in_transformers = nlohmann::json::parse(line).at("loss").get<double>();
+  const std::string fsdp_spec = dir_.file("train-fsdp.yaml");
+  std::string out;
+  ASSERT_EQ(run_command("(" + testing::tessera_binary() + " launch --nproc-per-node 2 -- eval " + fsdp_spec +
+                            " --split train --batches 4 --resume auto 2>/dev/null)",
+                        out),
+            0)
+      << out;
+  const auto brace = out.find('{');
+  ASSERT_NE(brace, std::string::npos) << out;
+  const auto two = nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
+  EXPECT_LT(relative(two.at("loss").get<double>(), in_transformers), kLossTolerance);
+  const std::string from_export = spec("eval-export", model_yaml("llama", exported), tokens);
+  ASSERT_EQ(run_command("(" + testing::tessera_binary() + " eval " + from_export +
+                            " --split train --batches 4 2>/dev/null)",
+                        out),
+            0)
+      << out;
+  const auto one = nlohmann::json::parse(last_line(out));
+  EXPECT_EQ(two.at("tokens"), one.at("tokens"));
+  EXPECT_LT(relative(one.at("loss").get<double>(), in_transformers), kLossTolerance);
+}
+
+// Broken Hugging Face folders, made from a real export: each is one error naming what is wrong,
+// positioned at the spec's init_from, exit 2.
+class HfBadFolders : public Cli {
+ protected:
+  // A tiny Llama written as a Hugging Face folder in 3+ shards.
+  std::string good_folder(const std::string& name) {
+    auto components = testing::build_components(
+        "model: {component_key: model, variant_key: llama, config: {vocab_size: 256, n_layer: 2, n_head: 4, "
+        "n_kv_head: 2, n_embd: 32, intermediate_size: 64, max_seq_len: 64}}\n");
+    auto model = testing::built<Model>(components, "model");
+    StateDict state;
+    for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+    const std::string folder = dir_.file(name);
+    fs::create_directories(folder);
+    write_hf_checkpoint(folder, model->hugging_face_export(state), 20000);
+    return folder;
+  }
+
+  // `tessera eval` of a llama from `folder`: exit code and output.
+  int eval(const std::string& folder, std::string& out) {
+    const std::string path =
+        dir_.write("bad.yaml", "name: bad\nplugins: {paths: [" + testing::plugin_dir() + "]}\n" +
+                                   "settings: {run_dir: " + dir_.file("run") + "}\ncomponents:\n" +
+                                   "  model:\n    component_key: model\n    variant_key: llama\n" +
+                                   "    config: {init_from: " + folder + "}\n" +
+                                   "  train_data: {component_key: dataset, variant_key: tokens, config: {path: " + data_ +
+                                   ", seq_len: 16}}\n" +
+                                   "  loss: {component_key: loss, variant_key: cross_entropy}\n" +
+                                   "  optimizer: {component_key: optimizer, variant_key: sgd, config: {lr: 0.1, "
+                                   "model: {instance_key: model, pass_type: BY_REFERENCE}}}\n" +
+                                   "trainer: {max_steps: 1, micro_batch_size: 2}\n");
+    return run_command(tessera("eval " + path + " --split train --batches 1"), out);
+  }
+
+  // The one error line: positioned at init_from (bad.yaml:8), naming `what`.
+  void expect_error(const std::string& folder, const std::string& what) {
+    std::string out;
+    EXPECT_EQ(eval(folder, out), 2) << out;
+    EXPECT_NE(out.find("bad.yaml:8:"), std::string::npos) << out;
+    EXPECT_NE(out.find("init_from"), std::string::npos) << out;
+    EXPECT_NE(out.find(what), std::string::npos) << "expected '" << what << "' in: " << out;
+  }
+
+  // The folder's weight files, in name order.
+  static std::vector<std::string> shards(const std::string& folder) {
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("model-", 0) == 0) files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+
+  static std::string read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static void write(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+};
+
+TEST_F(HfBadFolders, TheGoodFolderLoads) {
+  std::string out;
+  EXPECT_EQ(eval(good_folder("good"), out), 0) << out;
+  EXPECT_NE(out.find("\"loss\""), std::string::npos) << out;
+}
+
+TEST_F(HfBadFolders, AMissingShardIsNamed) {
+  const std::string folder = good_folder("missing");
+  const std::string shard = shards(folder).at(1);
+  fs::remove(shard);
+  expect_error(folder, "lists shard " + fs::path(shard).filename().string());
+}
+
+TEST_F(HfBadFolders, ATruncatedFileIsNamed) {
+  const std::string folder = good_folder("truncated");
+  const std::string file = shards(folder).at(0);
+  const std::string bytes = read(file);
+  write(file, bytes.substr(0, bytes.size() / 2));
+  expect_error(folder, fs::path(file).filename().string() + ": not a valid safetensors file");
+}
+
+TEST_F(HfBadFolders, AHeaderOffsetPastTheEndIsNamed) {
+  const std::string folder = good_folder("offset");
+  const std::string file = shards(folder).back();
+  std::string bytes = read(file);
+  // The last data_offsets end moved far past the file (same header length: digits replaced).
+  const std::size_t header = 8 + static_cast<unsigned char>(bytes[0]) + 256 * static_cast<unsigned char>(bytes[1]);
+  std::string text = bytes.substr(8, header - 8);
+  const std::size_t last = text.rfind(']');
+  std::size_t digit = last;
+  while (digit > 0 && std::isdigit(static_cast<unsigned char>(text[digit - 1]))) --digit;
+  text.replace(digit, last - digit, std::string(last - digit, '9'));
+  write(file, bytes.substr(0, 8) + text + bytes.substr(header));
+  expect_error(folder, "lies outside the data");
+}
+
+TEST_F(HfBadFolders, AWrongShapeIsNamed) {
+  const std::string folder = good_folder("shape");
+  HfCheckpoint ck = read_hf_checkpoint(folder);
+  const std::string file = ck.tensor_file.at("model.layers.1.self_attn.k_proj.weight");
+  StateDict tensors = read_safetensors(file).tensors;
+  tensors["model.layers.1.self_attn.k_proj.weight"] = at::zeros({8, 32});
+  write_safetensors(file + ".new", tensors, {{"format", "pt"}});
+  fs::rename(file + ".new", file);
+  expect_error(folder, "model.layers.1.self_attn.k_proj.weight has shape [8, 32], the model needs [16, 32]");
+}
+
+TEST_F(HfBadFolders, AnUnknownModelTypeIsNamed) {
+  const std::string folder = good_folder("type");
+  std::string config = read(folder + "/config.json");
+  config.replace(config.find("\"llama\""), 7, "\"bert\"");
+  write(folder + "/config.json", config);
+  expect_error(folder, "model_type 'bert'");
+}
+
+TEST_F(HfBadFolders, AnExtraTensorIsNamed) {
+  const std::string folder = good_folder("extra");
+  const std::string file = shards(folder).back();
+  StateDict tensors = read_safetensors(file).tensors;
+  tensors["model.layers.2.mlp.up_proj.weight"] = at::zeros({64, 32});
+  write_safetensors(file + ".new", tensors, {{"format", "pt"}});
+  fs::rename(file + ".new", file);
+  nlohmann::json index = nlohmann::json::parse(read(folder + "/model.safetensors.index.json"));
+  index["weight_map"]["model.layers.2.mlp.up_proj.weight"] = fs::path(file).filename().string();
+  write(folder + "/model.safetensors.index.json", index.dump());
+  expect_error(folder, "1 tensor this model does not have: model.layers.2.mlp.up_proj.weight");
+}
+
+}  // namespace
+}  // namespace tessera

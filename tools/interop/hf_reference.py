@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as the reference for Tessera's GPT-2 and Llama interop tests.
+
+    hf_reference.py make-gpt2 DIR [--published] [--std S] ...     a tiny random GPT2LMHeadModel
+    hf_reference.py make-llama DIR [--kv-heads K] [--max-shard-size 40KB] [--rope-theta T] ...
+    hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
+    hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
+    hf_reference.py loss DIR --tokens FILE --seq-len T --batch B --batches K [--mutate WHAT]
+    hf_reference.py train DIR --tokens FILE --seq-len T --batch B --world W --steps N --lr LR ...
+
+Models are built from a config in Python (nothing is downloaded) with weights of realistic
+scale: at GPT-2's 0.02 init a model is so close to linear that a wrong GELU variant or RoPE
+layout changes the loss by less than the tests' tolerance. `loss` prints one JSON line,
+{"loss": mean over target tokens, "tokens": count}, for the first K batches of B windows of the
+token file read in order (windows of T + 1 tokens, stride T, as dataset/tokens with shuffle off);
+--mutate computes it with a deliberate mistake (gelu for gelu_new, another rope_theta,
+interleaved instead of rotate-half RoPE) to show the tests would catch it. The GELU variants
+differ by at most 5e-4, which averages out of the loss on random tokens; `probe-tokens` writes
+text on which it cannot (each next token is the one that mistake moves most). `train` runs a plain
+PyTorch loop (AdamW, decay on matrices only, the step loss the summed token loss over the step's
+target tokens) and prints each step's loss, one JSON list.
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def realistic_(model, std, seed):
+    """Weights normal(0, std), the MLP's output projection normal(0, std / 3); norms' gains
+    around 1; biases small but non-zero."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            module = name.split(".")[-2]
+            if "ln" in module or "norm" in module:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("mlp.c_proj.weight") or name.endswith("mlp.down_proj.weight"):
+                p.copy_(std / 3 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=g))
+
+
+def make_gpt2(args):
+    from safetensors.torch import save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=args.vocab, n_positions=args.positions, n_embd=args.embd, n_layer=args.layers,
+                        n_head=args.heads, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    realistic_(model, args.std, args.seed)
+    out = pathlib.Path(args.dir)
+    model.save_pretrained(out, safe_serialization=True)
+    if args.published:
+        # As the files on the Hub are: names without "transformer.", no lm_head, and the causal
+        # mask buffers attn.bias / attn.masked_bias with every layer.
+        state = {k[len("transformer."):]: v.contiguous() for k, v in model.state_dict().items()
+                 if k.startswith("transformer.")}
+        P = args.positions
+        for i in range(args.layers):
+            state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(P, P, dtype=torch.uint8)).view(1, 1, P, P)
+            state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def make_llama(args):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rope_scaling = None
+    if args.llama3_scaling:
+        rope_scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 16}
+    kwargs = dict(vocab_size=args.vocab, hidden_size=args.embd, intermediate_size=args.intermediate,
+                  num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                  max_position_embeddings=args.positions, rms_norm_eps=1e-5,
+                  tie_word_embeddings=args.tied)
+    try:  # transformers >= 5 takes the RoPE settings as rope_parameters
+        params = {"rope_type": "default", "rope_theta": args.rope_theta}
+        if rope_scaling:
+            params = dict(rope_scaling, rope_theta=args.rope_theta)
+        config = LlamaConfig(rope_parameters=params, **kwargs)
+        assert abs(_rope_theta(config) - args.rope_theta) < 1e-9
+    except (TypeError, AssertionError, KeyError):
+        config = LlamaConfig(rope_theta=args.rope_theta, rope_scaling=rope_scaling, **kwargs)
+    model = LlamaForCausalLM(config)
+    realistic_(model, args.std, args.seed)
+    model.save_pretrained(args.dir, safe_serialization=True, max_shard_size=args.max_shard_size)
+
+
+def _rope_theta(config):
+    params = getattr(config, "rope_parameters", None)
+    if params and "rope_theta" in params:
+        return params["rope_theta"]
+    return config.rope_theta
+
+
+def write_tokens(args):
+    rng = np.random.default_rng(args.seed)
+    rng.integers(0, args.vocab, size=args.count, dtype=np.uint16).tofile(args.file)
+
+
+def probe_tokens(args):
+    """Windows of seq_len + 1 tokens (consecutive windows share a token, as dataset/tokens reads
+    them) in which each next token is the one whose logit the mutated model moves most against
+    the reference: data on which that mistake cannot average out of the loss."""
+    ref, mutated = load(args.model), load(args.model, args.mutate)
+    ref.eval(), mutated.eval()
+    g = torch.Generator().manual_seed(args.seed)
+    ids = [int(torch.randint(0, ref.config.vocab_size, (1,), generator=g))]
+    with torch.no_grad():
+        for _ in range(args.windows):
+            window = [ids[-1]]
+            for _ in range(args.seq_len):
+                x = torch.tensor([window])
+                shift = ref(input_ids=x).logits[0, -1] - mutated(input_ids=x).logits[0, -1]
+                window.append(int(shift.argmax()))  # one sign throughout: no cancelling
+            ids.extend(window[1:])
+    np.array(ids, dtype=np.uint16).tofile(args.file)
+
+
+def windows(path, seq_len, start, count):
+    """Samples start .. start+count-1 of dataset/tokens with shuffle off: (inputs, labels)."""
+    ids = torch.from_numpy(np.fromfile(path, dtype=np.uint16).astype(np.int64))
+    rows = torch.stack([ids[(start + i) * seq_len:(start + i) * seq_len + seq_len + 1] for i in range(count)])
+    return rows[:, :-1], rows[:, 1:]
+
+
+def load(folder, mutate=None, strict=False):
+    """The folder as transformers loads it; `strict`: exit 1 when transformers reports a missing,
+    unexpected or misshapen tensor (what it would warn about)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder)
+    if mutate == "gelu":
+        config.activation_function = "gelu"
+    elif mutate == "theta":
+        if getattr(config, "rope_parameters", None) and "rope_theta" in config.rope_parameters:
+            config.rope_parameters["rope_theta"] = 10000.0
+        config.rope_theta = 10000.0
+    model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32,
+                                                       output_loading_info=True)
+    problems = {k: sorted(v) for k, v in info.items() if v}
+    if strict and problems:
+        sys.exit(f"{folder}: transformers reports {problems}")
+    if mutate == "interleaved":
+        interleave_rope()
+    return model
+
+
+def interleave_rope():
+    """Llama's RoPE with adjacent pairs (x0, x1), (x2, x3), ... rotated: Meta's original layout."""
+    import transformers.models.llama.modeling_llama as llama
+
+    def rotate(x):
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+    def apply(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        half = cos.shape[-1] // 2  # the tables hold each frequency twice: [f, f]; make it f0 f0 f1 f1 ...
+        cos = cos[..., :half].repeat_interleave(2, dim=-1)
+        sin = sin[..., :half].repeat_interleave(2, dim=-1)
+        return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+
+    llama.apply_rotary_pos_emb = apply
+
+
+def mean_loss(model, inputs, labels):
+    logits = model(input_ids=inputs).logits
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum"), labels.numel()
+
+
+def loss(args):
+    model = load(args.dir, args.mutate, args.strict)
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for b in range(args.batches):
+            inputs, labels = windows(args.tokens, args.seq_len, b * args.batch, args.batch)
+            s, n = mean_loss(model, inputs, labels)
+            total += float(s.double())
+            count += n
+    print(json.dumps({"loss": total / count, "tokens": count}))
+
+
+def train(args):
+    torch.manual_seed(0)
+    model = load(args.dir)
+    model.train()
+    decay = [p for _, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for _, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    per_step = args.batch * args.world  # the step's samples over all ranks, in order
+    losses = []
+    for step in range(args.steps):
+        inputs, labels = windows(args.tokens, args.seq_len, step * per_step, per_step)
+        opt.zero_grad()
+        s, n = mean_loss(model, inputs, labels)
+        (s / n).backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        opt.step()
+        losses.append(float(s) / n)
+    print(json.dumps(losses))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("make-gpt2")
+    g.add_argument("dir")
+    g.add_argument("--vocab", type=int, default=256)
+    g.add_argument("--positions", type=int, default=64)
+    g.add_argument("--embd", type=int, default=64)
+    g.add_argument("--layers", type=int, default=2)
+    g.add_argument("--heads", type=int, default=4)
+    g.add_argument("--std", type=float, default=0.3)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--published", action="store_true", help="write the weights as published GPT-2 files are")
+    g.set_defaults(fn=make_gpt2)
+
+    m = sub.add_parser("make-llama")
+    m.add_argument("dir")
+    m.add_argument("--vocab", type=int, default=256)
+    m.add_argument("--positions", type=int, default=64)
+    m.add_argument("--embd", type=int, default=64)
+    m.add_argument("--intermediate", type=int, default=128)
+    m.add_argument("--layers", type=int, default=2)
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--kv-heads", type=int, default=2)
+    m.add_argument("--rope-theta", type=float, default=500000.0)
+    m.add_argument("--llama3-scaling", action="store_true")
+    m.add_argument("--tied", action="store_true")
+    m.add_argument("--std", type=float, default=0.3)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--max-shard-size", default="5GB")
+    m.set_defaults(fn=make_llama)
+
+    t = sub.add_parser("tokens")
+    t.add_argument("file")
+    t.add_argument("--count", type=int, required=True)
+    t.add_argument("--vocab", type=int, required=True)
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(fn=write_tokens)
+
+    pt = sub.add_parser("probe-tokens")
+    pt.add_argument("file")
+    pt.add_argument("--model", required=True)
+    pt.add_argument("--mutate", choices=["gelu", "theta", "interleaved"], required=True)
+    pt.add_argument("--seq-len", type=int, required=True)
+    pt.add_argument("--windows", type=int, required=True)
+    pt.add_argument("--seed", type=int, default=0)
+    pt.set_defaults(fn=probe_tokens)
+
+    for name, fn in (("loss", loss), ("train", train)):
+        c = sub.add_parser(name)
+        c.add_argument("dir")
+        c.add_argument("--tokens", required=True)
+        c.add_argument("--seq-len", type=int, required=True)
+        c.add_argument("--batch", type=int, required=True)
+        c.set_defaults(fn=fn)
+        if name == "loss":
+            c.add_argument("--batches", type=int, required=True)
+            c.add_argument("--mutate", choices=["gelu", "theta", "interleaved"])
+            c.add_argument("--strict", action="store_true",
+                           help="fail when transformers reports missing, unexpected or misshapen tensors")
+        else:
+            c.add_argument("--world", type=int, default=1)
+            c.add_argument("--steps", type=int, required=True)
+            c.add_argument("--lr", type=float, required=True)
+            c.add_argument("--beta1", type=float, default=0.9)
+            c.add_argument("--beta2", type=float, default=0.95)
+            c.add_argument("--eps", type=float, default=1e-8)
+            c.add_argument("--weight-decay", type=float, default=0.0)
+            c.add_argument("--clip", type=float, default=0.0)
+    args = p.parse_args()
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
