@@ -174,7 +174,7 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
 TEST_F(HfInterop, TrainedModelsExportToFoldersTransformersLoadsWithTheSameLoss) {
   const std::string tokens = dir_.file("tokens.bin");
   reference("tokens " + tokens + " --count 20000 --vocab 256");
-  reference("make-llama " + dir_.file("llama") + " --kv-heads 2");
+  reference("make-llama " + dir_.file("llama") + " --kv-heads 2 --tokenizer");
   reference("make-gpt2 " + dir_.file("gpt2"));
   for (const std::string variant : {"llama", "gpt"}) {
     const std::string start = dir_.file(variant == "gpt" ? "gpt2" : "llama");
@@ -205,6 +205,11 @@ TEST_F(HfInterop, TrainedModelsExportToFoldersTransformersLoadsWithTheSameLoss) 
     write_hf_checkpoint(again, model->hugging_face_export(state), parse_byte_size("60KB"));
     expect_same_tensors(exported, again);
   }
+  // The imported Llama's tokenizer travels with its export.
+  const std::string exported = dir_.file("runs/llama-export/exports/step_00000003");
+  EXPECT_TRUE(fs::exists(exported + "/tokenizer.json"));
+  EXPECT_TRUE(fs::exists(exported + "/tokenizer_config.json"));
+  reference("same-tokenizer " + dir_.file("llama") + " " + exported);
 }
 
 // Per-step losses of a run's metrics.jsonl.
@@ -295,7 +300,7 @@ class HfBadFolders : public Cli {
   }
 
   // `tessera eval` of a llama from `folder`: exit code and output.
-  int eval(const std::string& folder, std::string& out) {
+  int eval(const std::string& folder, std::string& out, const std::string& extra = "") {
     const std::string path =
         dir_.write("bad.yaml", "name: bad\nplugins: {paths: [" + testing::plugin_dir() + "]}\n" +
                                    "settings: {run_dir: " + dir_.file("run") + "}\ncomponents:\n" +
@@ -307,7 +312,7 @@ class HfBadFolders : public Cli {
                                    "  optimizer: {component_key: optimizer, variant_key: sgd, config: {lr: 0.1, "
                                    "model: {instance_key: model, pass_type: BY_REFERENCE}}}\n" +
                                    "trainer: {max_steps: 1, micro_batch_size: 2}\n");
-    return run_command(tessera("eval " + path + " --split train --batches 1"), out);
+    return run_command(tessera("eval " + path + " --split train --batches 1" + extra), out);
   }
 
   // The one error line: positioned at init_from (bad.yaml:8), naming `what`.
@@ -343,6 +348,19 @@ TEST_F(HfBadFolders, TheGoodFolderLoads) {
   std::string out;
   EXPECT_EQ(eval(good_folder("good"), out), 0) << out;
   EXPECT_NE(out.find("\"loss\""), std::string::npos) << out;
+}
+
+TEST_F(HfBadFolders, AYamlFieldThatDisagreesWithConfigJsonNamesBoth) {
+  const std::string folder = good_folder("disagree");
+  std::string out;
+  EXPECT_EQ(eval(folder, out, " --set components.model.config.n_head=8"), 2) << out;
+  EXPECT_NE(out.find("components.model.config.n_head: the YAML says n_head: 8 but " + folder +
+                     "/config.json says num_attention_heads: 4"),
+            std::string::npos)
+      << out;
+  // Agreeing is fine, and so is a Llama's own max_seq_len (no weight depends on it).
+  EXPECT_EQ(eval(folder, out, " --set components.model.config.n_head=4 --set components.model.config.max_seq_len=16"), 0)
+      << out;
 }
 
 TEST_F(HfBadFolders, AMissingShardIsNamed) {

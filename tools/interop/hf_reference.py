@@ -2,8 +2,9 @@
 """Hugging Face transformers as the reference for Tessera's GPT-2 and Llama interop tests.
 
     hf_reference.py make-gpt2 DIR [--published] [--std S] ...     a tiny random GPT2LMHeadModel
-    hf_reference.py make-llama DIR [--kv-heads K] [--max-shard-size 40KB] [--rope-theta T] ...
+    hf_reference.py make-llama DIR [--kv-heads K] [--max-shard-size 40KB] [--rope-theta T] [--tokenizer] ...
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
+    hf_reference.py same-tokenizer DIR_A DIR_B                       both tokenizers encode alike
     hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
     hf_reference.py loss DIR --tokens FILE --seq-len T --batch B --batches K [--mutate WHAT]
     hf_reference.py train DIR --tokens FILE --seq-len T --batch B --world W --steps N --lr LR ...
@@ -92,6 +93,34 @@ def make_llama(args):
     model = LlamaForCausalLM(config)
     realistic_(model, args.std, args.seed)
     model.save_pretrained(args.dir, safe_serialization=True, max_shard_size=args.max_shard_size)
+    if args.tokenizer:
+        save_tokenizer(args.dir, args.vocab)
+
+
+def save_tokenizer(folder, vocab):
+    """A byte-level BPE tokenizer of `vocab` ids trained on a few sentences, saved the way
+    transformers saves one (tokenizer.json, tokenizer_config.json, ...)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["the quick brown fox jumps over the lazy dog", "a model trained in one framework is read by another"] * 20
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<eos>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>").save_pretrained(folder)
+
+
+def same_tokenizer(args):
+    """Exit 1 unless both folders' tokenizers (as transformers loads them) encode alike."""
+    from transformers import AutoTokenizer
+
+    text = "the lazy fox is read by another framework"
+    a, b = (AutoTokenizer.from_pretrained(f).encode(text) for f in (args.first, args.second))
+    if a != b:
+        sys.exit(f"{args.first} encodes {a}, {args.second} encodes {b}")
+    print(json.dumps({"ids": a}))
 
 
 def _rope_theta(config):
@@ -244,6 +273,7 @@ def main():
     m.add_argument("--std", type=float, default=0.3)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--max-shard-size", default="5GB")
+    m.add_argument("--tokenizer", action="store_true", help="also save a small BPE tokenizer in the folder")
     m.set_defaults(fn=make_llama)
 
     t = sub.add_parser("tokens")
@@ -252,6 +282,11 @@ def main():
     t.add_argument("--vocab", type=int, required=True)
     t.add_argument("--seed", type=int, default=0)
     t.set_defaults(fn=write_tokens)
+
+    st = sub.add_parser("same-tokenizer")
+    st.add_argument("first")
+    st.add_argument("second")
+    st.set_defaults(fn=same_tokenizer)
 
     pt = sub.add_parser("probe-tokens")
     pt.add_argument("file")

@@ -16,7 +16,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "tessera/communicator.hpp"
 #include "tessera/core/distributed/distributed.hpp"
@@ -103,10 +105,20 @@ std::string token_file(const TempDir& dir) {
   return path;
 }
 
-// Eight blocks of width 64: a block is about a ninth of the model.
-std::string components_yaml(const std::string& data, bool fsdp) {
+// Eight blocks of width 64: a block is about a ninth of the model. gpt, or llama (grouped-query
+// attention, an untied head).
+std::string model_yaml(const std::string& variant) {
+  if (variant == "llama") {
+    return "model: {component_key: model, variant_key: llama,\n"
+           "        config: {vocab_size: 64, n_layer: 8, n_head: 2, n_kv_head: 1, n_embd: 64, intermediate_size: 128,"
+           " max_seq_len: 16}}\n";
+  }
   return "model: {component_key: model, variant_key: gpt,\n"
-         "        config: {vocab_size: 64, n_layer: 8, n_head: 2, n_embd: 64, max_seq_len: 16}}\n"
+         "        config: {vocab_size: 64, n_layer: 8, n_head: 2, n_embd: 64, max_seq_len: 16}}\n";
+}
+
+std::string components_yaml(const std::string& data, bool fsdp, const std::string& variant) {
+  return model_yaml(variant) +
          "train_data: {component_key: dataset, variant_key: tokens, config: {path: " + data + ", seq_len: 16}}\n"
          "loss: {component_key: loss, variant_key: cross_entropy}\n"
          "optimizer: {component_key: optimizer, variant_key: adamw,\n"
@@ -187,7 +199,7 @@ std::vector<RankResult> run_ranks(const std::string& yaml, std::int64_t world, b
   return results;
 }
 
-class ShardedInit : public ::testing::TestWithParam<std::int64_t> {
+class ShardedInit : public ::testing::TestWithParam<std::tuple<std::string, std::int64_t>> {
  protected:
   void SetUp() override {
     at::set_num_threads(1);
@@ -206,13 +218,14 @@ class ShardedInit : public ::testing::TestWithParam<std::int64_t> {
 };
 
 TEST_P(ShardedInit, NoRankHoldsMoreThanItsShardPlusOneUnitAndTheWeightsEqualTheWholeInit) {
-  const std::int64_t world = GetParam();
+  const std::string variant = std::get<0>(GetParam());
+  const std::int64_t world = std::get<1>(GetParam());
   TempDir dir;
   const std::string data = token_file(dir);
 
   // The reference: the model built whole on one rank with rank 0's seed.
   core::seed_everything(42, "cpu");
-  auto reference_built = testing::build_components(components_yaml(data, false));
+  auto reference_built = testing::build_components(components_yaml(data, false, variant));
   auto reference = testing::built<Model>(reference_built, "model");
   std::int64_t whole_bytes = 0, largest_unit = 0, in_units = 0;
   for (const auto& p : reference->parameters()) whole_bytes += p.numel() * 4;
@@ -224,8 +237,8 @@ TEST_P(ShardedInit, NoRankHoldsMoreThanItsShardPlusOneUnitAndTheWeightsEqualTheW
   }
   largest_unit = std::max(largest_unit, whole_bytes - in_units);  // the root: embeddings, final norm
 
-  const auto deferred = run_ranks(components_yaml(data, true), world, /*deferred=*/true);
-  const auto whole = run_ranks(components_yaml(data, true), world, /*deferred=*/false);
+  const auto deferred = run_ranks(components_yaml(data, true, variant), world, /*deferred=*/true);
+  const auto whole = run_ranks(components_yaml(data, true, variant), world, /*deferred=*/false);
   for (std::int64_t r = 0; r < world; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(world));
     const RankResult& d = deferred[static_cast<std::size_t>(r)];
@@ -257,9 +270,11 @@ TEST_P(ShardedInit, NoRankHoldsMoreThanItsShardPlusOneUnitAndTheWeightsEqualTheW
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GlooRanks, ShardedInit, ::testing::Values(2, 3),
-                         [](const ::testing::TestParamInfo<std::int64_t>& info) {
-                           return std::to_string(info.param) + "_ranks";
+INSTANTIATE_TEST_SUITE_P(GlooRanks, ShardedInit,
+                         ::testing::Combine(::testing::Values(std::string("gpt"), std::string("llama")),
+                                            ::testing::Values(std::int64_t{2}, std::int64_t{3})),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, std::int64_t>>& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "_ranks";
                          });
 
 }  // namespace
