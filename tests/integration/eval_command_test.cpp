@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "cli_fixture.hpp"
@@ -44,6 +47,11 @@ class EvalCommand : public Cli {
                           "        every: 0\n        batches: 4\n        micro_batch_size: 2\n");
   }
 
+  static std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
   std::string last_error_;
 };
 
@@ -71,6 +79,7 @@ TEST_F(EvalCommand, EvaluatesTheCheckpointsModelWithTheEvaluationCallbacksLoss) 
   ASSERT_FALSE(evals.empty());
   const double callback_loss = evals.back().at("val/loss").get<double>();
 
+  const std::string metrics_before = read_file(run_dir + "/metrics.jsonl");
   const nlohmann::json fresh = eval(spec + " --batches 4 --set settings.run_dir=" + run_dir);
   const nlohmann::json trained = eval(spec + " --batches 4 --resume auto --set settings.run_dir=" + run_dir);
   EXPECT_NEAR(trained.at("loss").get<double>(), callback_loss, 1e-6 * callback_loss);
@@ -79,6 +88,8 @@ TEST_F(EvalCommand, EvaluatesTheCheckpointsModelWithTheEvaluationCallbacksLoss) 
   const nlohmann::json by_path =
       eval(spec + " --batches 4 --resume " + run_dir + "/checkpoints/step_00000010 --set settings.run_dir=" + run_dir);
   EXPECT_EQ(by_path.at("loss"), trained.at("loss"));
+  // Evaluating writes nothing into the run: its metrics stay as training left them.
+  EXPECT_EQ(read_file(run_dir + "/metrics.jsonl"), metrics_before);
 }
 
 TEST_F(EvalCommand, TwoRanksGiveTheOneRankLoss) {
