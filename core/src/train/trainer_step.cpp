@@ -155,8 +155,8 @@ bool Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced
 // Clipping by the global norm (one multi-tensor scale, no host sync), the scheduled learning
 // rate, the strategy's optimizer step, and gradients cleared. Returns the learning rate.
 double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
-  const double lr = parts_.optimizer->base_lr() *
-                    (parts_.scheduler ? parts_.scheduler->lr_factor(progress_.step) : 1.0);
+  const double base_lr = parts_.optimizer->base_lr();
+  const double lr = parts_.scheduler ? parts_.scheduler->lr(progress_.step, base_lr) : base_lr;
   if (!skipped) {
     std::vector<at::Tensor> grads = strategy_.gradients();
     if (settings_.clip_grad_norm > 0 && !grads.empty()) {

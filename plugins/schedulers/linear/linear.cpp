@@ -19,7 +19,10 @@ class LinearScheduler final : public tessera::Scheduler {
   explicit LinearScheduler(const LinearConfig& config) : schedule_(config) {}
 
   double lr_factor(std::int64_t step) const override {
-    return schedule_.factor(step, [](double progress) { return 1.0 - progress; });
+    return schedule_.factor(step, tessera::schedulers::linear_shape);
+  }
+  double lr(std::int64_t step, double base_lr) const override {
+    return schedule_.lr(step, base_lr, tessera::schedulers::linear_shape);
   }
 
  private:

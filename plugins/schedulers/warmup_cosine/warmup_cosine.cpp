@@ -10,8 +10,6 @@
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
 struct WarmupCosineConfig : tessera::schedulers::WarmupDecayConfig {
   WarmupCosineConfig() : WarmupDecayConfig(/*default_min_lr_ratio=*/0.1) {}
   static void declare(tessera::ConfigFields<WarmupCosineConfig>& f) { tessera::schedulers::declare_warmup_decay(f); }
@@ -22,7 +20,10 @@ class WarmupCosineScheduler final : public tessera::Scheduler {
   explicit WarmupCosineScheduler(const WarmupCosineConfig& config) : schedule_(config) {}
 
   double lr_factor(std::int64_t step) const override {
-    return schedule_.factor(step, [](double progress) { return 0.5 * (1.0 + std::cos(kPi * progress)); });
+    return schedule_.factor(step, tessera::schedulers::cosine_shape);
+  }
+  double lr(std::int64_t step, double base_lr) const override {
+    return schedule_.lr(step, base_lr, tessera::schedulers::cosine_shape);
   }
 
  private:

@@ -14,6 +14,9 @@ class TESSERA_API Scheduler {
   virtual ~Scheduler();
   // Multiplier of the optimizer's base lr for optimizer step `step` (0-based).
   virtual double lr_factor(std::int64_t step) const = 0;
+  // The lr of step `step` for the optimizer's `base_lr`; what the trainer sets. The default is
+  // base_lr * lr_factor(step); a schedule with an absolute floor (lr_min) overrides it.
+  virtual double lr(std::int64_t step, double base_lr) const { return base_lr * lr_factor(step); }
 };
 
 }  // namespace tessera
