@@ -13,7 +13,7 @@ TORCH_VERSION=2.11.0
 packages=(build-essential cmake ninja-build ccache git python3 python3-venv
           libboost-dev libboost-program-options-dev libboost-filesystem-dev libyaml-cpp-dev
           libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev protobuf-compiler
-          libprotobuf-dev libgloo-dev fortunes)
+          libprotobuf-dev libgloo-dev fortunes libpcre2-dev libsentencepiece-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,11 +44,13 @@ if ! .venv/bin/python3 -c "import safetensors" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "safetensors==0.4.5" ||
     echo "setup: NOTE: Python's safetensors could not be installed; the export interop test will be skipped"
 fi
-# transformers (with tokenizers and sentencepiece) is the reference of the Hugging Face interop
-# tests: GPT-2 and Llama import/export, eval and training against it (skipped without it).
-if ! .venv/bin/python3 -c "import transformers, tokenizers, sentencepiece" 2>/dev/null; then
-  .venv/bin/pip install --quiet --progress-bar off "transformers==5.23.0" "tokenizers==0.23.3" "sentencepiece==0.2.3" ||
-    echo "setup: NOTE: transformers could not be installed; the Hugging Face interop tests will be skipped"
+# transformers, tokenizers and sentencepiece are the references of the interop tests: GPT-2 and
+# Llama import/export, eval and training, and the tokenizers' ids (skipped without them).
+# sentencepiece is pinned to 0.1.99 because Tessera links Debian's libsentencepiece 0.1.97:
+# 0.2.x breaks ties between equally scored segmentations differently (runs of spaces, for one).
+if ! .venv/bin/python3 -c "import transformers, tokenizers, sentencepiece, sys; sys.exit(sentencepiece.__version__ != '0.1.99')" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "transformers==5.23.0" "tokenizers==0.23.3" "sentencepiece==0.1.99" ||
+    echo "setup: NOTE: transformers/tokenizers/sentencepiece could not be installed; the interop tests will be skipped"
 fi
 # matplotlib draws tools/plot's PNGs; tensorboard's own reader checks the event files in a test.
 if ! .venv/bin/python3 -c "import matplotlib, tensorboard" 2>/dev/null; then

@@ -26,6 +26,7 @@ class ByteTokenizer : public tessera::kinds::Tokenizer {
     return text;
   }
   std::int64_t vocab_size() const override { return 256; }
+  std::string identity() const override { return "bytes"; }
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -1,0 +1,119 @@
+// tokenizer/bpe and tokenizer/sentencepiece against Python's `tokenizers` and `sentencepiece`
+// (tools/interop/tokenizer_reference.py, in the project's .venv): tokenizers trained in Python on
+// a corpus the test makes (ASCII, accents, CJK, emoji, whitespace runs, digits, <|endoftext|>
+// inline), then every line of it encoded by both: the ids must be equal, line for line; byte-level
+// BPE must also decode back to the very text.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tessera/kinds/tokenizer.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using testing::run_command;
+using testing::TempDir;
+
+class TokenizerInterop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (run_command(python_ + " -c 'import tokenizers, sentencepiece'", out) != 0) {
+      GTEST_SKIP() << "tokenizers/sentencepiece are not installed in .venv (tools/setup.sh installs them): " << out;
+    }
+    reference("corpus " + corpus_ + " --lines 3000");
+  }
+
+  void reference(const std::string& args) {
+    std::string out;
+    ASSERT_EQ(run_command(python_ + " " + testing::source_dir() + "/tools/interop/tokenizer_reference.py " + args, out), 0)
+        << args << "\n"
+        << out;
+  }
+
+  std::vector<std::string> corpus() const {
+    std::ifstream in(corpus_);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  std::vector<std::vector<std::int64_t>> python_ids(const std::string& kind, const std::string& path) {
+    const std::string out = dir_.file(kind + ".jsonl");
+    reference("encode " + kind + " " + path + " --corpus " + corpus_ + " --out " + out);
+    std::ifstream in(out);
+    std::vector<std::vector<std::int64_t>> rows;
+    for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line).get<std::vector<std::int64_t>>());
+    return rows;
+  }
+
+  std::shared_ptr<kinds::Tokenizer> tokenizer(const std::string& yaml) {
+    components_ = testing::build_components("tokenizer: " + yaml + "\n");
+    return testing::built<kinds::Tokenizer>(components_, "tokenizer");
+  }
+
+  // Every line's ids equal; returns how many lines had ids.
+  void expect_same_ids(const kinds::Tokenizer& tok, const std::vector<std::vector<std::int64_t>>& expected,
+                       bool lossless) {
+    const auto lines = corpus();
+    ASSERT_EQ(lines.size(), expected.size());
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      const auto ids = tok.encode(lines[i]);
+      if (ids != expected[i] && wrong++ < 5) {
+        ADD_FAILURE() << "line " << i + 1 << " '" << lines[i] << "': " << nlohmann::json(ids).dump() << " vs Python's "
+                      << nlohmann::json(expected[i]).dump();
+      }
+      if (lossless) EXPECT_EQ(tok.decode(ids), lines[i]) << "line " << i + 1;
+    }
+    EXPECT_EQ(wrong, 0u) << "of " << lines.size() << " lines";
+  }
+
+  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
+  TempDir dir_;
+  const std::string corpus_ = dir_.file("corpus.txt");
+  core::BuiltComponents components_;
+};
+
+TEST_F(TokenizerInterop, Gpt2StyleBpeGivesTheIdsOfPythonsTokenizers) {
+  reference("train-bpe " + dir_.file("gpt2") + " --style gpt2 --corpus " + corpus_);
+  const std::string path = dir_.file("gpt2/tokenizer.json");
+  auto tok = tokenizer("{component_key: tokenizer, variant_key: bpe, config: {path: " + path + "}}");
+  EXPECT_EQ(tok->vocab_size(), 1000);
+  EXPECT_EQ(tok->eos_id(), tok->token_id("<|endoftext|>"));
+  EXPECT_GE(tok->eos_id(), 0);
+  expect_same_ids(*tok, python_ids("bpe", path), /*lossless=*/true);
+}
+
+TEST_F(TokenizerInterop, Llama3StyleBpeGivesTheIdsOfPythonsTokenizers) {
+  reference("train-bpe " + dir_.file("llama3") + " --style llama3 --corpus " + corpus_);
+  const std::string path = dir_.file("llama3/tokenizer.json");
+  auto tok = tokenizer("{component_key: tokenizer, variant_key: bpe, config: {path: " + dir_.file("llama3") + "}}");
+  expect_same_ids(*tok, python_ids("bpe", path), /*lossless=*/true);
+}
+
+TEST_F(TokenizerInterop, SentencePieceGivesTheIdsOfPythonsSentencepiece) {
+  for (const std::string type : {"unigram", "bpe"}) {
+    SCOPED_TRACE(type);
+    const std::string prefix = dir_.file("sp-" + type);
+    reference("train-sp " + prefix + " --type " + type + " --corpus " + corpus_);
+    auto tok = tokenizer("{component_key: tokenizer, variant_key: sentencepiece, config: {path: " + prefix + ".model}}");
+    EXPECT_EQ(tok->vocab_size(), 800);
+    // SentencePiece normalises (NFKC, whitespace): not lossless, but its own decode is the reference.
+    expect_same_ids(*tok, python_ids("sentencepiece", prefix + ".model"), /*lossless=*/false);
+    auto with_bos = tokenizer("{component_key: tokenizer, variant_key: sentencepiece, config: {path: " + prefix +
+                              ".model, add_bos: true, add_eos: true}}");
+    const auto ids = with_bos->encode("the lazy dog");
+    ASSERT_GE(ids.size(), 3u);
+    EXPECT_EQ(ids.front(), with_bos->bos_id());
+    EXPECT_EQ(ids.back(), with_bos->eos_id());
+  }
+}
+
+}  // namespace
+}  // namespace tessera
