@@ -1,237 +1,26 @@
 // Dataset `tokens`: fixed-length windows over a flat binary file of token ids (uint8, uint16 or uint32,
 // little-endian, as numpy's tofile writes them), memory-mapped read-only. Each sample is a window
-// of seq_len + 1 tokens: the first seq_len are the input, the last seq_len the labels.
-#include <ATen/ops/empty.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdint>
-#include <cstring>
+// of seq_len + 1 tokens: the first seq_len are the input, the last seq_len the labels. The same
+// plugin registers `mixture` (mixture.cpp): several such files drawn by weight.
 #include <memory>
-#include <random>
-#include <string>
-#include <vector>
 
-#include "tessera/batch.hpp"
-#include "tessera/dataset.hpp"
+#include "mixture.hpp"
 #include "tessera/plugin.hpp"
+#include "token_windows.hpp"
 
 namespace {
 
-// A read-only mapping of a whole file; unmapped on destruction.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      throw tessera::ConfigError("cannot open " + path + ": " + std::strerror(errno), "path");
-    }
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-      const int err = errno;
-      ::close(fd);
-      throw tessera::ConfigError("cannot stat " + path + ": " + std::strerror(err), "path");
-    }
-    size_ = static_cast<std::size_t>(info.st_size);
-    if (size_ > 0) {
-      void* data = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (data == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        throw tessera::ConfigError("cannot map " + path + ": " + std::strerror(err), "path");
-      }
-      data_ = data;
-    }
-    ::close(fd);  // the mapping stays valid without the descriptor
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const void* data() const { return data_; }
-  std::size_t size() const { return size_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-// The order of one epoch: a permutation of [0, n) that depends only on (seed, epoch).
-// Fisher-Yates by hand because std::shuffle and std::uniform_int_distribution are
-// implementation-defined; mt19937_64 and seed_seq are fully specified, so orders are portable.
-std::vector<std::int64_t> epoch_order(std::int64_t n, std::uint64_t seed, std::int64_t epoch,
-                                      bool shuffle) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
-  if (!shuffle) return order;
-  const auto e = static_cast<std::uint64_t>(epoch);
-  std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
-                    static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(e >> 32)};
-  std::mt19937_64 rng(seq);
-  for (std::int64_t i = n - 1; i > 0; --i) {
-    // Multiply-shift maps a 64-bit draw onto [0, i] with negligible bias.
-    const auto j = static_cast<std::int64_t>(
-        (static_cast<unsigned __int128>(rng()) * static_cast<std::uint64_t>(i + 1)) >> 64);
-    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
-  }
-  return order;
-}
-
-struct TokensConfig {
-  std::string path;
-  std::string dtype = "uint16";
-  std::int64_t seq_len = 1;
-  std::int64_t stride = 0;  // 0: seq_len
-  std::int64_t ignore_token = -1;
-  bool shuffle = true;
-  std::int64_t seed = -1;  // -1: the run seed
-
-  static void declare(tessera::ConfigFields<TokensConfig>& f) {
-    using C = TokensConfig;
-    f.field("path", &C::path, "flat binary file of token ids").required();
-    // uint8 reads any file as byte-level tokens (a text file is its own token file).
-    f.field("dtype", &C::dtype, "width of one token id in the file (uint8: raw bytes)").one_of({"uint8", "uint16", "uint32"});
-    f.field("seq_len", &C::seq_len, "tokens per sample (each sample reads seq_len + 1)").required().at_least(1);
-    f.field("stride", &C::stride, "tokens between window starts; 0 means seq_len (no overlap)").at_least(0);
-    f.field("ignore_token", &C::ignore_token, "token id whose label position takes no loss; -1 = none").at_least(-1);
-    f.field("shuffle", &C::shuffle, "a new seeded order every epoch");
-    f.field("seed", &C::seed, "seed of the sample order; -1 = the run seed").at_least(-1);
-  }
-};
-
-class TokenWindowDataset final : public tessera::Dataset {
- public:
-  TokenWindowDataset(const TokensConfig& config, std::uint64_t run_seed)
-      : path_(config.path),
-        file_(path_),
-        token_bytes_(config.dtype == "uint32" ? 4 : config.dtype == "uint8" ? 1 : 2),
-        seq_len_(config.seq_len),
-        stride_(config.stride == 0 ? seq_len_ : config.stride),
-        ignore_token_(config.ignore_token),
-        shuffle_(config.shuffle),
-        seed_(config.seed < 0 ? run_seed : static_cast<std::uint64_t>(config.seed)) {
-    if (file_.size() == 0) throw tessera::ConfigError(path_ + " is empty", "path");
-    if (file_.size() % token_bytes_ != 0) {
-      throw tessera::ConfigError(path_ + " has " + std::to_string(file_.size()) +
-                                     " bytes, not a multiple of " + std::to_string(token_bytes_) +
-                                     " (" + config.dtype + "); is dtype right?",
-                                 "path");
-    }
-    num_tokens_ = static_cast<std::int64_t>(file_.size() / token_bytes_);
-    if (num_tokens_ < seq_len_ + 1) {
-      throw tessera::ConfigError(
-          path_ + " has " + std::to_string(num_tokens_) +
-              " tokens, fewer than one window of seq_len + 1 = " + std::to_string(seq_len_ + 1),
-          "path");
-    }
-    num_samples_ = (num_tokens_ - seq_len_ - 1) / stride_ + 1;
-  }
-
-  void set_shard(std::int64_t rank, std::int64_t world_size) override {
-    if (world_size < 1 || rank < 0 || rank >= world_size) {
-      throw tessera::Error("dataset/tokens: invalid shard rank " + std::to_string(rank) +
-                           " of world size " + std::to_string(world_size));
-    }
-    rank_ = rank;
-    world_size_ = world_size;
-  }
-
-  tessera::Batch next_batch(std::int64_t batch_size) override {
-    if (batch_size < 1) {
-      throw tessera::Error("dataset/tokens: batch size must be >= 1, got " +
-                           std::to_string(batch_size));
-    }
-    at::Tensor input = at::empty({batch_size, seq_len_}, at::kLong);
-    at::Tensor labels = at::empty({batch_size, seq_len_}, at::kLong);
-    std::int64_t* input_out = input.mutable_data_ptr<std::int64_t>();
-    std::int64_t* labels_out = labels.mutable_data_ptr<std::int64_t>();
-    std::int64_t targets = 0;
-    for (std::int64_t b = 0; b < batch_size; ++b) {
-      const std::int64_t start = next_sample() * stride_;
-      for (std::int64_t t = 0; t < seq_len_; ++t) {
-        *input_out++ = token(start + t);
-        const std::int64_t label = token(start + t + 1);
-        const bool ignored = ignore_token_ >= 0 && label == ignore_token_;
-        *labels_out++ = ignored ? tessera::kIgnoreIndex : label;
-        targets += ignored ? 0 : 1;
-      }
-    }
-    return {std::move(input), std::move(labels), targets};
-  }
-
-  std::int64_t seq_len() const override { return seq_len_; }
-  std::int64_t num_samples() const override { return num_samples_; }
-
-  // The cursor is shared by all ranks (rank r reads cursor + r), so any rank's state resumes
-  // every rank, and set_shard may come before or after load_state_dict.
-  tessera::StateDict state_dict() const override {
-    return {{"epoch", at::scalar_tensor(cursor_ / num_samples_, at::kLong)},
-            {"position", at::scalar_tensor(cursor_ % num_samples_, at::kLong)}};
-  }
-
-  void load_state_dict(const tessera::StateDict& state) override {
-    const auto epoch = state.find("epoch");
-    const auto position = state.find("position");
-    if (epoch == state.end() || position == state.end() || state.size() != 2) {
-      throw tessera::Error("dataset/tokens state: expected exactly the keys epoch and position");
-    }
-    const auto e = epoch->second.item<std::int64_t>();
-    const auto p = position->second.item<std::int64_t>();
-    if (e < 0 || p < 0 || p >= num_samples_) {
-      throw tessera::Error("dataset/tokens state: position " + std::to_string(p) +
-                           " is outside an epoch of " + std::to_string(num_samples_) +
-                           " samples (was the file or seq_len changed?)");
-    }
-    cursor_ = e * num_samples_ + p;
-  }
-
- private:
-  // This shard's next sample index; positions past an epoch's end continue in the next epoch.
-  std::int64_t next_sample() {
-    const std::int64_t global = cursor_ + rank_;
-    cursor_ += world_size_;
-    const std::int64_t epoch = global / num_samples_;
-    if (epoch != order_epoch_) {
-      order_ = epoch_order(num_samples_, seed_, epoch, shuffle_);
-      order_epoch_ = epoch;
-    }
-    return order_[static_cast<std::size_t>(global % num_samples_)];
-  }
-
-  std::int64_t token(std::int64_t i) const {
-    if (token_bytes_ == 1) return static_cast<const std::uint8_t*>(file_.data())[i];
-    if (token_bytes_ == 2) return static_cast<const std::uint16_t*>(file_.data())[i];
-    return static_cast<const std::uint32_t*>(file_.data())[i];
-  }
-
-  std::string path_;
-  MappedFile file_;
-  std::size_t token_bytes_;
-  std::int64_t seq_len_;
-  std::int64_t stride_;
-  std::int64_t ignore_token_;
-  bool shuffle_;
-  std::uint64_t seed_;
-  std::int64_t num_tokens_ = 0;
-  std::int64_t num_samples_ = 0;
-
-  std::int64_t rank_ = 0;
-  std::int64_t world_size_ = 1;
-  std::int64_t cursor_ = 0;  // global position of rank 0's next sample, across epochs
-  std::int64_t order_epoch_ = -1;
-  std::vector<std::int64_t> order_;
-};
+using tessera::token_data::MixtureConfig;
+using tessera::token_data::TokensConfig;
+using tessera::token_data::TokenWindowDataset;
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Dataset, TokensConfig>(
       "tokens", "fixed-length windows over a memory-mapped flat token file",
       [](const TokensConfig& c, const tessera::RunContext& run) { return std::make_shared<TokenWindowDataset>(c, run.seed); });
+  registrar.add<tessera::Dataset, MixtureConfig>(
+      "mixture", "several token files drawn by weight, deterministically; every member's position in checkpoints",
+      [](const MixtureConfig& c, const tessera::RunContext& run) { return tessera::token_data::make_mixture(c, run.seed); });
 }
 
 }  // namespace
