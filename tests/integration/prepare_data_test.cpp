@@ -92,9 +92,17 @@ TEST_F(PrepareData, WritesPythonsIdsJoinedByEosAndAnIndex) {
       "bpe.yaml", "include: [" + tiny() + "]\ncomponents:\n  model: {component_key: model, variant_key: gpt, config: "
                   "{vocab_size: 700, n_layer: 1, n_head: 2, n_embd: 32, max_seq_len: 32}}\n"
                   "  train_data: {component_key: dataset, variant_key: tokens, config: {path: " +
-                  dir_.file("out/train.bin") + ", dtype: uint16, seq_len: 32}}\n");
+                  dir_.file("out/train.bin") +
+                  ", dtype: uint16, seq_len: 32, vocab_size: \"${components.model.config.vocab_size}\"}}\n");
   ASSERT_EQ(run_command(tessera("train " + spec + " --set trainer.max_steps=6 --run-dir " + dir_.file("run")), out), 0)
       << out;
+  // A model with fewer ids than the tokenizer that made the file: refused by validate, naming both.
+  EXPECT_EQ(run_command(tessera("validate " + spec + " --set components.model.config.vocab_size=500"), out), 2) << out;
+  EXPECT_NE(out.find("was tokenised with 700 ids"), std::string::npos) << out;
+  EXPECT_NE(out.find("more than vocab_size 500"), std::string::npos) << out;
+  // And a dtype other than the index's.
+  EXPECT_EQ(run_command(tessera("validate " + spec + " --set components.train_data.config.dtype=uint32"), out), 2) << out;
+  EXPECT_NE(out.find("holds uint16 ids"), std::string::npos) << out;
 }
 
 TEST_F(PrepareData, SameInputsGiveTheSameBytesWhateverTheThreads) {

@@ -12,6 +12,7 @@
 
 #include "tessera/config_fields.hpp"
 #include "tessera/dataset.hpp"
+#include "token_windows.hpp"
 
 namespace tessera::token_data {
 
@@ -24,6 +25,7 @@ struct MixtureConfig {
   std::int64_t ignore_token = -1;
   bool shuffle = true;
   std::int64_t seed = -1;
+  std::int64_t vocab_size = 0;
 
   static void declare(ConfigFields<MixtureConfig>& f) {
     using C = MixtureConfig;
@@ -35,6 +37,9 @@ struct MixtureConfig {
     f.field("ignore_token", &C::ignore_token, "token id whose label position takes no loss; -1 = none").at_least(-1);
     f.field("shuffle", &C::shuffle, "each member: a new seeded order every epoch");
     f.field("seed", &C::seed, "seed of the members' orders (member i uses seed + i); -1 = the run seed").at_least(-1);
+    f.field("vocab_size", &C::vocab_size,
+            "the model's vocabulary: a member whose index names a larger tokenizer is refused at validation (0: no check)")
+        .at_least(0);
     f.check([](const C& c) {
       if (c.paths.empty()) throw ConfigError("a mixture needs at least one path", "paths");
       if (c.weights.size() != c.paths.size()) {
@@ -48,6 +53,7 @@ struct MixtureConfig {
         sum += w;
       }
       if (!(sum > 0)) throw ConfigError("weights must not all be zero", "weights");
+      for (const auto& path : c.paths) check_index(path, c.dtype, c.vocab_size);
     });
   }
 };

@@ -12,13 +12,18 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/batch.hpp"
+#include "tessera/config_fields.hpp"
 #include "tessera/dataset.hpp"
+#include "tessera/error.hpp"
 #include "tessera/plugin.hpp"
 
 namespace tessera::token_data {
@@ -84,6 +89,33 @@ inline std::vector<std::int64_t> epoch_order(std::int64_t n, std::uint64_t seed,
   return order;
 }
 
+// A token file's index (FILE.json, written by `tessera prepare-data`), when it has one, against the
+// config that reads it: the dtype must be the file's, and the tokenizer's vocabulary must fit the
+// model's (`vocab_size`, usually ${components.model.config.vocab_size}; 0: not checked). Runs when
+// the spec is validated, so a mismatch stops `tessera validate`.
+inline void check_index(const std::string& path, const std::string& dtype, std::int64_t vocab_size) {
+  std::ifstream in(path + ".json");
+  if (!in) return;
+  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || index.value("format", "") != "tessera-tokens") return;
+  const std::string file_dtype = index.value("dtype", dtype);
+  if (file_dtype != dtype) {
+    throw ConfigError(path + " holds " + file_dtype + " ids (its index " + path + ".json says so), the config reads " +
+                          dtype,
+                      "dtype");
+  }
+  const auto tokenizer = index.find("tokenizer");
+  if (vocab_size > 0 && tokenizer != index.end() && tokenizer->is_object()) {
+    const std::int64_t ids = tokenizer->value("vocab_size", std::int64_t{0});
+    if (ids > vocab_size) {
+      throw ConfigError(path + " was tokenised with " + std::to_string(ids) + " ids (" +
+                            tokenizer->value("identity", std::string("?")) + "), more than vocab_size " +
+                            std::to_string(vocab_size) + "; use the model's tokenizer, or a model with that vocabulary",
+                        "vocab_size");
+    }
+  }
+}
+
 struct TokensConfig {
   std::string path;
   std::string dtype = "uint16";
@@ -92,6 +124,7 @@ struct TokensConfig {
   std::int64_t ignore_token = -1;
   bool shuffle = true;
   std::int64_t seed = -1;  // -1: the run seed
+  std::int64_t vocab_size = 0;  // the model's, to check a prepared file's index against (0: no check)
 
   static void declare(tessera::ConfigFields<TokensConfig>& f) {
     using C = TokensConfig;
@@ -103,6 +136,11 @@ struct TokensConfig {
     f.field("ignore_token", &C::ignore_token, "token id whose label position takes no loss; -1 = none").at_least(-1);
     f.field("shuffle", &C::shuffle, "a new seeded order every epoch");
     f.field("seed", &C::seed, "seed of the sample order; -1 = the run seed").at_least(-1);
+    f.field("vocab_size", &C::vocab_size,
+            "the model's vocabulary (e.g. ${components.model.config.vocab_size}): a file whose index "
+            "(FILE.json from tessera prepare-data) names a larger tokenizer is refused at validation; 0: no check")
+        .at_least(0);
+    f.check([](const C& c) { check_index(c.path, c.dtype, c.vocab_size); });
   }
 };
 
