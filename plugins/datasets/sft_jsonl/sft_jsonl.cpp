@@ -1,0 +1,237 @@
+// Dataset `sft_jsonl`: supervised fine-tuning examples from JSON lines, {"prompt", "response"}
+// or chat {"messages": [{"role", "content"}, ...]}, tokenised with the run's tokenizer. Only the
+// response (the assistant's messages, and the EOS after each) are targets: every other label is
+// kIgnoreIndex, so the loss and the trainer's global token normalisation count response tokens
+// only. Examples are packed into rows of seq_len (whole examples, greedily, in file order) or
+// given a row each; the rows are read in a seeded order per epoch, shared across ranks like
+// dataset/tokens.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/batch.hpp"
+#include "tessera/config_fields.hpp"
+#include "tessera/dataset.hpp"
+#include "tessera/error.hpp"
+#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/plugin.hpp"
+
+namespace {
+
+struct SftConfig {
+  std::string path;
+  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
+  std::int64_t seq_len = 1;
+  bool pack = true;
+  bool shuffle = true;
+  std::int64_t seed = -1;
+  std::string prompt_field = "prompt";
+  std::string response_field = "response";
+  std::string messages_field = "messages";
+
+  static void declare(tessera::ConfigFields<SftConfig>& f) {
+    using C = SftConfig;
+    f.field("path", &C::path, "JSON lines: {prompt, response} or {messages: [{role, content}, ...]}").required();
+    f.field("tokenizer", &C::tokenizer, "the tokenizer of the model (its EOS ends every response)");
+    f.field("seq_len", &C::seq_len, "tokens per row").required().at_least(1);
+    f.field("pack", &C::pack, "pack whole examples into rows (else one example a row, padded)");
+    f.field("shuffle", &C::shuffle, "a new seeded order of rows every epoch");
+    f.field("seed", &C::seed, "seed of the row order; -1 = the run seed").at_least(-1);
+    f.field("prompt_field", &C::prompt_field, "the prompt's field");
+    f.field("response_field", &C::response_field, "the response's field (the target)");
+    f.field("messages_field", &C::messages_field,
+            "the chat's field: messages rendered as 'ROLE: CONTENT\\n', the assistant's contents (and an EOS "
+            "after each) the targets");
+  }
+};
+
+// One example: its tokens and which of them are targets.
+struct Example {
+  std::vector<std::int64_t> tokens;
+  std::vector<bool> target;
+
+  void add(const std::vector<std::int64_t>& ids, bool is_target) {
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    target.insert(target.end(), ids.size(), is_target);
+  }
+};
+
+std::string string_field(const nlohmann::json& row, const std::string& name, const std::string& where) {
+  auto it = row.find(name);
+  if (it == row.end()) throw tessera::ConfigError(where + ": no field '" + name + "'", "path");
+  if (!it->is_string()) throw tessera::ConfigError(where + ": field '" + name + "' is not a string", "path");
+  return it->get<std::string>();
+}
+
+class SftDataset final : public tessera::Dataset {
+ public:
+  SftDataset(const SftConfig& c, std::uint64_t run_seed)
+      : seq_len_(c.seq_len), shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)) {
+    if (!c.tokenizer) throw tessera::ConfigError("dataset/sft_jsonl needs the model's tokenizer", "tokenizer");
+    const tessera::kinds::Tokenizer& tok = *c.tokenizer;
+    eos_ = tok.eos_id();
+    pad_ = eos_ >= 0 ? eos_ : 0;
+    std::ifstream in(c.path);
+    if (!in) throw tessera::ConfigError("cannot read " + c.path, "path");
+    std::size_t number = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = c.path + ":" + std::to_string(number);
+      nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!row.is_object()) throw tessera::ConfigError(where + ": not a JSON object", "path");
+      Example ex;
+      try {
+        if (row.contains(c.messages_field)) {
+          render_chat(row[c.messages_field], tok, where, ex);
+        } else {
+          ex.add(tok.encode(string_field(row, c.prompt_field, where)), false);
+          ex.add(tok.encode(string_field(row, c.response_field, where)), true);
+          if (eos_ >= 0) ex.add({eos_}, true);
+        }
+      } catch (const tessera::ConfigError&) {
+        throw;
+      } catch (const tessera::Error& e) {
+        throw tessera::ConfigError(where + ": " + e.what(), "path");
+      }
+      add_example(ex, c.pack);
+    }
+    flush_row();
+    if (rows_.empty()) throw tessera::ConfigError(c.path + " holds no examples", "path");
+  }
+
+  void set_shard(std::int64_t rank, std::int64_t world_size) override {
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      throw tessera::Error("dataset/sft_jsonl: invalid shard rank " + std::to_string(rank) + " of " +
+                           std::to_string(world_size));
+    }
+    rank_ = rank;
+    world_size_ = world_size;
+  }
+
+  tessera::Batch next_batch(std::int64_t batch_size) override {
+    if (batch_size < 1) throw tessera::Error("dataset/sft_jsonl: batch size must be >= 1");
+    at::Tensor input = at::empty({batch_size, seq_len_}, at::kLong);
+    at::Tensor labels = at::empty({batch_size, seq_len_}, at::kLong);
+    std::int64_t* in = input.mutable_data_ptr<std::int64_t>();
+    std::int64_t* out = labels.mutable_data_ptr<std::int64_t>();
+    std::int64_t targets = 0;
+    for (std::int64_t b = 0; b < batch_size; ++b) {
+      const Row& row = rows_[row_at(cursor_ + rank_)];
+      cursor_ += world_size_;
+      std::copy(row.inputs.begin(), row.inputs.end(), in + b * seq_len_);
+      std::copy(row.labels.begin(), row.labels.end(), out + b * seq_len_);
+      targets += row.targets;
+    }
+    return {std::move(input), std::move(labels), targets};
+  }
+
+  std::int64_t seq_len() const override { return seq_len_; }
+  std::int64_t num_samples() const override { return static_cast<std::int64_t>(rows_.size()); }
+
+  tessera::StateDict state_dict() const override {
+    return {{"epoch", at::scalar_tensor(cursor_ / num_samples(), at::kLong)},
+            {"position", at::scalar_tensor(cursor_ % num_samples(), at::kLong)}};
+  }
+  void load_state_dict(const tessera::StateDict& state) override {
+    const auto epoch = state.find("epoch"), position = state.find("position");
+    if (epoch == state.end() || position == state.end() || state.size() != 2) {
+      throw tessera::Error("dataset/sft_jsonl state: expected exactly the keys epoch and position");
+    }
+    const auto p = position->second.item<std::int64_t>(), e = epoch->second.item<std::int64_t>();
+    if (e < 0 || p < 0 || p >= num_samples()) throw tessera::Error("dataset/sft_jsonl state: position outside an epoch");
+    cursor_ = e * num_samples() + p;
+  }
+
+ private:
+  struct Row {
+    std::vector<std::int64_t> inputs, labels;
+    std::int64_t targets = 0;
+  };
+
+  // ROLE: CONTENT\n for every message; the assistant's content and the EOS after it are targets.
+  void render_chat(const nlohmann::json& messages, const tessera::kinds::Tokenizer& tok, const std::string& where,
+                   Example& ex) const {
+    if (!messages.is_array() || messages.empty()) throw tessera::ConfigError(where + ": messages is not a non-empty list", "path");
+    for (const auto& m : messages) {
+      if (!m.is_object()) throw tessera::ConfigError(where + ": a message is not an object", "path");
+      const std::string role = string_field(m, "role", where), content = string_field(m, "content", where);
+      if (role == "assistant") {
+        ex.add(tok.encode(role + ": "), false);
+        ex.add(tok.encode(content), true);
+        if (eos_ >= 0) ex.add({eos_}, true);
+        ex.add(tok.encode("\n"), false);
+      } else {
+        ex.add(tok.encode(role + ": " + content + "\n"), false);
+      }
+    }
+  }
+
+  // Inputs are tokens[0..n-2]; label i is token i+1 where that token is a target.
+  void add_example(const Example& ex, bool pack) {
+    if (ex.tokens.size() < 2) return;
+    std::size_t n = std::min(ex.tokens.size() - 1, static_cast<std::size_t>(seq_len_));
+    if (!pack || open_.inputs.size() + n > static_cast<std::size_t>(seq_len_)) flush_row();
+    for (std::size_t i = 0; i < n; ++i) {
+      open_.inputs.push_back(ex.tokens[i]);
+      const bool target = ex.target[i + 1];
+      open_.labels.push_back(target ? ex.tokens[i + 1] : tessera::kIgnoreIndex);
+      open_.targets += target ? 1 : 0;
+    }
+    if (!pack) flush_row();
+  }
+
+  // Pads the open row to seq_len (padding takes no loss) and keeps it if it holds a target.
+  void flush_row() {
+    if (open_.inputs.empty()) return;
+    open_.inputs.resize(static_cast<std::size_t>(seq_len_), pad_);
+    open_.labels.resize(static_cast<std::size_t>(seq_len_), tessera::kIgnoreIndex);
+    if (open_.targets > 0) rows_.push_back(std::move(open_));
+    open_ = Row{};
+  }
+
+  // The row at a global position: epoch `global / rows` in that epoch's seeded order.
+  std::size_t row_at(std::int64_t global) {
+    const std::int64_t n = num_samples(), epoch = global / n;
+    if (epoch != order_epoch_) {
+      order_.resize(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) order_[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i);
+      if (shuffle_) {
+        std::seed_seq seq{static_cast<std::uint32_t>(seed_), static_cast<std::uint32_t>(seed_ >> 32),
+                          static_cast<std::uint32_t>(epoch)};
+        std::mt19937_64 rng(seq);
+        for (std::size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[rng() % (i + 1)]);
+      }
+      order_epoch_ = epoch;
+    }
+    return order_[static_cast<std::size_t>(global % n)];
+  }
+
+  std::int64_t seq_len_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  std::int64_t eos_ = -1, pad_ = 0;
+  std::vector<Row> rows_;
+  Row open_;
+  std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0, order_epoch_ = -1;
+  std::vector<std::size_t> order_;
+};
+
+void register_components(tessera::Registrar& registrar) {
+  registrar.add<tessera::Dataset, SftConfig>(
+      "sft_jsonl", "supervised fine-tuning examples from JSON lines; only the responses are targets",
+      [](const SftConfig& c, const tessera::RunContext& run) { return std::make_shared<SftDataset>(c, run.seed); });
+}
+
+}  // namespace
+
+TESSERA_PLUGIN("dataset_sft_jsonl", "0.1.0", register_components)
