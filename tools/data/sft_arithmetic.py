@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""The data of configs/sft-tiny.yaml: additions as supervised fine-tuning examples,
+{"prompt": "Q: 12+345=", "response": " 357"}, in JSON lines (a fixed seed; the held-out file
+shares no example with the training file).
+
+    tools/data/sft_arithmetic.py --out data/sft-arithmetic [--train 20000] [--val 500]
+
+Only the response is a target in dataset/sft_jsonl, so the model is trained to answer, not to
+reproduce the questions; the evaluation loss is the loss on answers alone.
+"""
+import argparse
+import json
+import pathlib
+import random
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--train", type=int, default=20000)
+    p.add_argument("--val", type=int, default=500)
+    args = p.parse_args()
+    rng = random.Random(0)
+    seen, examples = set(), []
+    while len(examples) < args.train + args.val:
+        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        examples.append({"prompt": f"Q: {a}+{b}=", "response": f" {a + b}\n"})
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, part in (("val", examples[:args.val]), ("train", examples[args.val:])):
+        with open(out / f"{name}.jsonl", "w") as f:
+            for ex in part:
+                f.write(json.dumps(ex) + "\n")
+    print(f"{out}: {args.train} training and {args.val} held-out additions")
+
+
+if __name__ == "__main__":
+    main()
