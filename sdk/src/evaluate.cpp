@@ -27,8 +27,10 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     for (std::int64_t i = 0; i < batches; ++i) {
       Batch batch = data.next_batch(micro_batch_size);
       const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
-      const LossSum part = from_hidden ? loss.compute_from_hidden(model.forward_hidden(input_ids), model.output_head(), labels)
-                                       : loss.compute(model.forward(input_ids), labels);
+      const at::Tensor documents = batch.document_ids.defined() ? batch.document_ids.to(device) : at::Tensor();
+      const LossSum part = from_hidden ? loss.compute_from_hidden(model.forward_hidden(input_ids, documents),
+                                                                  model.output_head(), labels)
+                                       : loss.compute(model.forward(input_ids, documents), labels);
       loss_sum += part.sum.to(at::kDouble);
       targets += batch.num_target_tokens;
       inputs += batch.input_ids.numel();

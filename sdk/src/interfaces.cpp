@@ -40,17 +40,35 @@ LossAndGradNorm ParallelStrategy::reduce_loss_and_grad_norm(Communicator& comm, 
 }
 PendingCollective::~PendingCollective() = default;
 
-at::Tensor Model::forward(const at::Tensor& input_ids) {
+namespace {
+
+// Holds a model's document ids for one forward pass, and clears them however it ends.
+class DocumentScope {
+ public:
+  DocumentScope(at::Tensor& slot, const at::Tensor& ids) : slot_(slot) { slot_ = ids; }
+  ~DocumentScope() { slot_ = at::Tensor(); }
+  DocumentScope(const DocumentScope&) = delete;
+  DocumentScope& operator=(const DocumentScope&) = delete;
+
+ private:
+  at::Tensor& slot_;
+};
+
+}  // namespace
+
+at::Tensor Model::forward(const at::Tensor& input_ids, const at::Tensor& document_ids) {
+  DocumentScope documents(document_ids_, document_ids);
   if (!hooks_) return compute(input_ids);
   hooks_->before_forward(ForwardHooks::kWholeModel);
   return hooks_->after_forward(ForwardHooks::kWholeModel, compute(input_ids));
 }
 
-at::Tensor Model::forward_hidden(const at::Tensor& input_ids) {
+at::Tensor Model::forward_hidden(const at::Tensor& input_ids, const at::Tensor& document_ids) {
   if (!has_output_head()) {
     throw Error("this model does not expose its hidden states and output head (Model::has_output_head); "
                 "use a loss without chunk_size");
   }
+  DocumentScope documents(document_ids_, document_ids);
   if (!hooks_) return compute_hidden(input_ids);
   hooks_->before_forward(ForwardHooks::kWholeModel);
   return hooks_->after_forward(ForwardHooks::kWholeModel, compute_hidden(input_ids));

@@ -158,6 +158,21 @@ TEST(Trainer, StopsAtMaxTokens) {
   EXPECT_NE(r.stop_reason.find("max_tokens"), std::string::npos);
 }
 
+// max_epochs stops at the end of the data: once the samples read reach the dataset's count.
+TEST(Trainer, StopsAtTheEndOfTheDataWithMaxEpochs) {
+  TempDir dir;
+  TrainerSettings s = settings(2, 2, 0);  // 4 samples a step
+  s.max_epochs = 1;
+  auto run = make_trainer(components_yaml(uneven_token_file(dir)), s);
+  TrainResult r = run.trainer->fit();
+  const std::int64_t samples = run.trainer->progress().samples;
+  // The uneven file has a number of windows that 4 need not divide: the step that reaches it ends the run.
+  auto data = testing::built<Dataset>(run.components, "train_data");
+  EXPECT_GE(samples, data->num_samples());
+  EXPECT_LT(samples - 4, data->num_samples());
+  EXPECT_NE(r.stop_reason.find("end of the data"), std::string::npos) << r.stop_reason;
+}
+
 TEST(Trainer, SigtermStopsCleanlyAfterTheCurrentStep) {
   TempDir dir;
   install_stop_signal_handlers();

@@ -57,6 +57,7 @@ void PrefetchingDataset::read_ahead(std::int64_t batch_size) {
       if (pin_memory_) {
         ready.batch.input_ids = ready.batch.input_ids.pin_memory();
         ready.batch.labels = ready.batch.labels.pin_memory();
+        if (ready.batch.document_ids.defined()) ready.batch.document_ids = ready.batch.document_ids.pin_memory();
       }
     } catch (...) {
       ready.error = std::current_exception();

@@ -16,6 +16,7 @@
 #include "tessera/core/train/local_strategy.hpp"
 #include "tessera/core/train/prefetching_dataset.hpp"
 #include "tessera/error.hpp"
+#include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/precision.hpp"
 
@@ -174,6 +175,11 @@ std::string Trainer::stop_reason() const {
   }
   if (settings_.max_tokens > 0 && progress_.tokens >= settings_.max_tokens) {
     return "reached max_tokens " + std::to_string(settings_.max_tokens);
+  }
+  if (settings_.max_epochs > 0 &&
+      static_cast<double>(progress_.samples) >=
+          settings_.max_epochs * static_cast<double>(parts_.train_data->num_samples())) {
+    return "reached the end of the data (max_epochs " + human::format("%g", settings_.max_epochs) + ")";
   }
   if (settings_.max_time_s > 0 && progress_.elapsed_s >= settings_.max_time_s) {
     return "reached max_time_s " + std::to_string(settings_.max_time_s);

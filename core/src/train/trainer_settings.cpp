@@ -7,6 +7,10 @@ void TrainerSettings::declare(ConfigFields<TrainerSettings>& f) {
   f.field("max_steps", &T::max_steps, "stop after this many optimizer steps (0: no limit)").at_least(0);
   f.field("max_tokens", &T::max_tokens, "stop once this many input tokens were consumed (0: no limit)").at_least(0);
   f.field("max_time_s", &T::max_time_s, "stop after this many seconds of training (0: no limit)").at_least(0);
+  f.field("max_epochs", &T::max_epochs,
+          "stop at the end of the data: once this many passes over train_data were read (fractions allowed; 0: no "
+          "limit)")
+      .at_least(0);
   f.field("grad_accum", &T::grad_accum, "micro-batches per optimizer step").at_least(1);
   f.field("micro_batch_size", &T::micro_batch_size, "samples per micro-batch").required().at_least(1);
   f.field("clip_grad_norm", &T::clip_grad_norm, "clip gradients to this global L2 norm (0: off)").at_least(0);
@@ -14,8 +18,8 @@ void TrainerSettings::declare(ConfigFields<TrainerSettings>& f) {
           "micro-batches a background thread reads ahead (pinned memory on GPUs; 0: read in the step)")
       .at_least(0);
   f.check([](const T& t) {
-    if (t.max_steps == 0 && t.max_tokens == 0 && t.max_time_s == 0) {
-      throw ConfigError("no stop condition: set max_steps, max_tokens or max_time_s");
+    if (t.max_steps == 0 && t.max_tokens == 0 && t.max_time_s == 0 && t.max_epochs == 0) {
+      throw ConfigError("no stop condition: set max_steps, max_tokens, max_time_s or max_epochs");
     }
   });
 }

@@ -103,7 +103,9 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
     strategy_.begin_micro_batch(static_cast<std::int64_t>(i), settings_.grad_accum);
     at::Tensor input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);
     at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);
-    LossSum loss = forward_loss(input_ids, labels);
+    at::Tensor documents;
+    if (batch.document_ids.defined()) documents = batch.document_ids.to(device_, /*non_blocking=*/true);
+    LossSum loss = forward_loss(input_ids, labels, documents);
     at::Tensor objective = loss.sum * inv_tokens;
     if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
     objective.backward();
@@ -121,13 +123,18 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
 // The forward pass and the loss, under autocast when the run computes in bf16 (backward then
 // runs in the dtypes the forward chose). A loss that takes hidden states gets them and the
 // model's output head, so the whole [tokens, vocab] logits never exist.
-LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& labels) {
+LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents) {
+  if (documents.defined() && !parts_.model->masks_documents() && !warned_unmasked_documents_) {
+    log::warn("the data packs documents (document_ids) but this model does not mask them: tokens attend across "
+              "document boundaries");
+    warned_unmasked_documents_ = true;
+  }
   AutocastGuard autocast(device_, compute_dtype_);
   if (hidden_loss_) {
-    const at::Tensor hidden = parts_.model->forward_hidden(input_ids);
+    const at::Tensor hidden = parts_.model->forward_hidden(input_ids, documents);
     return parts_.loss->compute_from_hidden(hidden, parts_.model->output_head(), labels);
   }
-  return parts_.loss->compute(parts_.model->forward(input_ids), labels);
+  return parts_.loss->compute(parts_.model->forward(input_ids, documents), labels);
 }
 
 // The gradients complete, then the step's loss (all ranks, per target token) and the global

@@ -32,6 +32,7 @@ struct SftConfig {
   std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
   std::int64_t seq_len = 1;
   bool pack = true;
+  bool document_mask = true;
   bool shuffle = true;
   std::int64_t seed = -1;
   std::string prompt_field = "prompt";
@@ -44,6 +45,9 @@ struct SftConfig {
     f.field("tokenizer", &C::tokenizer, "the tokenizer of the model (its EOS ends every response)");
     f.field("seq_len", &C::seq_len, "tokens per row").required().at_least(1);
     f.field("pack", &C::pack, "pack whole examples into rows (else one example a row, padded)");
+    f.field("document_mask", &C::document_mask,
+            "give the model each position's example, so a model that masks documents keeps packed examples "
+            "from attending to each other and restarts their positions");
     f.field("shuffle", &C::shuffle, "a new seeded order of rows every epoch");
     f.field("seed", &C::seed, "seed of the row order; -1 = the run seed").at_least(-1);
     f.field("prompt_field", &C::prompt_field, "the prompt's field");
@@ -75,7 +79,7 @@ std::string string_field(const nlohmann::json& row, const std::string& name, con
 class SftDataset final : public tessera::Dataset {
  public:
   SftDataset(const SftConfig& c, std::uint64_t run_seed)
-      : seq_len_(c.seq_len), shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)) {
+      : seq_len_(c.seq_len), document_mask_(c.document_mask), shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)) {
     if (!c.tokenizer) throw tessera::ConfigError("dataset/sft_jsonl needs the model's tokenizer", "tokenizer");
     const tessera::kinds::Tokenizer& tok = *c.tokenizer;
     eos_ = tok.eos_id();
@@ -124,15 +128,20 @@ class SftDataset final : public tessera::Dataset {
     at::Tensor labels = at::empty({batch_size, seq_len_}, at::kLong);
     std::int64_t* in = input.mutable_data_ptr<std::int64_t>();
     std::int64_t* out = labels.mutable_data_ptr<std::int64_t>();
+    at::Tensor documents;
+    if (document_mask_) documents = at::empty({batch_size, seq_len_}, at::kLong);
     std::int64_t targets = 0;
     for (std::int64_t b = 0; b < batch_size; ++b) {
       const Row& row = rows_[row_at(cursor_ + rank_)];
       cursor_ += world_size_;
       std::copy(row.inputs.begin(), row.inputs.end(), in + b * seq_len_);
       std::copy(row.labels.begin(), row.labels.end(), out + b * seq_len_);
+      if (document_mask_) {
+        std::copy(row.documents.begin(), row.documents.end(), documents.mutable_data_ptr<std::int64_t>() + b * seq_len_);
+      }
       targets += row.targets;
     }
-    return {std::move(input), std::move(labels), targets};
+    return {std::move(input), std::move(labels), targets, std::move(documents)};
   }
 
   std::int64_t seq_len() const override { return seq_len_; }
@@ -155,6 +164,8 @@ class SftDataset final : public tessera::Dataset {
  private:
   struct Row {
     std::vector<std::int64_t> inputs, labels;
+    std::vector<std::int64_t> documents;  // the example of each position (padding: one more)
+    std::int64_t examples = 0;
     std::int64_t targets = 0;
   };
 
@@ -182,11 +193,13 @@ class SftDataset final : public tessera::Dataset {
     std::size_t n = std::min(ex.tokens.size() - 1, static_cast<std::size_t>(seq_len_));
     if (!pack || open_.inputs.size() + n > static_cast<std::size_t>(seq_len_)) flush_row();
     for (std::size_t i = 0; i < n; ++i) {
+      open_.documents.push_back(open_.examples);
       open_.inputs.push_back(ex.tokens[i]);
       const bool target = ex.target[i + 1];
       open_.labels.push_back(target ? ex.tokens[i + 1] : tessera::kIgnoreIndex);
       open_.targets += target ? 1 : 0;
     }
+    ++open_.examples;
     if (!pack) flush_row();
   }
 
@@ -195,6 +208,7 @@ class SftDataset final : public tessera::Dataset {
     if (open_.inputs.empty()) return;
     open_.inputs.resize(static_cast<std::size_t>(seq_len_), pad_);
     open_.labels.resize(static_cast<std::size_t>(seq_len_), tessera::kIgnoreIndex);
+    open_.documents.resize(static_cast<std::size_t>(seq_len_), open_.examples);
     if (open_.targets > 0) rows_.push_back(std::move(open_));
     open_ = Row{};
   }
@@ -217,6 +231,7 @@ class SftDataset final : public tessera::Dataset {
   }
 
   std::int64_t seq_len_;
+  bool document_mask_;
   bool shuffle_;
   std::uint64_t seed_;
   std::int64_t eos_ = -1, pad_ = 0;

@@ -4,6 +4,7 @@
 // gradient accumulation has exactly the loss and gradient of a plain LibTorch computation over
 // the same rows with the prompts masked, normalised by the global count of response tokens.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -80,6 +81,8 @@ TEST(SftJsonl, PackingKeepsExamplesWhole) {
   const Batch batch = packed->next_batch(1);
   EXPECT_EQ(row(batch.input_ids, 0), (std::vector<std::int64_t>{'p', '0', 'r', 'p', '1', 'r', 0, 0}));
   EXPECT_EQ(row(batch.labels, 0), (std::vector<std::int64_t>{I, 'r', 'r', I, 'r', 'r', I, I}));
+  // Each example its own document; the padding one more.
+  EXPECT_EQ(row(batch.document_ids, 0), (std::vector<std::int64_t>{0, 0, 0, 1, 1, 1, 2, 2}));
   EXPECT_EQ(make_sft(dir.file("p.jsonl"), ", seq_len: 8, pack: false")->num_samples(), 6);
 }
 
@@ -164,7 +167,14 @@ TEST(SftJsonl, TrainerStepEqualsAPlainComputationOverResponseTokensOnTwoRanks) {
   for (const auto& item : model->named_parameters()) {
     ASSERT_TRUE(item.value().equal(results[0].before.at(item.key()))) << "the ranks started elsewhere: " << item.key();
   }
-  const at::Tensor logits = model->forward(all.input_ids);
+  // Packed rows: the examples are kept apart (document_ids), as the trainer does.
+  ASSERT_TRUE(all.document_ids.defined());
+  const at::Tensor logits = model->forward(all.input_ids, all.document_ids);
+  {
+    c10::NoGradGuard no_grad;
+    const at::Tensor unmasked = model->forward(all.input_ids);
+    EXPECT_GT((unmasked - logits).abs().max().item<double>(), 1e-3) << "the rows pack no second example";
+  }
   const at::Tensor sum = at::cross_entropy_loss(logits.flatten(0, 1), all.labels.flatten(), {}, at::Reduction::Sum, I);
   const double targets = static_cast<double>(all.num_target_tokens);
   ASSERT_EQ(all.num_target_tokens, (all.labels != I).sum().item<std::int64_t>());

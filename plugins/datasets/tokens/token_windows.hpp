@@ -116,6 +116,14 @@ inline void check_index(const std::string& path, const std::string& dtype, std::
   }
 }
 
+// The eos_id of a token file's index (FILE.json), or -1.
+inline std::int64_t index_eos_id(const std::string& path) {
+  std::ifstream in(path + ".json");
+  if (!in) return -1;
+  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return index.is_object() ? index.value("eos_id", std::int64_t{-1}) : -1;
+}
+
 struct TokensConfig {
   std::string path;
   std::string dtype = "uint16";
@@ -125,6 +133,8 @@ struct TokensConfig {
   bool shuffle = true;
   std::int64_t seed = -1;  // -1: the run seed
   std::int64_t vocab_size = 0;  // the model's, to check a prepared file's index against (0: no check)
+  bool document_mask = false;   // give Batch::document_ids: documents end at eos_id
+  std::int64_t eos_id = -1;     // -1: the index's (FILE.json), if any
 
   static void declare(tessera::ConfigFields<TokensConfig>& f) {
     using C = TokensConfig;
@@ -140,6 +150,11 @@ struct TokensConfig {
             "the model's vocabulary (e.g. ${components.model.config.vocab_size}): a file whose index "
             "(FILE.json from tessera prepare-data) names a larger tokenizer is refused at validation; 0: no check")
         .at_least(0);
+    f.field("document_mask", &C::document_mask,
+            "give the model each position's document (a new one after every EOS), so a model that masks "
+            "documents attends only within one and restarts positions");
+    f.field("eos_id", &C::eos_id, "with document_mask: the id that ends a document (-1: the one in FILE.json)")
+        .at_least(-1);
     f.check([](const C& c) { check_index(c.path, c.dtype, c.vocab_size); });
   }
 };
@@ -170,6 +185,14 @@ class TokenWindowDataset final : public tessera::Dataset {
           "path");
     }
     num_samples_ = (num_tokens_ - seq_len_ - 1) / stride_ + 1;
+    if (config.document_mask) {
+      eos_ = config.eos_id >= 0 ? config.eos_id : index_eos_id(path_);
+      if (eos_ < 0) {
+        throw tessera::ConfigError("document_mask needs the id that ends a document: set eos_id (" + path_ +
+                                       " has no index naming one)",
+                                   "eos_id");
+      }
+    }
   }
 
   void set_shard(std::int64_t rank, std::int64_t world_size) override {
@@ -190,27 +213,37 @@ class TokenWindowDataset final : public tessera::Dataset {
     at::Tensor labels = at::empty({batch_size, seq_len_}, at::kLong);
     std::int64_t* input_out = input.mutable_data_ptr<std::int64_t>();
     std::int64_t* labels_out = labels.mutable_data_ptr<std::int64_t>();
+    at::Tensor documents;
+    if (eos_ >= 0) documents = at::empty({batch_size, seq_len_}, at::kLong);
     std::int64_t targets = 0;
     for (std::int64_t b = 0; b < batch_size; ++b) {
-      targets += write_draw(cursor_ + rank_, input_out + b * seq_len_, labels_out + b * seq_len_);
+      targets += write_draw(cursor_ + rank_, input_out + b * seq_len_, labels_out + b * seq_len_,
+                            documents.defined() ? documents.mutable_data_ptr<std::int64_t>() + b * seq_len_ : nullptr);
       cursor_ += world_size_;
     }
-    return {std::move(input), std::move(labels), targets};
+    return {std::move(input), std::move(labels), targets, std::move(documents)};
   }
 
   // Writes draw number `draw` of this file's endless sample sequence (epoch draw / num_samples,
   // in that epoch's order) as seq_len inputs and labels; returns its target count. Draws past an
   // epoch's end continue in the next epoch. dataset/mixture reads its members this way.
-  std::int64_t write_draw(std::int64_t draw, std::int64_t* input_out, std::int64_t* labels_out) {
+  // With `documents_out`, also each position's document: the count of EOS before it.
+  std::int64_t write_draw(std::int64_t draw, std::int64_t* input_out, std::int64_t* labels_out,
+                          std::int64_t* documents_out = nullptr) {
     const std::int64_t epoch = draw / num_samples_;
     if (epoch != order_epoch_) {
       order_ = epoch_order(num_samples_, seed_, epoch, shuffle_);
       order_epoch_ = epoch;
     }
     const std::int64_t start = order_[static_cast<std::size_t>(draw % num_samples_)] * stride_;
-    std::int64_t targets = 0;
+    std::int64_t targets = 0, document = 0;
     for (std::int64_t t = 0; t < seq_len_; ++t) {
-      *input_out++ = token(start + t);
+      const std::int64_t id = token(start + t);
+      *input_out++ = id;
+      if (documents_out) {
+        *documents_out++ = document;
+        document += id == eos_ ? 1 : 0;
+      }
       const std::int64_t label = token(start + t + 1);
       const bool ignored = ignore_token_ >= 0 && label == ignore_token_;
       *labels_out++ = ignored ? tessera::kIgnoreIndex : label;
@@ -260,6 +293,7 @@ class TokenWindowDataset final : public tessera::Dataset {
   std::int64_t ignore_token_;
   bool shuffle_;
   std::uint64_t seed_;
+  std::int64_t eos_ = -1;  // with document_mask: the id that ends a document
   std::int64_t num_tokens_ = 0;
   std::int64_t num_samples_ = 0;
 

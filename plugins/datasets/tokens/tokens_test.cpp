@@ -309,5 +309,26 @@ TEST(TokensDataset, BadFilesAreConfigIssuesOnPath) {
   EXPECT_NO_THROW(make_dataset(six, "seq_len: 2"));
 }
 
+// document_mask: each position's document is the number of EOS before it in the window.
+TEST(TokensDataset, DocumentIdsCountTheEosBeforeEachPosition) {
+  TempDir dir;
+  std::vector<std::uint16_t> tokens = {5, 6, 0, 7, 0, 0, 8, 9, 10, 11, 12};
+  const std::string path = dir.file("docs.bin");
+  testing::write_token_file(path, tokens);
+  auto data = make_dataset(path, "seq_len: 5, shuffle: false, document_mask: true, eos_id: 0");
+  data->set_shard(0, 1);
+  const Batch batch = data->next_batch(2);
+  ASSERT_TRUE(batch.document_ids.defined());
+  EXPECT_TRUE(batch.document_ids.equal(longs({0, 0, 0, 1, 1, 0, 1, 1, 1, 1}, 2)));
+  // Without it: none; with it but no EOS known: a config error at eos_id.
+  EXPECT_FALSE(make_dataset(path, "seq_len: 5")->next_batch(1).document_ids.defined());
+  try {
+    make_dataset(path, "seq_len: 5, document_mask: true");
+    FAIL() << "expected a config error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("eos_id"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -27,6 +27,7 @@
 #include "tessera/plugin.hpp"
 #include "tessera/safetensors.hpp"
 #include "tessera/hugging_face.hpp"
+#include "../document_mask.hpp"
 #include "../hf_import.hpp"
 #include "gpt2_format.hpp"
 #include "transformer_parts.hpp"
@@ -49,8 +50,8 @@ class Block : public torch::nn::Module {
         mlp(register_module("mlp", std::make_shared<Mlp>(c.n_embd, c.bias, c.dropout,
                                                          c.activation == "gelu_tanh" ? "tanh" : "none"))) {}
 
-  at::Tensor forward(at::Tensor x) {
-    x = x + attn->forward(ln_1->forward(x));
+  at::Tensor forward(at::Tensor x, const at::Tensor& mask = {}) {
+    x = x + attn->forward(ln_1->forward(x), mask);
     return x + mlp->forward(ln_2->forward(x));
   }
 
@@ -105,6 +106,8 @@ class Gpt final : public tessera::Model {
     return out;
   }
 
+  bool masks_documents() const override { return true; }
+
   std::int64_t vocab_size() const override { return config_.vocab_size; }
   std::int64_t max_seq_len() const override { return config_.max_seq_len; }
   double flops_per_token(std::int64_t seq_len) const override {
@@ -130,12 +133,19 @@ class Gpt final : public tessera::Model {
                            " exceeds max_seq_len " + std::to_string(config_.max_seq_len) +
                            "; raise max_seq_len or shorten the data's seq_len");
     }
-    const at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong));
+    // Packed documents: positions restart at each, attention stays within each.
+    tessera::documents::Layout docs;
+    if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids);
+    const at::Tensor positions =
+        docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options().dtype(at::kLong));
     at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), config_.dropout,
                                is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      // The body outlives this call when checkpointed (backward runs it again): it owns the block.
-      tessera::BlockBody body = [block = blocks_[i]](const at::Tensor& h) { return block->forward(h); };
+      // The body outlives this call when checkpointed (backward runs it again): it owns the block
+      // and the mask.
+      tessera::BlockBody body = [block = blocks_[i], mask = docs.attention_mask](const at::Tensor& h) {
+        return block->forward(h, mask);
+      };
       const bool checkpointed = tessera::checkpoints_block(
           config_.activation_checkpointing, config_.activation_checkpointing_every, static_cast<std::int64_t>(i));
       x = run_unit(i, x, [&](const at::Tensor& h) {

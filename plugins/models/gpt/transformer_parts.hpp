@@ -85,7 +85,8 @@ class CausalSelfAttention : public torch::nn::Module {
         qkv_(register_module("c_attn", linear_layer(n_embd, 3 * n_embd, bias))),
         out_(register_module("c_proj", linear_layer(n_embd, n_embd, bias))) {}
 
-  at::Tensor forward(const at::Tensor& x) {
+  // `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see; causal without.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {}) {
     const std::int64_t batch = x.size(0), seq = x.size(1), embd = x.size(2);
     // [B, T, 3C] -> three [B, H, T, C/H]
     std::vector<at::Tensor> qkv = qkv_->forward(x)
@@ -93,8 +94,10 @@ class CausalSelfAttention : public torch::nn::Module {
                                       .permute({2, 0, 3, 1, 4})
                                       .unbind(0);
     const double attn_dropout = is_training() ? dropout_ : 0.0;
-    at::Tensor y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
-                                                    attn_dropout, /*is_causal=*/true);
+    at::Tensor y = mask.defined()
+                       ? at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, attn_dropout, /*is_causal=*/false)
+                       : at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, attn_dropout,
+                                                          /*is_causal=*/true);
     y = y.transpose(1, 2).contiguous().view({batch, seq, embd});
     return at::dropout(out_->forward(y), dropout_, is_training());
   }

@@ -35,6 +35,7 @@
 #include "tessera/plugin.hpp"
 #include "tessera/safetensors.hpp"
 #include "../gpt/transformer_parts.hpp"
+#include "../document_mask.hpp"
 #include "../hf_import.hpp"
 #include "llama_config.hpp"
 
@@ -106,17 +107,21 @@ class Attention : public torch::nn::Module {
         v_(register_module("v_proj", std::make_shared<Affine>(c.n_embd, c.kv_heads() * c.head_size(), false))),
         o_(register_module("o_proj", std::make_shared<Affine>(c.n_head * c.head_size(), c.n_embd, false))) {}
 
-  // cos, sin: [seq, head_dim] in x's compute dtype.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  // cos, sin: [seq, head_dim] (or [batch, 1, seq, head_dim] for packed documents) in x's compute
+  // dtype; `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
     const std::int64_t batch = x.size(0), seq = x.size(1);
     // [B, T, H·D] -> [B, H, T, D]
     auto heads = [&](const at::Tensor& t, std::int64_t n) { return t.view({batch, seq, n, head_dim_}).transpose(1, 2); };
     const at::Tensor q = apply_rotary(heads(q_->forward(x), n_head_), cos, sin);
     const at::Tensor k = apply_rotary(heads(k_->forward(x), n_kv_head_), cos, sin);
     const at::Tensor v = heads(v_->forward(x), n_kv_head_);
-    at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
-                                                    /*is_causal=*/true, /*scale=*/std::nullopt,
-                                                    /*enable_gqa=*/n_kv_head_ != n_head_);
+    const double dropout = is_training() ? dropout_ : 0.0;
+    const bool gqa = n_kv_head_ != n_head_;
+    at::Tensor y = mask.defined()
+                       ? at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt, gqa)
+                       : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true,
+                                                          std::nullopt, gqa);
     return o_->forward(y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}));
   }
 
@@ -149,8 +154,8 @@ class Block : public torch::nn::Module {
             register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps))),
         mlp(register_module("mlp", std::make_shared<SwiGlu>(c))) {}
 
-  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin) {
-    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin);
+  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
 
@@ -195,6 +200,7 @@ class Llama final : public tessera::Model {
     return {config_.tie_embeddings ? embed_tokens_->weight : lm_head_->weight, {}};
   }
 
+  bool masks_documents() const override { return true; }
   bool exports_hugging_face() const override { return true; }
   tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
     tessera::HfExport out;
@@ -258,10 +264,20 @@ class Llama final : public tessera::Model {
         at::autocast::is_autocast_enabled(input_ids.device().type())
             ? at::autocast::get_autocast_dtype(input_ids.device().type())
             : x.scalar_type();
-    const at::Tensor cos = cos_.narrow(0, 0, seq).to(input_ids.device(), dtype);
-    const at::Tensor sin = sin_.narrow(0, 0, seq).to(input_ids.device(), dtype);
+    at::Tensor cos = cos_.narrow(0, 0, seq).to(input_ids.device(), dtype);
+    at::Tensor sin = sin_.narrow(0, 0, seq).to(input_ids.device(), dtype);
+    // Packed documents: rotary angles restart at each, attention stays within each.
+    tessera::documents::Layout docs;
+    if (document_ids().defined()) {
+      docs = tessera::documents::layout(document_ids(), input_ids);
+      const at::Tensor flat = docs.positions.flatten();
+      cos = cos.index_select(0, flat).view({input_ids.size(0), 1, seq, -1});
+      sin = sin.index_select(0, flat).view({input_ids.size(0), 1, seq, -1});
+    }
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      tessera::BlockBody body = [block = blocks_[i], cos, sin](const at::Tensor& h) { return block->forward(h, cos, sin); };
+      tessera::BlockBody body = [block = blocks_[i], cos, sin, mask = docs.attention_mask](const at::Tensor& h) {
+        return block->forward(h, cos, sin, mask);
+      };
       const bool checkpointed = tessera::checkpoints_block(config_.activation_checkpointing,
                                                            config_.activation_checkpointing_every,
                                                            static_cast<std::int64_t>(i));

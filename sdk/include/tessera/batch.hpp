@@ -14,6 +14,10 @@ struct Batch {
   at::Tensor input_ids;  // [batch, seq_len] int64
   at::Tensor labels;     // [batch, seq_len] int64, kIgnoreIndex where no loss is taken
   std::int64_t num_target_tokens = 0;  // labels != kIgnoreIndex, counted on the host
+  // Optional, [batch, seq_len] int64: the document each position belongs to, where a row packs
+  // several (dataset/tokens with document_mask, packed SFT examples). A model that
+  // masks_documents() attends only within a document and counts positions from its start.
+  at::Tensor document_ids;
 };
 
 }  // namespace tessera

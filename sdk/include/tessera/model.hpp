@@ -40,7 +40,12 @@ class TESSERA_API Model : public torch::nn::Module {
 
   // input_ids [batch, seq] int64 -> logits [batch, seq, vocab_size()]. Runs compute() between
   // the installed hooks; callers (the trainer, callbacks, tests) always come through here.
-  at::Tensor forward(const at::Tensor& input_ids);
+  // `document_ids` (optional, Batch::document_ids): packed documents, kept apart by a model that
+  // masks_documents() and ignored by others.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& document_ids = {});
+  // Whether compute() honours document_ids(): attention within a document only, positions
+  // counted from each document's start.
+  virtual bool masks_documents() const { return false; }
 
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t max_seq_len() const = 0;
@@ -61,7 +66,7 @@ class TESSERA_API Model : public torch::nn::Module {
   virtual bool has_output_head() const { return false; }
   // input_ids [batch, seq] -> hidden states [batch, seq, hidden] before the output projection,
   // through the installed hooks like forward(). Throws if has_output_head() is false.
-  at::Tensor forward_hidden(const at::Tensor& input_ids);
+  at::Tensor forward_hidden(const at::Tensor& input_ids, const at::Tensor& document_ids = {});
   // The projection compute() applies to compute_hidden()'s result (parameters, not copies).
   virtual OutputHead output_head() { return {}; }
 
@@ -88,6 +93,9 @@ class TESSERA_API Model : public torch::nn::Module {
   void set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { hooks_ = std::move(hooks); }
 
  protected:
+  // The document_ids of the forward pass in progress (undefined when it has none). A model that
+  // recomputes in backward (activation checkpointing) captures what it derives from them.
+  const at::Tensor& document_ids() const { return document_ids_; }
   // The model's computation: what forward() used to be.
   virtual at::Tensor compute(const at::Tensor& input_ids) = 0;
   // compute() without the output projection; only for models with has_output_head().
@@ -98,6 +106,7 @@ class TESSERA_API Model : public torch::nn::Module {
 
  private:
   std::shared_ptr<ForwardHooks> hooks_;
+  at::Tensor document_ids_;  // set for the duration of one forward()
 };
 
 }  // namespace tessera

@@ -106,7 +106,7 @@ class Trainer : private CallbackEvents {
   struct StepClock;    // when each phase ended
   StepInputs fetch();
   at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx);
-  LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels);
+  LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   bool agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
   double update(const at::Tensor& grad_norm, bool skipped);
@@ -139,6 +139,7 @@ class Trainer : private CallbackEvents {
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
+  bool warned_unmasked_documents_ = false;
   TrainProgress progress_;
   TrainerControl control_;
   ParallelStrategy& strategy_;  // *parts_.parallel

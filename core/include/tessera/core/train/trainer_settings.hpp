@@ -12,6 +12,7 @@ struct TrainerSettings {
   std::int64_t max_steps = 0;   // 0: no limit
   std::int64_t max_tokens = 0;  // input tokens, all ranks; 0: no limit
   double max_time_s = 0;        // wall-clock budget; 0: no limit
+  double max_epochs = 0;        // passes over train_data (samples / its num_samples); 0: no limit
   std::int64_t grad_accum = 1;
   std::int64_t micro_batch_size = 1;  // required in a spec; 1 for trainers built in code
   double clip_grad_norm = 0;          // 0: no clipping (the norm is still measured)
