@@ -181,8 +181,10 @@ TEST_F(HfInterop, TrainedModelsExportToFoldersTransformersLoadsWithTheSameLoss) 
     const std::string path = spec(variant + "-export", model_yaml(variant, start), tokens);
     std::string out;
     // Sharded: a few tens of kilobytes per file.
+    // The GPT-2 was imported without a tokenizer: the run names one for its exports.
+    const std::string tokenizer = variant == "gpt" ? " --set checkpoint.export_tokenizer=" + dir_.file("llama") : "";
     ASSERT_EQ(run_command(testing::tessera_binary() + " train " + path +
-                              " --set checkpoint.export_format=hf --set checkpoint.export_max_shard_size=60KB",
+                              " --set checkpoint.export_format=hf --set checkpoint.export_max_shard_size=60KB" + tokenizer,
                           out),
               0)
         << out;
@@ -210,6 +212,10 @@ TEST_F(HfInterop, TrainedModelsExportToFoldersTransformersLoadsWithTheSameLoss) 
   EXPECT_TRUE(fs::exists(exported + "/tokenizer.json"));
   EXPECT_TRUE(fs::exists(exported + "/tokenizer_config.json"));
   reference("same-tokenizer " + dir_.file("llama") + " " + exported);
+  // And the tokenizer a run names (export_tokenizer) travels with the export of a model that had none.
+  const std::string gpt_export = dir_.file("runs/gpt-export/exports/step_00000003");
+  EXPECT_TRUE(fs::exists(gpt_export + "/tokenizer.json"));
+  reference("same-tokenizer " + dir_.file("llama") + " " + gpt_export);
 }
 
 // Per-step losses of a run's metrics.jsonl.

@@ -1,8 +1,23 @@
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 
+#include <filesystem>
+
 #include "tessera/hugging_face.hpp"
 
 namespace tessera::core {
+
+std::vector<std::string> tokenizer_files_at(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return {path};
+  std::vector<std::string> files;
+  if (!fs::is_directory(path, ec)) return files;
+  for (const auto& name : hf_tokenizer_file_names()) {
+    if (name == "generation_config.json") continue;  // the model's, not the tokenizer's
+    if (fs::is_regular_file(fs::path(path) / name, ec)) files.push_back((fs::path(path) / name).string());
+  }
+  return files;
+}
 
 void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {
   using C = CheckpointSettings;
@@ -20,6 +35,9 @@ void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {
       .one_of({"tessera", "hf"});
   f.field("export_max_shard_size", &C::export_max_shard_size,
           "hf: weights larger than this are split into shards with model.safetensors.index.json (5GB, 500MB, bytes)");
+  f.field("export_tokenizer", &C::export_tokenizer,
+          "hf: the run's tokenizer, a file (tokenizer.json, tokenizer.model) or a folder whose tokenizer files "
+          "(tokenizer.json, tokenizer_config.json, ...) are copied into every export");
   f.check([](const C& c) {
     try {
       parse_byte_size(c.export_max_shard_size);

@@ -141,6 +141,15 @@ TrainResult TrainingRun::train() {
                       "this model has no Hugging Face format (model/gpt and model/llama have one); "
                       "use export_format: tessera");
   }
+  // Checked here rather than at validation: the tokenizer may be made by the same pipeline that
+  // prepares the data, after the spec was written.
+  if (!plan_.checkpoint.export_tokenizer.empty() && tokenizer_files_at(plan_.checkpoint.export_tokenizer).empty()) {
+    const ConfigNode* section = plan_.spec.find("checkpoint");
+    const ConfigNode* node = section ? section->find("export_tokenizer") : nullptr;
+    throw ConfigIssue(node ? node->pos() : plan_.spec.pos(), "checkpoint.export_tokenizer",
+                      plan_.checkpoint.export_tokenizer +
+                          " is not a tokenizer file or a folder holding one (tokenizer.json, tokenizer.model, ...)");
+  }
   CheckpointContext checkpoints;
   checkpoints.settings = plan_.checkpoint;
   checkpoints.store = plan_.checkpoints;

@@ -119,7 +119,11 @@ void Trainer::save(bool checkpoint, bool export_model, const char* why) {
   const auto start = Clock::now();
   CheckpointState captured = capture();
   if (export_model && context_.rank == 0 && checkpoint_.settings.export_format == "hf") {
-    captured.hf_export = std::make_shared<const HfExport>(parts_.model->hugging_face_export(captured.model));
+    HfExport hf = parts_.model->hugging_face_export(captured.model);
+    // The run's tokenizer, when named, goes with the weights (an imported model's own files the
+    // model lists already; the named ones take their place).
+    if (!checkpoint_.settings.export_tokenizer.empty()) hf.files_to_copy = tokenizer_files_at(checkpoint_.settings.export_tokenizer);
+    captured.hf_export = std::make_shared<const HfExport>(std::move(hf));
   }
   auto state = std::make_shared<const CheckpointState>(std::move(captured));
   checkpointer_->save(state, checkpoint, export_model);

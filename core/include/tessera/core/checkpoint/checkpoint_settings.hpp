@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/config_fields.hpp"
 
@@ -20,8 +21,13 @@ struct CheckpointSettings {
   bool export_at_end = true;
   std::string export_format = "tessera";  // tessera, or hf: a folder transformers loads
   std::string export_max_shard_size = "5GB";  // hf: larger weights are split into indexed shards
+  std::string export_tokenizer;  // hf: a tokenizer file or folder whose tokenizer files go with each export
 
   static void declare(ConfigFields<CheckpointSettings>& f);
 };
+
+// The tokenizer files at `path`: the file itself, or the known ones a folder holds (none if
+// neither).
+std::vector<std::string> tokenizer_files_at(const std::string& path);
 
 }  // namespace tessera::core
