@@ -17,8 +17,22 @@ SourcePos pos_of(const YAML::Mark& mark, const std::string& file) {
   return SourcePos{file, mark.line + 1, mark.column + 1};
 }
 
-ConfigNode from_yaml(const YAML::Node& node, const std::string& file) {
+// What one parsed text may grow to. yaml-cpp keeps an alias as a reference to its anchor; the tree
+// built here copies it, so a few lines of nested aliases ("billion laughs") would expand into
+// billions of nodes. Real specs are far below these.
+struct Budget {
+  std::int64_t nodes = 0;
+};
+
+ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& budget, int depth) {
   SourcePos pos = pos_of(node.Mark(), file);
+  if (++budget.nodes > config_limits::kMaxNodes) {
+    throw ConfigIssue(pos, "", "the YAML expands to more than " + std::to_string(config_limits::kMaxNodes) +
+                                   " values (aliases of aliases?); a run spec is far smaller");
+  }
+  if (depth > config_limits::kMaxDepth) {
+    throw ConfigIssue(pos, "", "the YAML nests deeper than " + std::to_string(config_limits::kMaxDepth) + " levels");
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return ConfigNode::make_null(pos);
@@ -27,7 +41,7 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file) {
       return ConfigNode::make_scalar(node.Scalar(), node.Tag() != "!", pos);
     case YAML::NodeType::Sequence: {
       ConfigNode seq = ConfigNode::make_sequence(pos);
-      for (const auto& item : node) seq.items().push_back(from_yaml(item, file));
+      for (const auto& item : node) seq.items().push_back(from_yaml(item, file, budget, depth + 1));
       return seq;
     }
     case YAML::NodeType::Map: {
@@ -37,7 +51,7 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file) {
         if (!it->first.IsScalar()) throw ConfigIssue(key_pos, "", "mapping keys must be plain names");
         const std::string key = it->first.Scalar();
         if (map.find(key)) throw ConfigIssue(key_pos, "", "duplicate key '" + key + "'");
-        map.entries().push_back({key, key_pos, from_yaml(it->second, file)});
+        map.entries().push_back({key, key_pos, from_yaml(it->second, file, budget, depth + 1)});
       }
       return map;
     }
@@ -46,13 +60,22 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file) {
 }
 
 ConfigNode parse_yaml(const std::string& text, const std::string& source_name) {
+  if (text.size() > config_limits::kMaxBytes) {
+    throw ConfigIssue(SourcePos{source_name, 1, 1}, "",
+                      "the text is " + std::to_string(text.size()) + " bytes, more than the " +
+                          std::to_string(config_limits::kMaxBytes) + " a run spec may have");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigIssue(pos_of(e.mark, source_name), "", "invalid YAML: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp's own limits (e.g. DeepRecursion) and anything else it refuses.
+    throw ConfigIssue(pos_of(e.mark, source_name), "", "invalid YAML: " + e.msg);
   }
-  return from_yaml(root, source_name);
+  Budget budget;
+  return from_yaml(root, source_name, budget, 0);
 }
 
 std::vector<std::string> include_list(const ConfigNode& include) {
@@ -70,8 +93,16 @@ std::vector<std::string> include_list(const ConfigNode& include) {
   return out;
 }
 
-ConfigNode load_with_includes(const fs::path& path, std::vector<fs::path>& stack,
+ConfigNode load_with_includes(const fs::path& path, std::vector<fs::path>& stack, int& files,
                               const SourcePos& included_from) {
+  if (stack.size() > config_limits::kMaxIncludeDepth) {
+    throw ConfigIssue(included_from, "include",
+                      "includes nest deeper than " + std::to_string(config_limits::kMaxIncludeDepth) + " files");
+  }
+  if (++files > config_limits::kMaxIncludes) {
+    throw ConfigIssue(included_from, "include",
+                      "more than " + std::to_string(config_limits::kMaxIncludes) + " files included in all");
+  }
   std::error_code ec;
   fs::path canonical = fs::weakly_canonical(path, ec);
   for (const auto& open : stack) {
@@ -99,7 +130,7 @@ ConfigNode load_with_includes(const fs::path& path, std::vector<fs::path>& stack
   ConfigNode merged = ConfigNode::make_map(node.pos());
   for (const auto& name : include_list(include->value)) {
     fs::path target = fs::path(name).is_absolute() ? fs::path(name) : path.parent_path() / name;
-    deep_merge(merged, load_with_includes(target, stack, include->value.pos()));
+    deep_merge(merged, load_with_includes(target, stack, files, include->value.pos()));
   }
   stack.pop_back();
   node.erase("include");
@@ -112,7 +143,8 @@ ConfigNode load_with_includes(const fs::path& path, std::vector<fs::path>& stack
 
 ConfigNode load_config_file(const std::string& path) {
   std::vector<fs::path> stack;
-  return load_with_includes(fs::path(path), stack, SourcePos{});
+  int files = 0;
+  return load_with_includes(fs::path(path), stack, files, SourcePos{});
 }
 
 ConfigNode parse_config_string(const std::string& text, const std::string& source_name) {

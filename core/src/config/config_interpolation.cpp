@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "tessera/core/config/config_file.hpp"
 #include "tessera/core/config/suggest.hpp"
 
 namespace tessera::core {
@@ -55,6 +56,12 @@ class Interpolator {
         out += value;
       } else {
         ConfigNode target = lookup(expr, node, path);
+        copied_ += count_nodes(target);
+        if (copied_ > config_limits::kMaxInterpolatedNodes) {
+          throw ConfigIssue(node.pos(), path, "${...} references copy more than " +
+                                                  std::to_string(config_limits::kMaxInterpolatedNodes) +
+                                                  " values in all (references of references?)");
+        }
         if (open == 0 && close + 1 == text.size()) return target;
         if (!target.is_scalar()) {
           throw ConfigIssue(node.pos(), path, "${" + expr + "} is " + target.type_name() +
@@ -63,13 +70,28 @@ class Interpolator {
         out += target.scalar();
       }
       i = close + 1;
+      if (out.size() > config_limits::kMaxExpandedBytes) {
+        throw ConfigIssue(node.pos(), path, "the value grows past " + std::to_string(config_limits::kMaxExpandedBytes) +
+                                                " bytes as ${...} are replaced");
+      }
     }
     return ConfigNode::make_scalar(out, node.plain(), node.pos());
+  }
+
+  static std::int64_t count_nodes(const ConfigNode& node) {
+    std::int64_t n = 1;
+    for (const auto& e : node.entries()) n += count_nodes(e.value);
+    for (const auto& item : node.items()) n += count_nodes(item);
+    return n;
   }
 
   ConfigNode lookup(const std::string& expr, const ConfigNode& at, const std::string& path) {
     if (active_.count(expr)) {
       throw ConfigIssue(at.pos(), path, "interpolation cycle through ${" + expr + "}");
+    }
+    if (active_.size() >= config_limits::kMaxInterpolationDepth) {
+      throw ConfigIssue(at.pos(), path, "${...} references nest deeper than " +
+                                            std::to_string(config_limits::kMaxInterpolationDepth));
     }
     const ConfigNode* node = &root_;
     std::string walked;
@@ -101,6 +123,7 @@ class Interpolator {
   }
 
   ConfigNode& root_;
+  std::int64_t copied_ = 0;  // values copied by ${...} so far
   std::set<std::string> active_;
 };
 

@@ -1,0 +1,88 @@
+// Reading a spec is bounded whatever the input: nested aliases that would expand into billions of
+// values, deep nesting, huge files, long include chains and ${...} references that double at
+// every level each stop with one positioned error, quickly and in little memory.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "tessera/core/config/config_file.hpp"
+#include "tessera/core/config/config_interpolation.hpp"
+#include "tessera/core/config/config_tree.hpp"
+#include "test_support.hpp"
+
+namespace tessera::core {
+namespace {
+
+std::string issue_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ConfigIssue& e) {
+    return e.what();
+  }
+  return "no issue";
+}
+
+// Ten aliases a level, nine levels: 10^9 values once expanded, 11 lines of YAML.
+std::string billion_laughs() {
+  std::string yaml = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 9; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    yaml += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 10; ++k) yaml += ", " + prev;
+    yaml += "]\n";
+  }
+  return yaml;
+}
+
+TEST(ConfigLimits, NestedAliasesStopAtTheNodeBudgetQuickly) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string issue = issue_of([] { parse_config_string(billion_laughs(), "laughs.yaml"); });
+  EXPECT_NE(issue.find("laughs.yaml:"), std::string::npos) << issue;
+  EXPECT_NE(issue.find("expands to more than 100000 values"), std::string::npos) << issue;
+  // A hang guard, not a timing claim: without the budget this runs until memory is gone.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+  // Aliases within the budget still work.
+  const ConfigNode small = parse_config_string("base: &b {lr: 0.1}\nx: *b\n", "ok.yaml");
+  EXPECT_EQ(small.find("x")->find("lr")->scalar(), "0.1");
+}
+
+TEST(ConfigLimits, DeepNestingAndHugeTextsAreRefused) {
+  const std::string deep = std::string(5000, '[') + std::string(5000, ']');
+  EXPECT_NE(issue_of([&] { parse_config_string(deep, "deep.yaml"); }).find("deep.yaml:"), std::string::npos);
+  const std::string nested_200 = "x: " + std::string(200, '[') + "1" + std::string(200, ']') + "\n";
+  EXPECT_NE(issue_of([&] { parse_config_string(nested_200, "n.yaml"); }).find("nests deeper than 128"), std::string::npos);
+  const std::string huge(config_limits::kMaxBytes + 1, ' ');
+  EXPECT_NE(issue_of([&] { parse_config_string(huge, "huge.yaml"); }).find("more than the 16777216"), std::string::npos);
+}
+
+TEST(ConfigLimits, IncludeChainsAreBounded) {
+  testing::TempDir dir;
+  // 20 files, each including the next: deeper than 16.
+  for (int i = 0; i < 20; ++i) {
+    dir.write("f" + std::to_string(i) + ".yaml",
+              "include: [f" + std::to_string(i + 1) + ".yaml]\nk" + std::to_string(i) + ": 1\n");
+  }
+  dir.write("f20.yaml", "last: 1\n");
+  const std::string issue = issue_of([&] { load_config_file(dir.file("f0.yaml")); });
+  EXPECT_NE(issue.find("includes nest deeper than 16"), std::string::npos) << issue;
+}
+
+TEST(ConfigLimits, InterpolationThatDoublesIsBounded) {
+  // v0 = "xx...", v(i) = "${v(i-1)}${v(i-1)}": 2^40 bytes if expanded.
+  std::string yaml = "v0: " + std::string(64, 'x') + "\n";
+  for (int i = 1; i <= 40; ++i) yaml += "v" + std::to_string(i) + ": \"${v" + std::to_string(i - 1) + "}${v" + std::to_string(i - 1) + "}\"\n";
+  ConfigNode root = parse_config_string(yaml, "double.yaml");
+  const std::string issue = issue_of([&] { resolve_interpolations(root); });
+  EXPECT_NE(issue.find("double.yaml:"), std::string::npos) << issue;
+  EXPECT_NE(issue.find("bytes as ${...} are replaced"), std::string::npos) << issue;
+  // Lists that copy each other: x(i) = [${x(i-1)}, ${x(i-1)}].
+  std::string lists = "x0: [1, 2]\n";
+  for (int i = 1; i <= 30; ++i) lists += "x" + std::to_string(i) + ": [\"${x" + std::to_string(i - 1) + "}\", \"${x" + std::to_string(i - 1) + "}\"]\n";
+  ConfigNode copies = parse_config_string(lists, "lists.yaml");
+  EXPECT_NE(issue_of([&] { resolve_interpolations(copies); }).find("copy more than"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::core
