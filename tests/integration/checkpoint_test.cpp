@@ -90,6 +90,21 @@ void Checkpoints::resume_on_one_rank(const std::string& extra) {
 
 TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithAccumulationAndShardedState) { resume_on_two_ranks(""); }
 
+// Dropout draws from the generators every step: the checkpoint's RNG state must put them back
+// exactly, on one rank and on two. (The dropout is real: without it the losses differ.)
+TEST_F(Checkpoints, ResumeIsBitExactWithDropout) {
+  resume_on_one_rank(" --set components.model.config.dropout=0.2");
+  std::string out;
+  ASSERT_EQ(train("--set trainer.max_steps=8 --set checkpoint.export_at_end=false --run-dir " + dir_.file("no-dropout"), out),
+            0)
+      << out;
+  EXPECT_NE(losses(dir_.file("no-dropout"))[1], losses(dir_.file("straight"))[1]);
+}
+
+TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithDropout) {
+  resume_on_two_ranks(" --set components.model.config.dropout=0.2");
+}
+
 // fsdp's mixed-precision policy under bf16 compute: parameters gathered and gradients reduced in
 // bf16; the checkpoint holds the float32 master weights, so the resumed run continues exactly.
 TEST_F(Checkpoints, ResumeIsBitExactOnTwoRanksWithBf16GatherAndReduce) {
