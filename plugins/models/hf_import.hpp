@@ -6,9 +6,11 @@
 
 #include <c10/core/GradMode.h>
 #include <c10/util/StringUtil.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -17,6 +19,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
+#include "tessera/safetensors.hpp"
 
 namespace tessera::hf_import {
 
@@ -119,5 +122,24 @@ class WeightImport {
   const HfCheckpoint& checkpoint_;
   std::set<std::string> used_;
 };
+
+// Weights by the model's own parameter names and shapes: a Tessera export folder (its
+// model.safetensors) or a safetensors file. Missing, extra and misshapen tensors are errors at
+// init_from, as for a Hugging Face folder.
+inline void load_tessera_weights(torch::nn::Module& model, const std::string& from) {
+  std::filesystem::path path(from);
+  if (std::filesystem::is_directory(path)) path /= "model.safetensors";
+  HfCheckpoint file;
+  file.folder = path.string();
+  at_init_from([&] {
+    for (auto& [name, tensor] : read_safetensors(path.string()).tensors) {
+      file.tensor_file[name] = path.string();
+      file.tensors[name] = std::move(tensor);
+    }
+  });
+  WeightImport weights(file);
+  for (const auto& item : model.named_parameters()) weights.copy(item.key(), item.value());
+  weights.finish();
+}
 
 }  // namespace tessera::hf_import

@@ -13,7 +13,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,7 +24,6 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
-#include "tessera/safetensors.hpp"
 #include "tessera/hugging_face.hpp"
 #include "../document_mask.hpp"
 #include "../hf_import.hpp"
@@ -82,7 +80,7 @@ class Gpt final : public tessera::Model {
       tessera::gpt2_format::import_weights(*hf, *this);
       tokenizer_files_ = hf->tokenizer_files;
     } else if (!c.init_from.empty()) {
-      load_weights(c.init_from);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from);
     }
     // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
     // output layer, but not the position embedding: a lookup costs no FLOPs.
@@ -153,40 +151,6 @@ class Gpt final : public tessera::Model {
       });
     }
     return ln_f_->forward(x);
-  }
-
- private:
-  // Weights from a Tessera export (or any safetensors file with these names and shapes).
-  void load_weights(const std::string& from) {
-    std::filesystem::path path(from);
-    if (std::filesystem::is_directory(path)) path /= "model.safetensors";
-    tessera::SafetensorsFile file;
-    try {
-      file = tessera::read_safetensors(path.string());
-    } catch (const tessera::Error& e) {
-      throw tessera::ConfigError(e.what(), "init_from");
-    }
-    c10::NoGradGuard no_grad;
-    std::size_t used = 0;
-    for (auto& item : named_parameters()) {
-      auto it = file.tensors.find(item.key());
-      if (it == file.tensors.end()) {
-        throw tessera::ConfigError(path.string() + " has no tensor " + item.key() + " (is it a gpt with this config?)",
-                                   "init_from");
-      }
-      if (it->second.sizes() != item.value().sizes()) {
-        throw tessera::ConfigError(path.string() + ": " + item.key() + " has shape " + c10::str(it->second.sizes()) +
-                                       ", this model's is " + c10::str(item.value().sizes()),
-                                   "init_from");
-      }
-      item.value().copy_(it->second);
-      ++used;
-    }
-    if (used != file.tensors.size()) {
-      throw tessera::ConfigError(path.string() + " has " + std::to_string(file.tensors.size() - used) +
-                                     " tensors this model does not have (is it a gpt with this config?)",
-                                 "init_from");
-    }
   }
 
   // GPT-2 init, parameter by parameter: normal(0, init_std) weights and embeddings, residual

@@ -20,7 +20,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,7 +32,6 @@
 #include "tessera/hugging_face.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
-#include "tessera/safetensors.hpp"
 #include "../gpt/transformer_parts.hpp"
 #include "../document_mask.hpp"
 #include "../hf_import.hpp"
@@ -186,7 +184,7 @@ class Llama final : public tessera::Model {
       import_weights(*hf);
       tokenizer_files_ = hf->tokenizer_files;
     } else if (!c.init_from.empty()) {
-      load_tessera_weights(c.init_from);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from);
     }
     // 6N + 12·L·H·D·T (PaLM appendix B). N counts the head (tied or not) but not a separate
     // input embedding: a lookup costs no FLOPs.
@@ -302,23 +300,6 @@ class Llama final : public tessera::Model {
     }
     // Rotary tables some converters store with every layer: derived, not weights.
     weights.ignore([](const std::string& name) { return name.find("rotary_emb.inv_freq") != std::string::npos; });
-    weights.finish();
-  }
-
-  // Weights from a Tessera export (or any safetensors file with these names and shapes).
-  void load_tessera_weights(const std::string& from) {
-    std::filesystem::path path(from);
-    if (std::filesystem::is_directory(path)) path /= "model.safetensors";
-    tessera::HfCheckpoint file;
-    file.folder = path.string();
-    tessera::hf_import::at_init_from([&] {
-      for (auto& [name, tensor] : tessera::read_safetensors(path.string()).tensors) {
-        file.tensor_file[name] = path.string();
-        file.tensors[name] = std::move(tensor);
-      }
-    });
-    tessera::hf_import::WeightImport weights(file);
-    for (const auto& item : named_parameters()) weights.copy(item.key(), item.value());
     weights.finish();
   }
 
