@@ -64,18 +64,15 @@ class Evaluation final : public tessera::Callback {
   void evaluate(tessera::CallbackContext& ctx) {
     const auto start = std::chrono::steady_clock::now();
     config_.data->load_state_dict(start_);
-    const tessera::EvalTotals totals = [&] {
-      try {
-        return tessera::evaluate_loss(ctx.model, *config_.loss, *config_.data, config_.batches,
+    tessera::EvalTotals totals;
+    double loss = 0;
+    try {
+      totals = tessera::evaluate_loss(ctx.model, *config_.loss, *config_.data, config_.batches,
                                       config_.micro_batch_size, ctx.run);
-      } catch (const tessera::Error& e) {
-        throw tessera::Error("callback/evaluation '" + config_.name + "': " + e.what());
-      }
-    }();
-    if (totals.target_tokens <= 0) {
-      throw tessera::Error("callback/evaluation '" + config_.name + "': the evaluation batches hold no target tokens");
+      loss = totals.mean_loss();  // throws when the batches hold no target tokens
+    } catch (const tessera::Error& e) {
+      throw tessera::Error("callback/evaluation '" + config_.name + "': " + e.what());
     }
-    const double loss = totals.mean_loss();
     tessera::EvalMetrics metrics;
     metrics.step = ctx.progress.step;
     metrics.name = config_.name;

@@ -89,39 +89,49 @@ inline std::vector<std::int64_t> epoch_order(std::int64_t n, std::uint64_t seed,
   return order;
 }
 
-// A token file's index (FILE.json, written by `tessera prepare-data`), when it has one, against the
-// config that reads it: the dtype must be the file's, and the tokenizer's vocabulary must fit the
-// model's (`vocab_size`, usually ${components.model.config.vocab_size}; 0: not checked). Runs when
-// the spec is validated, so a mismatch stops `tessera validate`.
-inline void check_index(const std::string& path, const std::string& dtype, std::int64_t vocab_size) {
+// A token file's index (FILE.json, written by `tessera prepare-data`), as far as the readers use it.
+struct TokenFileIndex {
+  bool present = false;
+  std::string dtype;
+  std::int64_t vocab_size = 0;  // the tokenizer's; 0: unknown
+  std::string tokenizer;        // its identity
+  std::int64_t eos_id = -1;
+};
+
+inline TokenFileIndex read_index(const std::string& path) {
+  TokenFileIndex out;
   std::ifstream in(path + ".json");
-  if (!in) return;
+  if (!in) return out;
   const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!index.is_object() || index.value("format", "") != "tessera-tokens") return;
-  const std::string file_dtype = index.value("dtype", dtype);
-  if (file_dtype != dtype) {
-    throw ConfigError(path + " holds " + file_dtype + " ids (its index " + path + ".json says so), the config reads " +
+  if (!index.is_object() || index.value("format", "") != "tessera-tokens") return out;
+  out.present = true;
+  out.dtype = index.value("dtype", "");
+  out.eos_id = index.value("eos_id", std::int64_t{-1});
+  if (const auto t = index.find("tokenizer"); t != index.end() && t->is_object()) {
+    out.vocab_size = t->value("vocab_size", std::int64_t{0});
+    out.tokenizer = t->value("identity", std::string("?"));
+  }
+  return out;
+}
+
+// The index, when the file has one, against the config that reads it: the dtype must be the
+// file's, and the tokenizer's vocabulary must fit the model's (`vocab_size`, usually
+// ${components.model.config.vocab_size}; 0: not checked). Runs when the spec is validated, so a
+// mismatch stops `tessera validate`.
+inline void check_index(const std::string& path, const std::string& dtype, std::int64_t vocab_size) {
+  const TokenFileIndex index = read_index(path);
+  if (!index.present) return;
+  if (!index.dtype.empty() && index.dtype != dtype) {
+    throw ConfigError(path + " holds " + index.dtype + " ids (its index " + path + ".json says so), the config reads " +
                           dtype,
                       "dtype");
   }
-  const auto tokenizer = index.find("tokenizer");
-  if (vocab_size > 0 && tokenizer != index.end() && tokenizer->is_object()) {
-    const std::int64_t ids = tokenizer->value("vocab_size", std::int64_t{0});
-    if (ids > vocab_size) {
-      throw ConfigError(path + " was tokenised with " + std::to_string(ids) + " ids (" +
-                            tokenizer->value("identity", std::string("?")) + "), more than vocab_size " +
-                            std::to_string(vocab_size) + "; use the model's tokenizer, or a model with that vocabulary",
-                        "vocab_size");
-    }
+  if (vocab_size > 0 && index.vocab_size > vocab_size) {
+    throw ConfigError(path + " was tokenised with " + std::to_string(index.vocab_size) + " ids (" + index.tokenizer +
+                          "), more than vocab_size " + std::to_string(vocab_size) +
+                          "; use the model's tokenizer, or a model with that vocabulary",
+                      "vocab_size");
   }
-}
-
-// The eos_id of a token file's index (FILE.json), or -1.
-inline std::int64_t index_eos_id(const std::string& path) {
-  std::ifstream in(path + ".json");
-  if (!in) return -1;
-  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return index.is_object() ? index.value("eos_id", std::int64_t{-1}) : -1;
 }
 
 struct TokensConfig {
@@ -186,7 +196,7 @@ class TokenWindowDataset final : public tessera::Dataset {
     }
     num_samples_ = (num_tokens_ - seq_len_ - 1) / stride_ + 1;
     if (config.document_mask) {
-      eos_ = config.eos_id >= 0 ? config.eos_id : index_eos_id(path_);
+      eos_ = config.eos_id >= 0 ? config.eos_id : read_index(path_).eos_id;
       if (eos_ < 0) {
         throw tessera::ConfigError("document_mask needs the id that ends a document: set eos_id (" + path_ +
                                        " has no index naming one)",

@@ -161,13 +161,10 @@ class Gpt final : public tessera::Model {
  public:
   void initialize_parameters(const std::vector<at::Tensor>& params) override {
     c10::NoGradGuard no_grad;
-    std::map<const c10::TensorImpl*, std::string> names;
-    for (const auto& item : named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+    const tessera::gpt_parts::ParameterNames names(*this);
     const double residual_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
     for (const at::Tensor& p : params) {
-      auto it = names.find(p.unsafeGetTensorImpl());
-      if (it == names.end()) throw tessera::Error("model/gpt: initialize_parameters got a tensor that is not its parameter");
-      const std::string& name = it->second;
+      const std::string& name = names.of(p, "model/gpt");
       const auto ends_with = [&](const std::string& tail) {
         return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
       };

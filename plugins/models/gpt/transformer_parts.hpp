@@ -13,12 +13,14 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tessera/deferred_init.hpp"
+#include "tessera/error.hpp"
 
 namespace tessera::gpt_parts {
 
@@ -31,6 +33,26 @@ inline at::Tensor parameter(at::IntArrayRef sizes, double fill) {
   if (!p.is_meta()) p.fill_(fill);
   return p;
 }
+
+// The name of each of a model's parameters by identity, for initialize_parameters, which gets
+// tensors (possibly materialised from the meta device, same TensorImpl) rather than names.
+class ParameterNames {
+ public:
+  explicit ParameterNames(const torch::nn::Module& model) {
+    for (const auto& item : model.named_parameters()) names_[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  // Throws naming `model_kind` when `p` is not one of the model's parameters.
+  const std::string& of(const at::Tensor& p, const char* model_kind) const {
+    auto it = names_.find(p.unsafeGetTensorImpl());
+    if (it == names_.end()) {
+      throw Error(std::string(model_kind) + ": initialize_parameters got a tensor that is not its parameter");
+    }
+    return it->second;
+  }
+
+ private:
+  std::map<const c10::TensorImpl*, std::string> names_;
+};
 
 // y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would).
 class Affine : public torch::nn::Module {

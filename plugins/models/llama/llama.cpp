@@ -222,13 +222,10 @@ class Llama final : public tessera::Model {
   // any subset, in any order, on any device.
   void initialize_parameters(const std::vector<at::Tensor>& params) override {
     c10::NoGradGuard no_grad;
-    std::map<const c10::TensorImpl*, std::string> names;
-    for (const auto& item : named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+    const tessera::gpt_parts::ParameterNames names(*this);
     const double residual_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
     for (const at::Tensor& p : params) {
-      auto it = names.find(p.unsafeGetTensorImpl());
-      if (it == names.end()) throw tessera::Error("model/llama: initialize_parameters got a tensor that is not its parameter");
-      const std::string& name = it->second;
+      const std::string& name = names.of(p, "model/llama");
       if (name.find("norm.") != std::string::npos) {
         p.fill_(1.0);
         continue;
@@ -262,8 +259,13 @@ class Llama final : public tessera::Model {
         at::autocast::is_autocast_enabled(input_ids.device().type())
             ? at::autocast::get_autocast_dtype(input_ids.device().type())
             : x.scalar_type();
-    at::Tensor cos = cos_.narrow(0, 0, seq).to(input_ids.device(), dtype);
-    at::Tensor sin = sin_.narrow(0, 0, seq).to(input_ids.device(), dtype);
+    // Copied to the device and dtype once, not at every forward pass.
+    if (!cos_on_.defined() || cos_on_.device() != input_ids.device() || cos_on_.scalar_type() != dtype) {
+      cos_on_ = cos_.to(input_ids.device(), dtype);
+      sin_on_ = sin_.to(input_ids.device(), dtype);
+    }
+    at::Tensor cos = cos_on_.narrow(0, 0, seq);
+    at::Tensor sin = sin_on_.narrow(0, 0, seq);
     // Packed documents: rotary angles restart at each, attention stays within each.
     tessera::documents::Layout docs;
     if (document_ids().defined()) {
@@ -309,7 +311,8 @@ class Llama final : public tessera::Model {
   std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<RmsNorm> norm_;
   std::shared_ptr<Affine> lm_head_;  // null when tied
-  at::Tensor cos_, sin_;
+  at::Tensor cos_, sin_;        // float32 on the CPU, as computed
+  at::Tensor cos_on_, sin_on_;  // the same on the device and in the dtype of the last forward
   double flop_params_ = 0;
   std::vector<std::string> tokenizer_files_;
 };

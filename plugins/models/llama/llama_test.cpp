@@ -17,6 +17,7 @@
 #include "tessera/model.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/safetensors.hpp"
+#include "packed_documents.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -228,22 +229,10 @@ TEST(LlamaModel, ConfigMistakesAreConfigIssues) {
   EXPECT_NE(message("init_from: /nonexistent/model").find("init_from"), std::string::npos);
 }
 
-// A row packing two documents, with document_ids, gives each document's logits exactly as the
-// document alone does: no attention across the boundary, positions restarting at it.
+// Packed documents are computed as if alone (tests/support/packed_documents.hpp).
 TEST(LlamaModel, PackedDocumentsAreComputedAsIfAlone) {
   auto model = make_llama();
-  model->eval();
-  EXPECT_TRUE(model->masks_documents());
-  const at::Tensor a = at::tensor({3, 1, 4}, at::kLong).view({1, 3});
-  const at::Tensor b = at::tensor({1, 5, 9, 2, 6}, at::kLong).view({1, 5});
-  const at::Tensor packed = at::cat({a, b}, 1);
-  const at::Tensor documents = at::tensor({7, 7, 7, 8, 8, 8, 8, 8}, at::kLong).view({1, 8});
-  const at::Tensor logits = model->forward(packed, documents);
-  EXPECT_TRUE(at::allclose(logits.narrow(1, 0, 3), model->forward(a), 1e-5, 1e-5));
-  EXPECT_TRUE(at::allclose(logits.narrow(1, 3, 5), model->forward(b), 1e-5, 1e-5));
-  // Without document_ids the second document sees the first.
-  EXPECT_FALSE(at::allclose(model->forward(packed).narrow(1, 3, 5), model->forward(b), 1e-5, 1e-5));
-  EXPECT_TRUE(at::allclose(model->forward_hidden(packed, documents).narrow(1, 3, 5), model->forward_hidden(b), 1e-5, 1e-5));
+  testing::expect_packed_documents_computed_alone(*model);
 }
 
 }  // namespace
