@@ -231,6 +231,16 @@ std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
   return reason;
 }
 
+// trainer.nonfinite decided (on every rank alike) that the run cannot go on: the weights and
+// optimizer state are those before the non-finite steps, so they are saved before the error.
+void Trainer::end_after_nonfinite_steps() {
+  if (checkpointer_ && last_checkpoint_step_ != progress_.step) {
+    save(/*checkpoint=*/true, /*export_model=*/false, "the last good state before the non-finite steps");
+  }
+  wait_for_last_save();
+  throw Error(nonfinite_failure_);
+}
+
 TrainResult Trainer::fit() {
   started_ = Clock::now();
   auto ctx = callback_context();
@@ -249,6 +259,7 @@ TrainResult Trainer::fit() {
       result.stop_reason = agree_on_stop_and_save(save_requested);
       save_if_due(!result.stop_reason.empty(), save_requested);
       announce_saved_checkpoints(ctx);
+      if (!nonfinite_failure_.empty()) end_after_nonfinite_steps();
       if (!result.stop_reason.empty()) break;
       StepMetrics metrics = step();
       if (first) first_loss = metrics.loss;

@@ -17,6 +17,14 @@ void TrainerSettings::declare(ConfigFields<TrainerSettings>& f) {
   f.field("prefetch", &T::prefetch,
           "micro-batches a background thread reads ahead (pinned memory on GPUs; 0: read in the step)")
       .at_least(0);
+  f.field("nonfinite", &T::nonfinite,
+          "a step whose loss or global gradient norm is NaN/Inf: skip (leave weights and optimizer state as they "
+          "were, count and log it), stop (the same, then save a checkpoint and end the run with an error) or ignore "
+          "(apply the update)")
+      .one_of({"skip", "stop", "ignore"});
+  f.field("nonfinite_max_consecutive", &T::nonfinite_max_consecutive,
+          "with nonfinite: skip, this many non-finite steps in a row end the run as stop does")
+      .at_least(1);
   f.check([](const T& t) {
     if (t.max_steps == 0 && t.max_tokens == 0 && t.max_time_s == 0 && t.max_epochs == 0) {
       throw ConfigError("no stop condition: set max_steps, max_tokens, max_time_s or max_epochs");

@@ -2,16 +2,20 @@
 // the loss and the gradient norm over ranks, let callbacks judge the step, update the weights,
 // record the metrics. Each phase is one function; step() shows them in order.
 #include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/logical_and.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "tessera/batch.hpp"
 #include "tessera/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
 #include "tessera/core/train/trainer.hpp"
+#include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/memory_stats.hpp"
 #include "tessera/precision.hpp"
@@ -60,10 +64,13 @@ StepMetrics Trainer::step() {
   const at::Tensor loss_sum = forward_backward(inputs, ctx);
   clock.backward = Clock::now();
   const LossAndGradNorm reduced = reduce(loss_sum, inputs);
-  const bool skipped = agree_on_skip(ctx, reduced);
-  const double lr = update(reduced.grad_norm, skipped);
+  const SkipDecision decision = agree_on_skip(ctx, reduced);
+  const double lr = update(reduced.grad_norm, decision.skip);
   clock.optimizer = Clock::now();
-  return record(ctx, inputs, reduced, lr, skipped, clock);
+  judge_nonfinite(decision.nonfinite, reduced);
+  StepMetrics m = record(ctx, inputs, reduced, lr, decision.skip, clock);
+  if (nonfinite_total_ > 0) m.extra["nonfinite_steps"] = static_cast<double>(nonfinite_total_);
+  return m;
 }
 
 // All micro-batches are drawn first: the loss divisor is the target-token count of the whole
@@ -148,15 +155,53 @@ LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& in
 
 // Callbacks see the loss and the norm and may ask to skip; a skip asked on one rank skips the
 // step on all (replicas must stay identical, and sharded optimizer steps are collectives).
-bool Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced) {
+// Unless trainer.nonfinite is ignore, a NaN/Inf loss or gradient norm skips it too: the two
+// values are global already, but the flag is agreed all the same, so no rank can differ.
+// Reading the flag is the step's one wait for the device (before the update, as it must be).
+Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced) {
   if (!parts_.callbacks.empty()) {
     const BeforeOptimizerStep before{reduced.grad_norm, reduced.loss_sum};
     for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, before);
   }
-  at::Tensor skip = at::tensor({static_cast<std::int64_t>(control_.skip_requested() ? 1 : 0)}, at::kLong);
+  bool nonfinite = false;
+  if (settings_.nonfinite != "ignore") {
+    const at::Tensor finite = at::isfinite(reduced.loss_sum).logical_and(at::isfinite(reduced.grad_norm));
+    nonfinite = !finite.item<bool>();
+  }
+  at::Tensor flags = at::tensor({static_cast<std::int64_t>(control_.skip_requested() ? 1 : 0),
+                                 static_cast<std::int64_t>(nonfinite ? 1 : 0)}, at::kLong);
   control_.clear_skip();
-  context_.communicator->all_reduce(skip, ReduceOp::max);
-  return skip.item<std::int64_t>() != 0;
+  context_.communicator->all_reduce(flags, ReduceOp::max);
+  SkipDecision decision;
+  decision.nonfinite = flags[1].item<std::int64_t>() != 0;
+  decision.skip = flags[0].item<std::int64_t>() != 0 || decision.nonfinite;
+  return decision;
+}
+
+void Trainer::judge_nonfinite(bool nonfinite, const LossAndGradNorm& reduced) {
+  if (!nonfinite) {
+    nonfinite_in_a_row_ = 0;
+    return;
+  }
+  ++nonfinite_in_a_row_;
+  ++nonfinite_total_;
+  const std::int64_t step = progress_.step + 1;
+  const double loss = reduced.loss_sum.item<double>(), norm = reduced.grad_norm.item<double>();
+  const std::string what = "step " + std::to_string(step) + " has a non-finite " +
+                           (std::isfinite(loss) ? "gradient norm (" + human::format("%g", norm) + ")"
+                                                : "loss (" + human::format("%g", loss) + ")");
+  if (settings_.nonfinite == "stop") {
+    nonfinite_failure_ = what + "; the update was not applied and trainer.nonfinite is stop";
+  } else if (nonfinite_in_a_row_ >= settings_.nonfinite_max_consecutive) {
+    nonfinite_failure_ = what + "; that is " + std::to_string(nonfinite_in_a_row_) +
+                         " non-finite steps in a row (trainer.nonfinite_max_consecutive " +
+                         std::to_string(settings_.nonfinite_max_consecutive) +
+                         "): training has diverged; lower the learning rate, clip gradients or check the data";
+  }
+  if (context_.rank == 0) {
+    log::warn(what, "; the update is skipped (", nonfinite_in_a_row_, " in a row, ", nonfinite_total_,
+              " in this run; trainer.nonfinite: ", settings_.nonfinite, ")");
+  }
 }
 
 // Clipping by the global norm (one multi-tensor scale, no host sync), the scheduled learning

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "parameter_poison.hpp"
 #include "small_trainer.hpp"
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/log.hpp"
@@ -19,33 +20,6 @@ namespace {
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
 using testing::TempDir;
-
-// Plants a fault: from step_begin of step `at` to before the optimizer step, the first
-// parameter is scaled by `factor` (NaN poisons the loss and every gradient), then put back.
-class ParameterPoison final : public Callback {
- public:
-  // `restore` false: the change stays (a lasting shift rather than a one-step fault).
-  ParameterPoison(std::int64_t at, double factor, bool restore = true) : at_(at), factor_(factor), restore_(restore) {}
-  void on_step_begin(CallbackContext& ctx) override {
-    if (ctx.progress.step + 1 != at_) return;
-    c10::NoGradGuard no_grad;
-    at::Tensor p = ctx.model.parameters().front();
-    saved_ = p.detach().clone();
-    p.mul_(factor_);
-  }
-  void on_before_optimizer_step(CallbackContext& ctx, const BeforeOptimizerStep&) override {
-    if (!saved_.defined() || !restore_) return;
-    c10::NoGradGuard no_grad;
-    ctx.model.parameters().front().copy_(saved_);
-    saved_ = at::Tensor();
-  }
-
- private:
-  std::int64_t at_;
-  double factor_;
-  bool restore_;
-  at::Tensor saved_;
-};
 
 std::string health_yaml(const std::string& config) {
   return "health: {component_key: callback, variant_key: health, config: " + config + "}\n";
@@ -73,12 +47,15 @@ std::vector<at::Tensor> weights_of(core::Trainer& t) {
 }
 
 // Runs steps 1-2, then the poisoned step 3 and on to max_steps 5, through fit().
+// The trainer's own guard (trainer.nonfinite) is off, so the health callback's policy alone acts.
 std::unique_ptr<PoisonedRun> run_with_nan(const std::string& policy, bool checkpoints = false) {
   auto r = std::make_unique<PoisonedRun>();
   const std::string data = testing::uneven_token_file(r->dir);
-  auto poison = std::make_shared<ParameterPoison>(3, std::numeric_limits<double>::quiet_NaN());
+  auto poison = std::make_shared<testing::ParameterPoison>(3, std::numeric_limits<double>::quiet_NaN());
+  core::TrainerSettings settings = testing::settings(1, 4, 5);
+  settings.nonfinite = "ignore";
   r->run = testing::make_trainer(testing::components_yaml(data) + health_yaml("{nonfinite: " + policy + "}"),
-                                 testing::settings(1, 4, 5), {poison}, {"health"}, r->dir.path().string());
+                                 settings, {poison}, {"health"}, r->dir.path().string());
   if (checkpoints) {
     core::CheckpointContext ck;
     ck.settings.at_end = false;
@@ -131,7 +108,7 @@ TEST(Health, ALossSpikeIsCaughtByTheRobustZScore) {
   TempDir dir;
   const std::string data = testing::uneven_token_file(dir);
   // The token embedding (the tied output layer) scaled 30x for step 9: logits explode.
-  auto spike = std::make_shared<ParameterPoison>(9, 30.0);
+  auto spike = std::make_shared<testing::ParameterPoison>(9, 30.0);
   auto run = testing::make_trainer(
       testing::components_yaml(data, "adamw", "lr: 0.001") +
           health_yaml("{loss_spike: skip_step, spike_min_history: 5, spike_window: 20}"),
@@ -148,7 +125,7 @@ TEST(Health, ALastingShiftIsANewLevelAfterSpikeMaxConsecutiveSteps) {
   TempDir dir;
   const std::string data = testing::uneven_token_file(dir);
   // From step 6 on the loss stays high: skipping cannot undo a change the updates did not make.
-  auto shift = std::make_shared<ParameterPoison>(6, 30.0, /*restore=*/false);
+  auto shift = std::make_shared<testing::ParameterPoison>(6, 30.0, /*restore=*/false);
   auto run = testing::make_trainer(
       testing::components_yaml(data, "adamw", "lr: 0.001") +
           health_yaml("{loss_spike: skip_step, spike_min_history: 4, spike_max_consecutive: 3}"),
@@ -175,8 +152,10 @@ TEST(Health, ANonFiniteGradientAloneIsCaught) {
       g.fill_(std::numeric_limits<float>::infinity());
     }
   };
-  auto run = testing::make_trainer(testing::components_yaml(data) + health_yaml("{nonfinite: skip_step}"),
-                                   testing::settings(1, 4, 3), {std::make_shared<InfGradient>()}, {"health"});
+  core::TrainerSettings settings = testing::settings(1, 4, 3);
+  settings.nonfinite = "ignore";  // the callback's policy alone acts
+  auto run = testing::make_trainer(testing::components_yaml(data) + health_yaml("{nonfinite: skip_step}"), settings,
+                                   {std::make_shared<InfGradient>()}, {"health"});
   log::set_level(log::Level::info);
   CaptureStderr();
   EXPECT_FALSE(run.trainer->step().skipped);

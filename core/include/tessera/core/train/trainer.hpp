@@ -108,7 +108,13 @@ class Trainer : private CallbackEvents {
   at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx);
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
-  bool agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
+  struct SkipDecision {
+    bool skip = false;       // the optimizer step is not applied
+    bool nonfinite = false;  // because the loss or the gradient norm is NaN/Inf on some rank
+  };
+  SkipDecision agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
+  // Counts a non-finite step, logs it, and decides whether the run must end (trainer.nonfinite).
+  void judge_nonfinite(bool nonfinite, const LossAndGradNorm& reduced);
   double update(const at::Tensor& grad_norm, bool skipped);
   StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
                      bool skipped, const StepClock& clock);
@@ -128,6 +134,8 @@ class Trainer : private CallbackEvents {
   void announce_saved_checkpoints(CallbackContext& ctx);
   void fill_rates(StepMetrics& m, std::int64_t seq_len, std::chrono::steady_clock::time_point begin,
                   std::chrono::steady_clock::time_point end);
+  // Saves the state (unchanged by the non-finite steps) and throws nonfinite_failure_.
+  [[noreturn]] void end_after_nonfinite_steps();
   // Waits for the background save; rethrows its failure on every rank if it failed on any.
   void wait_for_last_save();
   double elapsed_s() const;
@@ -140,6 +148,9 @@ class Trainer : private CallbackEvents {
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
   bool warned_unmasked_documents_ = false;
+  // trainer.nonfinite: steps skipped as NaN/Inf, in a row and in all; set when the run must end.
+  std::int64_t nonfinite_in_a_row_ = 0, nonfinite_total_ = 0;
+  std::string nonfinite_failure_;
   TrainProgress progress_;
   TrainerControl control_;
   ParallelStrategy& strategy_;  // *parts_.parallel

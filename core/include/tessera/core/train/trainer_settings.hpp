@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tessera/config_fields.hpp"
 
@@ -17,6 +18,11 @@ struct TrainerSettings {
   std::int64_t micro_batch_size = 1;  // required in a spec; 1 for trainers built in code
   double clip_grad_norm = 0;          // 0: no clipping (the norm is still measured)
   std::int64_t prefetch = 2;          // micro-batches read ahead by a background thread; 0: none
+  // A step whose loss or global gradient norm is NaN/Inf: skip (no update, counted, logged),
+  // stop (no update, save, fail) or ignore (apply it). Skipping stops the run after
+  // nonfinite_max_consecutive such steps in a row.
+  std::string nonfinite = "skip";
+  std::int64_t nonfinite_max_consecutive = 10;
 
   static void declare(ConfigFields<TrainerSettings>& f);
 };

@@ -1,0 +1,160 @@
+// trainer.nonfinite: a step whose loss or global gradient norm is NaN/Inf leaves the weights and
+// the optimizer state as they were (skip, the default), ends the run after saving (stop, or too
+// many in a row), or is applied (ignore); on several ranks every rank decides alike.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <limits>
+
+#include "gloo_ranks.hpp"
+#include "parameter_poison.hpp"
+#include "small_trainer.hpp"
+#include "tessera/core/checkpoint/checkpoint_reader.hpp"
+#include "tessera/core/train/trainer.hpp"
+#include "tessera/error.hpp"
+#include "test_support.hpp"
+
+namespace tessera::core {
+namespace {
+
+using testing::TempDir;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string adamw_yaml(const std::string& data) {
+  return testing::components_yaml(data, "adamw", "lr: 0.01, weight_decay: 0.1");
+}
+
+StateDict weights_of(Trainer& t) {
+  StateDict out;
+  for (const auto& item : t.model().named_parameters()) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+bool all_finite(const StateDict& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.isfinite().all().item<bool>()) return false;
+  }
+  return true;
+}
+
+void expect_identical(const StateDict& a, const StateDict& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_TRUE(t.equal(b.at(name))) << name;
+}
+
+TEST(NonfiniteGuard, SkipIsTheDefaultAndLeavesWeightsAndOptimizerStateUntouched) {
+  TempDir dir;
+  auto poison = std::make_shared<testing::ParameterPoison>(3, kNaN);
+  TrainerSettings settings = testing::settings(1, 4, 5);
+  EXPECT_EQ(settings.nonfinite, "skip");
+  auto run = testing::make_trainer(adamw_yaml(testing::uneven_token_file(dir)), settings, {poison});
+  Trainer& trainer = *run.trainer;
+  trainer.step();
+  trainer.step();
+  const StateDict weights = weights_of(trainer);
+  const StateDict optimizer = testing::built<Optimizer>(run.components, "optimizer")->state_dict();
+
+  const StepMetrics poisoned = trainer.step();
+  EXPECT_TRUE(poisoned.skipped);
+  EXPECT_TRUE(std::isnan(poisoned.loss));
+  EXPECT_EQ(poisoned.extra.at("nonfinite_steps"), 1.0);
+  expect_identical(weights_of(trainer), weights);
+  expect_identical(testing::built<Optimizer>(run.components, "optimizer")->state_dict(), optimizer);
+
+  const StepMetrics next = trainer.step();  // healthy again: trains on
+  EXPECT_FALSE(next.skipped);
+  EXPECT_TRUE(std::isfinite(next.loss));
+  EXPECT_FALSE(weights_of(trainer).at("wte.weight").equal(weights.at("wte.weight")));
+  EXPECT_TRUE(all_finite(weights_of(trainer)));
+}
+
+TEST(NonfiniteGuard, IgnoreAppliesTheNonFiniteUpdate) {
+  TempDir dir;
+  auto poison = std::make_shared<testing::ParameterPoison>(2, kNaN);
+  TrainerSettings settings = testing::settings(1, 4, 3);
+  settings.nonfinite = "ignore";
+  auto run = testing::make_trainer(adamw_yaml(testing::uneven_token_file(dir)), settings, {poison});
+  run.trainer->fit();
+  EXPECT_FALSE(all_finite(weights_of(*run.trainer)));
+}
+
+TEST(NonfiniteGuard, StopSavesTheLastGoodStateAndFailsTheRun) {
+  TempDir dir;
+  auto poison = std::make_shared<testing::ParameterPoison>(3, kNaN);
+  TrainerSettings settings = testing::settings(1, 4, 10);
+  settings.nonfinite = "stop";
+  auto run = testing::make_trainer(adamw_yaml(testing::uneven_token_file(dir)), settings, {poison});
+  CheckpointContext ck;
+  ck.settings.at_end = false;
+  ck.settings.export_at_end = false;
+  ck.store = CheckpointStore(dir.file("checkpoints"), dir.file("exports"));
+  run.trainer->enable_checkpoints(ck);
+  try {
+    run.trainer->fit();
+    FAIL() << "a non-finite step with nonfinite: stop must end the run with an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 3 has a non-finite loss"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("trainer.nonfinite is stop"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(run.trainer->progress().step, 3);
+  const auto folder = std::filesystem::path(dir.file("checkpoints")) / "step_00000003";
+  ASSERT_TRUE(std::filesystem::is_directory(folder));
+  const LoadedCheckpoint saved = read_checkpoint(folder.string(), 0);
+  EXPECT_TRUE(all_finite(saved.model));
+  expect_identical(saved.model, weights_of(*run.trainer));
+}
+
+TEST(NonfiniteGuard, TooManyNonFiniteStepsInARowEndTheRun) {
+  TempDir dir;
+  // From step 2 on, the first parameter stays NaN: every later step is non-finite.
+  auto poison = std::make_shared<testing::ParameterPoison>(2, kNaN, /*restore=*/false);
+  TrainerSettings settings = testing::settings(1, 4, 50);
+  settings.nonfinite_max_consecutive = 3;
+  auto run = testing::make_trainer(adamw_yaml(testing::uneven_token_file(dir)), settings, {poison});
+  try {
+    run.trainer->fit();
+    FAIL() << "three non-finite steps in a row must end the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 non-finite steps in a row"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(run.trainer->progress().step, 4);
+}
+
+// The NaN is planted on rank 1 only; under ddp the reduced gradient norm and loss are NaN on
+// both, and both skip the step, so the replicas stay identical and finite.
+TEST(NonfiniteGuard, EveryRankSkipsTheSameStep) {
+  TempDir dir;
+  const std::string data = testing::uneven_token_file(dir);
+  const std::string yaml =
+      adamw_yaml(data) + "parallel: {component_key: parallel, variant_key: ddp, config: {bucket_mb: 0.005}}\n";
+  std::vector<std::vector<bool>> skipped(2);
+  std::vector<StateDict> final_weights(2);
+  std::mutex build_mutex;
+  const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t r, std::shared_ptr<Communicator> comm) {
+    RunContext context;
+    context.seed = 42;
+    context.rank = r;
+    context.world_size = 2;
+    context.communicator = comm;
+    BuiltComponents built;
+    {
+      std::lock_guard<std::mutex> lock(build_mutex);
+      seed_everything(context.seed, "cpu");
+      built = testing::build_components(yaml, context);
+    }
+    TrainerParts parts = testing::trainer_parts(built);
+    if (r == 1) parts.callbacks.push_back(std::make_shared<testing::ParameterPoison>(2, kNaN));
+    Trainer trainer(std::move(parts), testing::settings(1, 2, 3), context);
+    for (int s = 0; s < 3; ++s) skipped[static_cast<std::size_t>(r)].push_back(trainer.step().skipped);
+    final_weights[static_cast<std::size_t>(r)] = weights_of(trainer);
+  });
+  ASSERT_EQ(errors, std::vector<std::string>(2, ""));
+  EXPECT_EQ(skipped[0], (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(skipped[1], skipped[0]);
+  EXPECT_TRUE(all_finite(final_weights[0]));
+  expect_identical(final_weights[0], final_weights[1]);
+}
+
+}  // namespace
+}  // namespace tessera::core
