@@ -108,6 +108,11 @@ FieldSpec& FieldSpec::one_of(std::vector<std::string> values) {
   return *this;
 }
 
+FieldSpec& FieldSpec::existing_path() {
+  must_exist = true;
+  return *this;
+}
+
 std::string FieldSpec::constraints_text() const {
   std::vector<std::string> parts;
   if (min) parts.push_back((min_exclusive ? "> " : ">= ") + number_text(*min));
@@ -117,6 +122,7 @@ std::string FieldSpec::constraints_text() const {
     for (size_t i = 0; i < choices.size(); ++i) s += (i ? ", " : "") + choices[i];
     parts.push_back(s);
   }
+  if (must_exist) parts.push_back("an existing path");
   if (type == FieldType::component) parts.push_back("kind " + component_kind);
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];

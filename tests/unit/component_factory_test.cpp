@@ -147,19 +147,29 @@ TEST(ComponentFactory, DeclaredRulesFailValidationAtTheField) {
 }
 
 TEST(ComponentFactory, FactoryErrorsPointAtTheField) {
-  // An empty token file: only building the dataset (which reads the file) can tell.
   testing::TempDir dir;
+  // An empty token file: validation looks at the file's size already.
   std::ofstream(dir.file("empty.bin")).flush();
+  const std::string empty = "train_data: {component_key: dataset, variant_key: tokens, config: {seq_len: 4, path: " +
+                            dir.file("empty.bin") + "}}\n";
+  EXPECT_NE(validation_error(empty).find("test.yaml:1:86: components.train_data.config.path: "), std::string::npos)
+      << validation_error(empty);
+  EXPECT_NE(validation_error(empty).find("empty.bin is empty"), std::string::npos) << validation_error(empty);
+  // document_mask without an end-of-document id: only building the dataset (which looks for
+  // the file's index) can tell; the factory's error still points at the config.
+  const std::string tokens = dir.write("tokens.bin", std::string(64, 'a'));
   const std::string yaml = "train_data: {component_key: dataset, variant_key: tokens, config: {seq_len: 4, path: " +
-                           dir.file("empty.bin") + "}}\n";
+                           tokens + ", document_mask: true}}\n";
   EXPECT_EQ(validation_error(yaml), "");
   try {
     build_components(yaml);
     FAIL() << "expected a ConfigIssue";
   } catch (const ConfigIssue& e) {
-    EXPECT_NE(std::string(e.what()).find("test.yaml:1:86: components.train_data.config.path: "), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("test.yaml:1:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("components.train_data.config.eos_id: document_mask needs the id that ends a "
+                                         "document"),
+              std::string::npos)
         << e.what();
-    EXPECT_NE(std::string(e.what()).find("empty.bin is empty"), std::string::npos) << e.what();
   }
 }
 

@@ -37,7 +37,8 @@ void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {
           "hf: weights larger than this are split into shards with model.safetensors.index.json (5GB, 500MB, bytes)");
   f.field("export_tokenizer", &C::export_tokenizer,
           "hf: the run's tokenizer, a file (tokenizer.json, tokenizer.model) or a folder whose tokenizer files "
-          "(tokenizer.json, tokenizer_config.json, ...) are copied into every export");
+          "(tokenizer.json, tokenizer_config.json, ...) are copied into every export")
+      .existing_path();
   f.check([](const C& c) {
     try {
       parse_byte_size(c.export_max_shard_size);

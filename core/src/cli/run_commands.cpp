@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "tessera/core/config/field_reader.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/run/training_run.hpp"
 
@@ -17,6 +18,7 @@ struct Parsed {
   core::RunOptions options;
   core::EvalOptions eval;
   bool help = false;
+  bool skip_path_checks = false;  // validate --skip-path-checks
 };
 
 enum class Command { train, validate, eval };
@@ -38,6 +40,11 @@ Parsed parse_run_args(const Args& args, const char* command, Command which) {
         ("resume", po::value<std::string>(&parsed.options.resume),
          "continue from a checkpoint: 'auto' (the newest valid one under checkpoint.dir, or start "
          "fresh when there is none) or the PATH of one");
+  }
+  if (which == Command::validate) {
+    visible.add_options()("skip-path-checks", po::bool_switch(&parsed.skip_path_checks),
+                          "do not check that the files and folders the spec reads exist (for a spec whose data "
+                          "is made later)");
   }
   if (which == Command::eval) {
     visible.add_options()
@@ -101,6 +108,7 @@ int train_command(const Args& args) {
 int validate_command(const Args& args) {
   Parsed parsed = parse_run_args(args, "validate", Command::validate);
   if (parsed.help) return 0;
+  core::set_path_checks(!parsed.skip_path_checks);
   core::TrainingRun run(parsed.options);
   std::cout << parsed.options.config_path << ": ok (" << run.plugins().plugins().size()
             << " plugins loaded, every component validated)\n";

@@ -1,8 +1,13 @@
 #include "tessera/core/config/field_reader.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "tessera/core/config/suggest.hpp"
 
@@ -12,6 +17,19 @@ namespace {
 std::string shown(const ConfigNode& node) {
   if (node.is_scalar()) return "\"" + node.scalar() + "\"";
   return node.type_name();
+}
+
+std::atomic<bool> path_checks{true};
+
+// What keeps the component from reading `path`, or "" when it can: it exists, and a folder can
+// be listed, a file opened for reading.
+std::string unreadable(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) return "no such file or folder: " + path;
+  const int mode = std::filesystem::is_directory(status) ? (R_OK | X_OK) : R_OK;
+  if (::access(path.c_str(), mode) != 0) return "cannot read " + path + ": " + std::strerror(errno);
+  return {};
 }
 
 bool parse_int(const std::string& s, std::int64_t& out) {
@@ -105,6 +123,12 @@ Value read_scalar(const FieldSpec& f, FieldType type, const ConfigNode& node, co
                                                   shown(node) + did_you_mean(s, f.choices));
         }
       }
+      if (f.must_exist && !s.empty() && path_checks.load()) {
+        if (std::string why = unreadable(s); !why.empty()) {
+          throw ConfigIssue(node.pos(), path, why + " (a path this component reads; relative paths start at " +
+                                                  std::filesystem::current_path().string() + ")");
+        }
+      }
       return s;
     }
     case FieldType::component: break;
@@ -113,6 +137,9 @@ Value read_scalar(const FieldSpec& f, FieldType type, const ConfigNode& node, co
 }
 
 }  // namespace
+
+void set_path_checks(bool on) { path_checks.store(on); }
+bool path_checks_enabled() { return path_checks.load(); }
 
 Value read_field(const FieldSpec& field, const ConfigNode& node, const std::string& path) {
   switch (field.type) {

@@ -36,7 +36,7 @@ void RunSettings::declare(ConfigFields<RunSettings>& f) {
 }
 
 void PluginSettings::declare(ConfigFields<PluginSettings>& f) {
-  f.field("paths", &PluginSettings::paths, "directories searched for plugins first");
+  f.field("paths", &PluginSettings::paths, "directories searched for plugins first").existing_path();
 }
 
 }  // namespace tessera::core

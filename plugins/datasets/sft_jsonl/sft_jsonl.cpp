@@ -41,7 +41,7 @@ struct SftConfig {
 
   static void declare(tessera::ConfigFields<SftConfig>& f) {
     using C = SftConfig;
-    f.field("path", &C::path, "JSON lines: {prompt, response} or {messages: [{role, content}, ...]}").required();
+    f.field("path", &C::path, "JSON lines: {prompt, response} or {messages: [{role, content}, ...]}").required().existing_path();
     f.field("tokenizer", &C::tokenizer, "the tokenizer of the model (its EOS ends every response)");
     f.field("seq_len", &C::seq_len, "tokens per row").required().at_least(1);
     f.field("pack", &C::pack, "pack whole examples into rows (else one example a row, padded)");

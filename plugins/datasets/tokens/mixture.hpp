@@ -29,7 +29,7 @@ struct MixtureConfig {
 
   static void declare(ConfigFields<MixtureConfig>& f) {
     using C = MixtureConfig;
-    f.field("paths", &C::paths, "the member token files (e.g. from tessera prepare-data)").required();
+    f.field("paths", &C::paths, "the member token files (e.g. from tessera prepare-data)").required().existing_path();
     f.field("weights", &C::weights, "each member's share of the samples, in the order of paths (normalised)").required();
     f.field("dtype", &C::dtype, "width of one token id in every file").one_of({"uint8", "uint16", "uint32"});
     f.field("seq_len", &C::seq_len, "tokens per sample (each sample reads seq_len + 1)").required().at_least(1);
@@ -53,7 +53,10 @@ struct MixtureConfig {
         sum += w;
       }
       if (!(sum > 0)) throw ConfigError("weights must not all be zero", "weights");
-      for (const auto& path : c.paths) check_index(path, c.dtype, c.vocab_size);
+      for (const auto& path : c.paths) {
+        check_index(path, c.dtype, c.vocab_size);
+        check_token_file_size(path, c.dtype, c.seq_len, "paths");
+      }
     });
   }
 };

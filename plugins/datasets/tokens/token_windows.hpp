@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -134,6 +135,38 @@ inline void check_index(const std::string& path, const std::string& dtype, std::
   }
 }
 
+inline std::int64_t token_bytes(const std::string& dtype) { return dtype == "uint32" ? 4 : dtype == "uint8" ? 1 : 2; }
+
+// The number of tokens in a file of `bytes` bytes, which must be whole tokens of `dtype` and at
+// least one window of seq_len + 1; the errors name the config `field` holding `path`.
+inline std::int64_t checked_token_count(std::uint64_t bytes, const std::string& path, const std::string& dtype,
+                                        std::int64_t seq_len, const std::string& field) {
+  const std::int64_t width = token_bytes(dtype);
+  if (bytes == 0) throw tessera::ConfigError(path + " is empty", field);
+  if (bytes % static_cast<std::uint64_t>(width) != 0) {
+    throw tessera::ConfigError(path + " has " + std::to_string(bytes) + " bytes, not a multiple of " +
+                                   std::to_string(width) + " (" + dtype + "); is dtype right?",
+                               field);
+  }
+  const auto tokens = static_cast<std::int64_t>(bytes / static_cast<std::uint64_t>(width));
+  if (tokens < seq_len + 1) {
+    throw tessera::ConfigError(path + " has " + std::to_string(tokens) +
+                                   " tokens, fewer than one window of seq_len + 1 = " + std::to_string(seq_len + 1),
+                               field);
+  }
+  return tokens;
+}
+
+// The same, from the file's size on disk (validation reads no tokens).
+inline void check_token_file_size(const std::string& path, const std::string& dtype, std::int64_t seq_len,
+                                  const std::string& field) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;  // the host reports it (existing_path), unless told not to check
+  const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec) throw tessera::ConfigError("cannot read the size of " + path + ": " + ec.message(), field);
+  checked_token_count(bytes, path, dtype, seq_len, field);
+}
+
 struct TokensConfig {
   std::string path;
   std::string dtype = "uint16";
@@ -148,7 +181,7 @@ struct TokensConfig {
 
   static void declare(tessera::ConfigFields<TokensConfig>& f) {
     using C = TokensConfig;
-    f.field("path", &C::path, "flat binary file of token ids").required();
+    f.field("path", &C::path, "flat binary file of token ids").required().existing_path();
     // uint8 reads any file as byte-level tokens (a text file is its own token file).
     f.field("dtype", &C::dtype, "width of one token id in the file (uint8: raw bytes)").one_of({"uint8", "uint16", "uint32"});
     f.field("seq_len", &C::seq_len, "tokens per sample (each sample reads seq_len + 1)").required().at_least(1);
@@ -165,7 +198,10 @@ struct TokensConfig {
             "documents attends only within one and restarts positions");
     f.field("eos_id", &C::eos_id, "with document_mask: the id that ends a document (-1: the one in FILE.json)")
         .at_least(-1);
-    f.check([](const C& c) { check_index(c.path, c.dtype, c.vocab_size); });
+    f.check([](const C& c) {
+      check_index(c.path, c.dtype, c.vocab_size);  // first: a dtype mismatch explains a size that does not fit
+      check_token_file_size(c.path, c.dtype, c.seq_len, "path");
+    });
   }
 };
 
@@ -174,26 +210,13 @@ class TokenWindowDataset final : public tessera::Dataset {
   TokenWindowDataset(const TokensConfig& config, std::uint64_t run_seed)
       : path_(config.path),
         file_(path_),
-        token_bytes_(config.dtype == "uint32" ? 4 : config.dtype == "uint8" ? 1 : 2),
+        token_bytes_(token_bytes(config.dtype)),
         seq_len_(config.seq_len),
         stride_(config.stride == 0 ? seq_len_ : config.stride),
         ignore_token_(config.ignore_token),
         shuffle_(config.shuffle),
         seed_(config.seed < 0 ? run_seed : static_cast<std::uint64_t>(config.seed)) {
-    if (file_.size() == 0) throw tessera::ConfigError(path_ + " is empty", "path");
-    if (file_.size() % token_bytes_ != 0) {
-      throw tessera::ConfigError(path_ + " has " + std::to_string(file_.size()) +
-                                     " bytes, not a multiple of " + std::to_string(token_bytes_) +
-                                     " (" + config.dtype + "); is dtype right?",
-                                 "path");
-    }
-    num_tokens_ = static_cast<std::int64_t>(file_.size() / token_bytes_);
-    if (num_tokens_ < seq_len_ + 1) {
-      throw tessera::ConfigError(
-          path_ + " has " + std::to_string(num_tokens_) +
-              " tokens, fewer than one window of seq_len + 1 = " + std::to_string(seq_len_ + 1),
-          "path");
-    }
+    num_tokens_ = checked_token_count(file_.size(), path_, config.dtype, seq_len_, "path");
     num_samples_ = (num_tokens_ - seq_len_ - 1) / stride_ + 1;
     if (config.document_mask) {
       eos_ = config.eos_id >= 0 ? config.eos_id : read_index(path_).eos_id;

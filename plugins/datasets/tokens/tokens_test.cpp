@@ -294,7 +294,7 @@ TEST(TokensDataset, BadFilesAreConfigIssuesOnPath) {
   struct Case {
     std::string path, config, says;
   } cases[] = {
-      {missing, "seq_len: 4", "cannot open " + missing},
+      {missing, "seq_len: 4", "no such file or folder: " + missing},
       {empty, "seq_len: 4", empty + " is empty"},
       {odd, "seq_len: 1", odd + " has 5 bytes, not a multiple of 2"},
       {six, "seq_len: 1, dtype: uint32", six + " has 6 bytes, not a multiple of 4"},

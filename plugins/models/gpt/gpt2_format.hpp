@@ -32,7 +32,8 @@ struct GptConfig : gpt_parts::GptArchitecture {
         .one_of({"gelu", "gelu_tanh"});
     f.field("init_from", &GptConfig::init_from,
             "start from these weights: a safetensors file, a Tessera export folder, or a Hugging Face GPT-2 "
-            "folder (config.json + safetensors; architecture fields left out of the YAML come from config.json)");
+            "folder (config.json + safetensors; architecture fields left out of the YAML come from config.json)")
+        .existing_path();
     f.record_given(&GptConfig::given);
   }
 };

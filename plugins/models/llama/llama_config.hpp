@@ -97,7 +97,8 @@ struct LlamaConfig {
     f.field("init_from", &C::init_from,
             "start from these weights: a Hugging Face Llama folder (config.json + safetensors, sharded or not; "
             "architecture fields left out of the YAML come from config.json), a Tessera export folder or a "
-            "safetensors file");
+            "safetensors file")
+        .existing_path();
     f.record_given(&C::given);
     f.check(&LlamaConfig::check);
   }

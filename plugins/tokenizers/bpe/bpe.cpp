@@ -28,8 +28,9 @@ struct BpeConfig {
   static void declare(tessera::ConfigFields<BpeConfig>& f) {
     f.field("path", &BpeConfig::path,
             "tokenizer.json (or a folder holding one), or GPT-2's vocab.json with `merges`")
-        .required();
-    f.field("merges", &BpeConfig::merges, "GPT-2's merges.txt, when path is a vocab.json");
+        .required()
+        .existing_path();
+    f.field("merges", &BpeConfig::merges, "GPT-2's merges.txt, when path is a vocab.json").existing_path();
     f.field("special_tokens", &BpeConfig::special_tokens,
             "with vocab.json + merges.txt: vocabulary tokens recognised whole in text (tokenizer.json lists its own)");
     f.field("eos_token", &BpeConfig::eos_token,

@@ -21,7 +21,7 @@ struct SentencePieceConfig {
   bool add_eos = false;
 
   static void declare(tessera::ConfigFields<SentencePieceConfig>& f) {
-    f.field("path", &SentencePieceConfig::path, "the SentencePiece model file (tokenizer.model)").required();
+    f.field("path", &SentencePieceConfig::path, "the SentencePiece model file (tokenizer.model)").required().existing_path();
     f.field("add_bos", &SentencePieceConfig::add_bos, "encode() starts every text with the model's BOS id");
     f.field("add_eos", &SentencePieceConfig::add_eos, "encode() ends every text with the model's EOS id");
   }

@@ -26,6 +26,9 @@ struct TESSERA_API FieldSpec {
   std::optional<double> min, max;
   bool min_exclusive = false, max_exclusive = false;
   std::vector<std::string> choices;  // for strings: the allowed values
+  // For strings and lists of strings: a file or folder the component reads. Validation (`tessera
+  // validate` as well as train) checks that each non-empty value exists and can be read.
+  bool must_exist = false;
 
   // Fluent setters; the default is converted to the field's type (an int for a number is fine).
   FieldSpec& default_to(bool v);
@@ -45,6 +48,7 @@ struct TESSERA_API FieldSpec {
   FieldSpec& at_most(double v);
   FieldSpec& less_than(double v);
   FieldSpec& one_of(std::vector<std::string> values);
+  FieldSpec& existing_path();  // see must_exist
 
   bool has_default() const { return !std::holds_alternative<std::monostate>(default_value); }
   // "> 0, <= 1", "one of: a, b", "kind model" — empty when there is no constraint.

@@ -14,6 +14,11 @@
 
 namespace tessera::core {
 
+// Whether fields declared existing_path() must name a readable file or folder (the default);
+// `tessera validate --skip-path-checks` turns it off to check a spec before its data exists.
+void set_path_checks(bool on);
+bool path_checks_enabled();
+
 // Converts one non-component node to the field's type and checks its constraints.
 Value read_field(const FieldSpec& field, const ConfigNode& node, const std::string& path);
 
