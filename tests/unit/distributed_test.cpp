@@ -9,6 +9,10 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "tessera/error.hpp"
@@ -173,6 +177,81 @@ TEST_F(DistributedEnvironment, NothingSetIsAWorldOfOneAndBadValuesAreErrors) {
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("RANK", "2", 1);
   EXPECT_THROW(read_distributed_env(), ConfigError);
+}
+
+// Sets environment variables for one test and puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* name : kLaunchVariables) {
+      const char* old = std::getenv(name);
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      ::unsetenv(name);
+    }
+    for (const auto& [name, value] : vars) ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  static constexpr const char* kLaunchVariables[] = {
+      "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+      "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
+      "SLURM_LAUNCH_NODE_IPADDR", "CUDA_VISIBLE_DEVICES"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(DeviceForRank, CudaIsOneGpuPerLocalRank) {
+  DistributedEnv env;
+  env.local_rank = 3;
+  env.local_world_size = 4;
+  EXPECT_EQ(device_for_rank("cuda", env), "cuda:3");
+  EXPECT_EQ(device_for_rank("cpu", env), "cpu");
+  env.visible_gpus = std::vector<std::string>{"0", "1", "2", "3"};
+  EXPECT_EQ(device_for_rank("cuda", env), "cuda:3");
+}
+
+TEST(DeviceForRank, AnExplicitGpuWithSeveralLocalRanksIsAnError) {
+  DistributedEnv env;
+  env.local_world_size = 2;
+  try {
+    device_for_rank("cuda:1", env);
+    FAIL() << "two ranks on one GPU must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("this node runs 2 ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Set device: cuda"), std::string::npos) << e.what();
+  }
+  env.local_world_size = 1;
+  EXPECT_EQ(device_for_rank("cuda:1", env), "cuda:1");  // one rank may pick its GPU
+}
+
+// srun with --gpus-per-task=1: every task sees one GPU (its own) as device 0, whatever its
+// SLURM_LOCALID, and the ranks come from Slurm's variables.
+TEST(DeviceForRank, SlurmWithOneVisibleGpuPerTaskBindsEachRankToIt) {
+  ScopedEnv slurm({{"SLURM_PROCID", "3"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "4"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}, {"CUDA_VISIBLE_DEVICES", "1"}});
+  const DistributedEnv env = read_distributed_env();
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(device_for_rank("cuda", env), "cuda:0");
+}
+
+TEST(DeviceForRank, SlurmWithEveryGpuVisibleUsesTheLocalId) {
+  ScopedEnv slurm({{"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "8"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}});
+  const DistributedEnv env = read_distributed_env();
+  EXPECT_EQ(env.local_world_size, 4);
+  EXPECT_EQ(device_for_rank("cuda", env), "cuda:1");
+  EXPECT_THROW(device_for_rank("cuda:0", env), ConfigError);
 }
 
 }  // namespace

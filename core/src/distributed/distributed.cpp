@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <sstream>
 
 #include "tessera/error.hpp"
 
@@ -32,6 +33,17 @@ std::int64_t integer_env(std::initializer_list<const char*> names, std::int64_t 
     throw ConfigError(std::string("environment variable ") + *names.begin() + " is '" + v + "', not an integer");
   }
   return n;
+}
+
+// LOCAL_WORLD_SIZE (tessera launch, torchrun); under srun, the count SLURM_STEP_TASKS_PER_NODE
+// gives first ("4(x2)" or "4,3": tasks per node, node by node); else 1.
+std::int64_t local_world_size() {
+  if (std::getenv("LOCAL_WORLD_SIZE")) return integer_env({"LOCAL_WORLD_SIZE"}, 1);
+  if (const char* tasks = first_env({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
+    const long long n = std::strtoll(tasks, nullptr, 10);
+    if (n > 0) return n;
+  }
+  return 1;
 }
 
 class DoneCollective final : public PendingCollective {
@@ -211,6 +223,14 @@ DistributedEnv read_distributed_env() {
   env.world_size = integer_env({"WORLD_SIZE", "SLURM_NTASKS"}, 1);
   env.rank = integer_env({"RANK", "SLURM_PROCID"}, 0);
   env.local_rank = integer_env({"LOCAL_RANK", "SLURM_LOCALID"}, 0);
+  env.local_world_size = local_world_size();
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    env.visible_gpus.emplace();
+    std::stringstream list(visible);
+    for (std::string id; std::getline(list, id, ',');) {
+      if (!id.empty()) env.visible_gpus->push_back(id);
+    }
+  }
   // Under srun without MASTER_ADDR: the node srun was started from, where rank 0 usually runs.
   if (const char* addr = first_env({"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"})) env.master_addr = addr;
   env.master_port = static_cast<int>(integer_env({"MASTER_PORT"}, 29500));
@@ -222,6 +242,18 @@ DistributedEnv read_distributed_env() {
     throw ConfigError("MASTER_PORT " + std::to_string(env.master_port) + " is not a port number");
   }
   return env;
+}
+
+std::string device_for_rank(const std::string& setting, const DistributedEnv& env) {
+  if (setting.rfind("cuda:", 0) == 0 && env.local_world_size > 1) {
+    throw ConfigError(setting + " is one GPU, but this node runs " +
+                      std::to_string(env.local_world_size) +
+                      " ranks: every rank would use it. Set device: cuda (each rank takes cuda:LOCAL_RANK)",
+                      "device");
+  }
+  if (setting != "cuda") return setting;
+  if (env.visible_gpus && env.visible_gpus->size() == 1) return "cuda:0";
+  return "cuda:" + std::to_string(env.local_rank);
 }
 
 std::shared_ptr<Communicator> make_local_communicator() { return std::make_shared<LocalCommunicator>(); }

@@ -129,8 +129,12 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
   context.precision = plan.settings.precision;
   context.rank = env.rank;
   context.world_size = env.world_size;
-  // One GPU per local rank: "cuda" means cuda:LOCAL_RANK.
-  context.device = plan.settings.device == "cuda" ? "cuda:" + std::to_string(env.local_rank) : plan.settings.device;
+  try {
+    context.device = device_for_rank(plan.settings.device, env);
+  } catch (const ConfigError& e) {
+    const ConfigNode* settings = root.find("settings");
+    throw positioned(e, settings, settings ? settings->pos() : top, "settings");
+  }
   plan.checkpoints = CheckpointStore::for_run(context.run_dir, plan.checkpoint.dir);
 
   ensure_metrics_sink(root);

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/communicator.hpp"
 
@@ -19,13 +21,24 @@ struct DistributedEnv {
   std::int64_t rank = 0;
   std::int64_t local_rank = 0;
   std::int64_t world_size = 1;
+  std::int64_t local_world_size = 1;  // ranks on this node
+  // CUDA_VISIBLE_DEVICES when set: the GPUs this process may use (Slurm's per-task binding
+  // leaves one); null when unset (every GPU of the machine).
+  std::optional<std::vector<std::string>> visible_gpus;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
 };
 
-// RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else SLURM_PROCID, SLURM_LOCALID,
-// SLURM_NTASKS; else a world of one. Throws tessera::ConfigError for inconsistent values.
+// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else SLURM_PROCID,
+// SLURM_LOCALID, SLURM_NTASKS, SLURM_STEP_TASKS_PER_NODE; else a world of one. Throws
+// tessera::ConfigError for inconsistent values.
 DistributedEnv read_distributed_env();
+
+// The device this rank trains on, from settings.device. "cuda" is one GPU per local rank:
+// cuda:LOCAL_RANK, or cuda:0 when the process sees a single GPU (Slurm binding each task to its
+// own GPU through CUDA_VISIBLE_DEVICES). An explicit cuda:N with several ranks on the node would
+// put them all on one GPU: a ConfigError.
+std::string device_for_rank(const std::string& setting, const DistributedEnv& env);
 
 // A world of one: every collective returns at once.
 std::shared_ptr<Communicator> make_local_communicator();
