@@ -3,6 +3,7 @@
 // resharding to other numbers of ranks, pruning, and model exports.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -208,6 +209,84 @@ INSTANTIATE_TEST_SUITE_P(
       for (auto& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return n;
     });
+
+// An I/O error (disk full, EIO) injected at each step of the second save (write, fsync, the
+// manifest's rename, the metadata, the folder's rename, the `latest` pointer; see
+// TESSERA_IO_FAULT in sdk/src/durable_file.cpp): the run fails with one clear error, the
+// previous checkpoint stays valid, no half checkpoint is taken by --resume auto, and the resumed
+// run's losses and weights equal those of a run that never failed.
+struct IoFaultCase {
+  std::string name, fault, path_suffix;
+  std::int64_t resumes_at;
+};
+void PrintTo(const IoFaultCase& c, std::ostream* os) { *os << c.name; }
+
+class IoFaultDuringSave : public Checkpoints, public ::testing::WithParamInterface<IoFaultCase> {};
+
+TEST_P(IoFaultDuringSave, FailsCleanlyAndResumesBitExact) {
+  const IoFaultCase& c = GetParam();
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.every_steps=2 --set checkpoint.keep_last=1" +
+                             std::string(" --set checkpoint.export_at_end=false --run-dir ");
+  std::string out;
+  ASSERT_EQ(train(common + dir_.file("straight"), out), 0) << out;
+  const std::string env = "TESSERA_IO_FAULT=" + c.fault + " TESSERA_IO_FAULT_PATH=" + c.path_suffix;
+  EXPECT_EQ(train(common + dir_.file("run"), out, env), 1) << out;
+  const std::string reason = c.fault.find("EIO") != std::string::npos ? "Input/output error" : "No space left on device";
+  EXPECT_NE(out.find("the save of step 4 failed: "), std::string::npos) << out;
+  EXPECT_NE(out.find(reason), std::string::npos) << out;
+  EXPECT_EQ(out.find("frame #"), std::string::npos) << "one clear error, no backtrace: " << out;
+
+  const std::string checkpoints = dir_.file("run") + "/checkpoints";
+  EXPECT_NO_THROW(core::verify_checkpoint(checkpoints + "/step_00000002")) << "the previous checkpoint stays valid";
+  const core::CheckpointStore store(checkpoints, dir_.file("run") + "/exports");
+  EXPECT_EQ(fs::path(store.newest_valid()).filename().string(), core::CheckpointStore::name_of(c.resumes_at));
+
+  ASSERT_EQ(train(common + dir_.file("run") + " --resume auto", out), 0) << out;
+  EXPECT_NE(out.find("at step " + std::to_string(c.resumes_at) + " "), std::string::npos) << out;
+  const auto straight = losses(dir_.file("straight"));
+  const auto resumed = losses(dir_.file("run"));  // the failed run's rows, then the resumed run's
+  ASSERT_GE(resumed.size(), 8u - static_cast<std::size_t>(c.resumes_at));
+  for (std::size_t i = 0; i + c.resumes_at < 8; ++i) {
+    EXPECT_EQ(resumed[resumed.size() - (8 - c.resumes_at) + i], straight[c.resumes_at + i]) << "step " << c.resumes_at + i + 1;
+  }
+  expect_identical(model_at(dir_.file("run"), 8), model_at(dir_.file("straight"), 8));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, IoFaultDuringSave,
+    ::testing::Values(IoFaultCase{"WriteModelDiskFull", "write", "step_00000004.tmp/model.safetensors", 2},
+                      IoFaultCase{"FsyncOptimizerEio", "fsync:EIO", "step_00000004.tmp/rank_00000/optimizer.safetensors", 2},
+                      IoFaultCase{"CreateManifestDiskFull", "create", "step_00000004.tmp/rank_00000/manifest.json.tmp", 2},
+                      IoFaultCase{"RenameManifestEio", "rename:EIO", "step_00000004.tmp/rank_00000/manifest.json", 2},
+                      IoFaultCase{"WriteMetadataDiskFull", "write", "step_00000004.tmp/metadata.json", 2},
+                      IoFaultCase{"FsyncFolderEio", "fsync_dir:EIO", "step_00000004.tmp", 2},
+                      IoFaultCase{"RenameFolderDiskFull", "rename", "checkpoints/step_00000004", 2},
+                      // The checkpoint itself is complete: only the pointer to it is stale.
+                      IoFaultCase{"LatestPointerDiskFull", "create@2", "checkpoints/latest.tmp", 4}),
+    [](const ::testing::TestParamInfo<IoFaultCase>& info) { return info.param.name; });
+
+// Two ranks; rank 1's part of the second save hits a full disk. Rank 0, whose writer waits for
+// rank 1's files, learns it at once from rank 1's failure mark, not after the checkpoint
+// timeout: both exit non-zero within seconds, and the previous checkpoint resumes.
+TEST_F(Checkpoints, ASaveFailingOnOneRankEndsEveryRankPromptly) {
+  const std::string common = "--set trainer.max_steps=8 --set checkpoint.every_steps=2 --set checkpoint.export_at_end=false"
+                             " --set checkpoint.async=true --run-dir " + dir_.file("run");
+  std::string out;
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = run_command("TESSERA_IO_FAULT=write TESSERA_IO_FAULT_RANK=1 TESSERA_IO_FAULT_PATH=step_00000004.tmp/"
+                             "rank_00001/rng.safetensors " +
+                                 tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() + kShortWarmup +
+                                         " --set settings.collective_timeout_s=120 " + common),
+                             out);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_LT(seconds, 60) << "a rank waited for a timeout: " << out;
+  EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  EXPECT_NO_THROW(core::verify_checkpoint(dir_.file("run") + "/checkpoints/step_00000002"));
+  EXPECT_FALSE(fs::exists(dir_.file("run") + "/checkpoints/step_00000004"));
+  ASSERT_EQ(launch(2, common + " --resume auto", out), 0) << out;
+  EXPECT_NE(out.find("at step 2 "), std::string::npos) << out;
+}
 
 TEST_F(Checkpoints, ACorruptFileIsFoundByItsChecksumAndSkipped) {
   const std::string common = "--set checkpoint.every_steps=2 --set checkpoint.export_at_end=false --run-dir " + dir_.file("run");

@@ -61,13 +61,24 @@ std::map<std::string, WrittenFile> write_rank_files(const CheckpointFolder& fold
   return files;
 }
 
-// Rank 0: waits for every other rank's manifest and adds its files.
+// A rank whose part of a save failed renames its folder to this, so rank 0 stops waiting for it
+// at once (a rename needs no free space, unlike a new file on a full disk).
+fs::path failure_mark(const CheckpointFolder& folder, std::int64_t rank) {
+  return folder.file(CheckpointFolder::rank_dir(rank) + ".failed");
+}
+
+// Rank 0: waits for every other rank's manifest, or its failure mark, and adds its files.
 void collect_other_ranks(const CheckpointFolder& folder, const CheckpointState& state, std::chrono::milliseconds timeout,
                          std::map<std::string, WrittenFile>& files) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (std::int64_t r = 1; r < state.world_size; ++r) {
     const fs::path manifest = folder.file(CheckpointFolder::rank_file(r, CheckpointFolder::kManifest));
+    const fs::path failed = failure_mark(folder, r);
     while (!fs::exists(manifest)) {
+      if (fs::exists(failed)) {
+        throw CheckpointError("checkpoint " + CheckpointStore::name_of(state.step) + ": rank " + std::to_string(r) +
+                              " failed to write its part (see its log); the save is incomplete");
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         throw CheckpointError("checkpoint " + CheckpointStore::name_of(state.step) + ": rank " + std::to_string(r) +
                               " did not finish writing within " + std::to_string(timeout.count() / 1000) +
@@ -115,15 +126,24 @@ bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state
   const fs::path mine = tmp.file(CheckpointFolder::rank_dir(state.rank));
   fs::create_directories(mine);
 
-  std::map<std::string, WrittenFile> files = write_rank_files(tmp, state);
-  failpoint("checkpoint.before_manifest");
-  fsync_directory(mine.string());
-  // Written aside and renamed: rank 0 treats the manifest's existence as "this rank is done",
-  // so it must never see it half-written.
-  const std::string pending =
-      tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifestInProgress)).string();
-  write_file_durably(pending, files_json(files).dump(1));
-  rename_durably(pending, tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest)).string());
+  std::map<std::string, WrittenFile> files;
+  try {
+    files = write_rank_files(tmp, state);
+    failpoint("checkpoint.before_manifest");
+    fsync_directory(mine.string());
+    // Written aside and renamed: rank 0 treats the manifest's existence as "this rank is done",
+    // so it must never see it half-written.
+    const std::string pending =
+        tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifestInProgress)).string();
+    write_file_durably(pending, files_json(files).dump(1));
+    rename_durably(pending, tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest)).string());
+  } catch (...) {
+    if (state.rank != 0) {
+      std::error_code ignored;  // best effort: without the mark, rank 0 waits for its timeout
+      fs::rename(mine, failure_mark(tmp, state.rank), ignored);
+    }
+    throw;
+  }
   if (state.rank != 0) return true;
 
   // Rank 0 completes the checkpoint once every rank's manifest is there.
