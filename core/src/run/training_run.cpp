@@ -118,8 +118,20 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   parts.scheduler = instance<Scheduler>(built, "scheduler");
   parts.parallel = instance<ParallelStrategy>(built, "parallel");
   for (const auto& handle : built.lists["callbacks"]) {
+    parts.names.callbacks.push_back(handle.kind + "/" + handle.variant + " (components.callbacks[" +
+                                    std::to_string(parts.callbacks.size()) + "])");
     parts.callbacks.push_back(std::static_pointer_cast<Callback>(handle.object));
   }
+  auto name_of = [&](const char* instance) {
+    const auto it = built.instances.find(instance);
+    return it == built.instances.end() ? std::string(instance)
+                                       : it->second.kind + "/" + it->second.variant + " (components." + instance + ")";
+  };
+  parts.names.model = name_of("model");
+  parts.names.train_data = name_of("train_data");
+  parts.names.loss = name_of("loss");
+  parts.names.optimizer = name_of("optimizer");
+  parts.names.scheduler = name_of("scheduler");
   return std::make_unique<Trainer>(std::move(parts), plan_.trainer, context, plan_.settings.peak_flops);
 }
 

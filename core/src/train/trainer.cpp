@@ -162,14 +162,14 @@ CallbackContext Trainer::callback_context() {
 }
 
 void Trainer::evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) {
-  for (auto& cb : parts_.callbacks) cb->on_evaluation_end(ctx, metrics);
+  for_each_callback("on_evaluation_end", progress_.step, [&](Callback& cb) { cb.on_evaluation_end(ctx, metrics); });
 }
 
 void Trainer::announce_saved_checkpoints(CallbackContext& ctx) {
   if (!checkpointer_) return;
   for (const std::int64_t step : checkpointer_->take_completed()) {
     const CheckpointEvent event{step, checkpoint_.store.checkpoint(step).path().string()};
-    for (auto& cb : parts_.callbacks) cb->on_checkpoint_saved(ctx, event);
+    for_each_callback("on_checkpoint_saved", progress_.step, [&](Callback& cb) { cb.on_checkpoint_saved(ctx, event); });
   }
 }
 
@@ -220,15 +220,38 @@ std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
   // A background save that failed on one rank stops every rank (it would otherwise be reported
   // on that rank alone while the others wait for it in a collective).
   const bool save_failed = checkpointer_ && checkpointer_->failed();
+  // A callback's fault at the last step boundary on one rank: all learn it (as rank + 1).
   at::Tensor flags = at::tensor({static_cast<std::int64_t>(reason.empty() ? 0 : 1),
                                  static_cast<std::int64_t>(save_requested ? 1 : 0),
-                                 static_cast<std::int64_t>(save_failed ? 1 : 0)}, at::kLong);
+                                 static_cast<std::int64_t>(save_failed ? 1 : 0),
+                                 boundary_fault_ ? context_.rank + 1 : std::int64_t{0}}, at::kLong);
   context_.communicator->all_reduce(flags, ReduceOp::max);
+  faulted_rank_ = flags[3].item<std::int64_t>() - 1;
   if (save_failed) checkpointer_->wait();  // rethrows this rank's error
   if (flags[2].item<std::int64_t>() != 0) throw Error("a checkpoint save failed on another rank (see its log)");
   if (reason.empty() && flags[0].item<std::int64_t>() != 0) reason = "another rank stopped";
   save_requested = flags[1].item<std::int64_t>() != 0;
   return reason;
+}
+
+std::string Trainer::callback_name(std::size_t i) const {
+  return i < parts_.names.callbacks.size() ? parts_.names.callbacks[i] : "callback #" + std::to_string(i);
+}
+
+// A callback failed on rank faulted_rank_ after a complete step: every rank holds that step's
+// state, so every rank writes it as an emergency checkpoint (a collective under fsdp), then fails.
+void Trainer::end_after_fault() {
+  std::string saved = "this run writes no checkpoints, so nothing was saved";
+  if (checkpointer_) {
+    if (last_checkpoint_step_ != progress_.step) save(/*checkpoint=*/true, /*export_model=*/false, "emergency");
+    wait_for_last_save();
+    saved = "an emergency checkpoint of step " + std::to_string(progress_.step) + " was written to " +
+            checkpoint_.store.checkpoint(progress_.step).path().string() + " (--resume auto continues from it)";
+  }
+  const std::string what = boundary_fault_ ? std::string(boundary_fault_->what())
+                                           : "rank " + std::to_string(faulted_rank_) + ": a callback failed after step " +
+                                                 std::to_string(progress_.step) + " (see that rank's log)";
+  throw Error(what + "; " + saved);
 }
 
 // trainer.nonfinite decided (on every rank alike) that the run cannot go on: the weights and
@@ -242,14 +265,15 @@ void Trainer::end_after_nonfinite_steps() {
 }
 
 TrainResult Trainer::fit() {
+  in_fit_ = true;
   started_ = Clock::now();
   auto ctx = callback_context();
   TrainResult result;
   try {
-    for (auto& cb : parts_.callbacks) cb->on_train_begin(ctx);
+    for_each_callback("on_train_begin", progress_.step, [&](Callback& cb) { cb.on_train_begin(ctx); });
     if (!restored_from_.empty()) {
       const CheckpointEvent loaded{progress_.step, restored_from_};
-      for (auto& cb : parts_.callbacks) cb->on_checkpoint_loaded(ctx, loaded);
+      for_each_callback("on_checkpoint_loaded", progress_.step, [&](Callback& cb) { cb.on_checkpoint_loaded(ctx, loaded); });
     }
     // Read after the loop: reading them per step would wait for the device every step.
     MetricValue first_loss, last_loss;
@@ -259,20 +283,21 @@ TrainResult Trainer::fit() {
       result.stop_reason = agree_on_stop_and_save(save_requested);
       save_if_due(!result.stop_reason.empty(), save_requested);
       announce_saved_checkpoints(ctx);
+      if (faulted_rank_ >= 0) end_after_fault();
       if (!nonfinite_failure_.empty()) end_after_nonfinite_steps();
       if (!result.stop_reason.empty()) break;
       StepMetrics metrics = step();
       if (first) first_loss = metrics.loss;
       first = false;
       last_loss = metrics.loss;
-      for (auto& cb : parts_.callbacks) cb->on_step_end(ctx, metrics);
+      for_each_callback_at_step_boundary("on_step_end", [&](Callback& cb) { cb.on_step_end(ctx, metrics); });
     }
     result.first_loss = first_loss;
     result.last_loss = last_loss;
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
     wait_for_last_save();
     announce_saved_checkpoints(ctx);
-    for (auto& cb : parts_.callbacks) cb->on_train_end(ctx);
+    for_each_callback("on_train_end", progress_.step, [&](Callback& cb) { cb.on_train_end(ctx); });
   } catch (const std::exception& e) {
     for (auto& cb : parts_.callbacks) {
       try {
@@ -281,8 +306,16 @@ TrainResult Trainer::fit() {
         log::error("a callback failed while handling an error: ", nested.what());
       }
     }
+    in_fit_ = false;
+    // A component failing inside a step leaves the step half done (and the other ranks inside its
+    // collectives): nothing consistent is left to save.
+    if (dynamic_cast<const ComponentFault*>(&e)) {
+      throw Error(std::string(e.what()) + "; the step was cut short, so no emergency checkpoint was written (--resume "
+                                          "auto continues from the last checkpoint)");
+    }
     throw;
   }
+  in_fit_ = false;
   result.steps = progress_.step;
   result.tokens = progress_.tokens;
   result.elapsed_s = progress_.elapsed_s;

@@ -56,7 +56,7 @@ StepMetrics Trainer::step() {
     control_.clear_skip();
   }
   CallbackContext ctx = callback_context();
-  for (auto& cb : parts_.callbacks) cb->on_step_begin(ctx);
+  for_each_callback("on_step_begin", progress_.step + 1, [&](Callback& cb) { cb.on_step_begin(ctx); });
   failpoint("trainer.step");
 
   StepInputs inputs = fetch();
@@ -79,7 +79,8 @@ Trainer::StepInputs Trainer::fetch() {
   StepInputs in;
   in.micro_batches.reserve(static_cast<std::size_t>(settings_.grad_accum));
   for (std::int64_t i = 0; i < settings_.grad_accum; ++i) {
-    in.micro_batches.push_back(parts_.train_data->next_batch(settings_.micro_batch_size));
+    in.micro_batches.push_back(in_component(parts_.names.train_data, "next_batch", progress_.step + 1,
+                                            [&] { return parts_.train_data->next_batch(settings_.micro_batch_size); }));
     const Batch& batch = in.micro_batches.back();
     in.target_tokens += batch.num_target_tokens;
     in.input_tokens += batch.input_ids.numel();
@@ -115,12 +116,13 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
     LossSum loss = forward_loss(input_ids, labels, documents);
     at::Tensor objective = loss.sum * inv_tokens;
     if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
-    objective.backward();
+    in_component(parts_.names.model + " with " + parts_.names.loss, "backward", progress_.step + 1,
+                 [&] { objective.backward(); });
     const at::Tensor micro_loss = loss.sum.detach();
     loss_sum += micro_loss;
     if (!parts_.callbacks.empty()) {
       const MicroBatchEnd end{static_cast<std::int64_t>(i), settings_.grad_accum, micro_loss, batch.num_target_tokens};
-      for (auto& cb : parts_.callbacks) cb->on_micro_batch_end(ctx, end);
+      for_each_callback("on_micro_batch_end", progress_.step + 1, [&](Callback& cb) { cb.on_micro_batch_end(ctx, end); });
     }
   }
   inputs.micro_batches.clear();
@@ -137,11 +139,16 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
     warned_unmasked_documents_ = true;
   }
   AutocastGuard autocast(device_, compute_dtype_);
+  const std::int64_t step = progress_.step + 1;
   if (hidden_loss_) {
-    const at::Tensor hidden = parts_.model->forward_hidden(input_ids, documents);
-    return parts_.loss->compute_from_hidden(hidden, parts_.model->output_head(), labels);
+    const at::Tensor hidden =
+        in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward_hidden(input_ids, documents); });
+    return in_component(parts_.names.loss, "forward", step,
+                        [&] { return parts_.loss->compute_from_hidden(hidden, parts_.model->output_head(), labels); });
   }
-  return parts_.loss->compute(parts_.model->forward(input_ids, documents), labels);
+  const at::Tensor logits =
+      in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward(input_ids, documents); });
+  return in_component(parts_.names.loss, "forward", step, [&] { return parts_.loss->compute(logits, labels); });
 }
 
 // The gradients complete, then the step's loss (all ranks, per target token) and the global
@@ -161,7 +168,7 @@ LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& in
 Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced) {
   if (!parts_.callbacks.empty()) {
     const BeforeOptimizerStep before{reduced.grad_norm, reduced.loss_sum};
-    for (auto& cb : parts_.callbacks) cb->on_before_optimizer_step(ctx, before);
+    for_each_callback("on_before_optimizer_step", progress_.step + 1, [&](Callback& cb) { cb.on_before_optimizer_step(ctx, before); });
   }
   bool nonfinite = false;
   if (settings_.nonfinite != "ignore") {
@@ -208,7 +215,9 @@ void Trainer::judge_nonfinite(bool nonfinite, const LossAndGradNorm& reduced) {
 // rate, the strategy's optimizer step, and gradients cleared. Returns the learning rate.
 double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
   const double base_lr = parts_.optimizer->base_lr();
-  const double lr = parts_.scheduler ? parts_.scheduler->lr(progress_.step, base_lr) : base_lr;
+  const double lr = parts_.scheduler ? in_component(parts_.names.scheduler, "lr", progress_.step + 1,
+                                                    [&] { return parts_.scheduler->lr(progress_.step, base_lr); })
+                                     : base_lr;
   if (!skipped) {
     std::vector<at::Tensor> grads = strategy_.gradients();
     if (settings_.clip_grad_norm > 0 && !grads.empty()) {
@@ -216,7 +225,7 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
       at::_foreach_mul_(grads, coef.to(grads.front().scalar_type()));
     }
     parts_.optimizer->set_lr(lr);
-    strategy_.optimizer_step(*parts_.optimizer);
+    in_component(parts_.names.optimizer, "step", progress_.step + 1, [&] { strategy_.optimizer_step(*parts_.optimizer); });
   }
   strategy_.zero_grad(*parts_.optimizer);
   return lr;
@@ -270,7 +279,7 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
               " B, gradients ", memory_.gradients, " B, optimizer state ", memory_.optimizer_state, " B, total ",
               memory_.total(), " B");
   }
-  for (auto& cb : parts_.callbacks) cb->on_collect_metrics(ctx, m);
+  for_each_callback_at_step_boundary("on_collect_metrics", [&](Callback& cb) { cb.on_collect_metrics(ctx, m); });
   return m;
 }
 

@@ -20,6 +20,7 @@
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
 #include "tessera/core/checkpoint/checkpoint_store.hpp"
 #include "tessera/core/checkpoint/checkpointer.hpp"
+#include "tessera/core/train/component_fault.hpp"
 #include "tessera/core/train/throughput.hpp"
 #include "tessera/core/train/trainer_settings.hpp"
 #include "tessera/dataset.hpp"
@@ -31,6 +32,14 @@
 
 namespace tessera::core {
 
+// How errors name the components: "model/gpt", "callback/health (components.callbacks[0])". The
+// run fills them from its spec; parts built in code keep these defaults.
+struct ComponentNames {
+  std::string model = "the model", train_data = "the train_data dataset", loss = "the loss",
+              optimizer = "the optimizer", scheduler = "the scheduler";
+  std::vector<std::string> callbacks;  // by position in TrainerParts::callbacks
+};
+
 struct TrainerParts {
   std::shared_ptr<Model> model;
   std::shared_ptr<Dataset> train_data;
@@ -40,6 +49,7 @@ struct TrainerParts {
   std::vector<std::shared_ptr<Callback>> callbacks;
   // How the ranks share a step; null: the local strategy (a run of one rank).
   std::shared_ptr<ParallelStrategy> parallel;
+  ComponentNames names;
 };
 
 // Bytes this rank holds between steps; measured after the first step, when optimizer state exists.
@@ -129,6 +139,20 @@ class Trainer : private CallbackEvents {
   // Saves (checkpoint and/or export) the current step; every rank calls it at the same step.
   void save(bool checkpoint, bool export_model, const char* why);
   CallbackContext callback_context();
+  // Calls `call(callback)` on every callback in order for `event`, each under its name: an
+  // exception becomes a ComponentFault naming the callback, the event and the step.
+  // `step`: the step the event belongs to, for the message.
+  template <class Call>
+  void for_each_callback(const char* event, std::int64_t step, Call&& call);
+  // The same for the events after a step's last collective (on_collect_metrics, on_step_end): in
+  // fit(), a fault there is kept for agree_on_stop_and_save, so every rank can write an emergency
+  // checkpoint of the consistent state before the run fails.
+  template <class Call>
+  void for_each_callback_at_step_boundary(const char* event, Call&& call);  // step: progress_.step
+  std::string callback_name(std::size_t i) const;
+  // After a callback's fault at a step boundary on some rank (faulted_rank_): the emergency
+  // checkpoint, then the error, on every rank.
+  [[noreturn]] void end_after_fault();
   void evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) override;
   // on_checkpoint_saved for the checkpoints this rank's writer finished since the last call.
   void announce_saved_checkpoints(CallbackContext& ctx);
@@ -151,6 +175,10 @@ class Trainer : private CallbackEvents {
   // trainer.nonfinite: steps skipped as NaN/Inf, in a row and in all; set when the run must end.
   std::int64_t nonfinite_in_a_row_ = 0, nonfinite_total_ = 0;
   std::string nonfinite_failure_;
+  // A callback's fault at a step boundary on this rank, and the rank agreed to have one (-1: none).
+  std::unique_ptr<ComponentFault> boundary_fault_;
+  std::int64_t faulted_rank_ = -1;
+  bool in_fit_ = false;
   TrainProgress progress_;
   TrainerControl control_;
   ParallelStrategy& strategy_;  // *parts_.parallel
@@ -168,5 +196,23 @@ class Trainer : private CallbackEvents {
   std::int64_t run_steps_ = 0, run_tokens_ = 0;
   std::chrono::steady_clock::time_point rate_start_;
 };
+
+template <class Call>
+inline void Trainer::for_each_callback(const char* event, std::int64_t step, Call&& call) {
+  for (std::size_t i = 0; i < parts_.callbacks.size(); ++i) {
+    in_component(callback_name(i), event, step, [&] { call(*parts_.callbacks[i]); });
+  }
+}
+
+template <class Call>
+inline void Trainer::for_each_callback_at_step_boundary(const char* event, Call&& call) {
+  if (boundary_fault_) return;  // the callbacks after a failed one are not called again this step
+  try {
+    for_each_callback(event, progress_.step, call);
+  } catch (const ComponentFault& fault) {
+    if (!in_fit_) throw;
+    boundary_fault_ = std::make_unique<ComponentFault>(fault);
+  }
+}
 
 }  // namespace tessera::core
