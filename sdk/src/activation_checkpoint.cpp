@@ -57,7 +57,16 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const at::Tensor input = ctx->get_saved_variables()[0];
-    auto capsule = ctx->saved_data.at("recompute").toCapsule();
+    // Taken out of the node: the block it holds often holds this graph in turn (an MoE layer
+    // keeps its auxiliary loss), and LibTorch releases a node's saved variables after backward
+    // but not its saved data, so leaving it would keep block and graph alive in a cycle.
+    const auto found = ctx->saved_data.find("recompute");
+    if (found == ctx->saved_data.end()) {
+      throw Error("activation checkpointing: a checkpointed block's backward ran a second time; backward through "
+                  "the same graph twice (retain_graph) is not supported with activation checkpointing");
+    }
+    const auto capsule = found->second.toCapsule();
+    ctx->saved_data.erase(found);
     auto* recompute = static_cast<Recompute*>(capsule.get());
     at::Tensor detached = input.detach().requires_grad_(input.requires_grad());
     at::Tensor output;

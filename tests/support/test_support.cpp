@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -13,6 +14,17 @@
 namespace fs = std::filesystem;
 
 namespace tessera::testing {
+namespace {
+
+// Several ranks as threads of one test process share c10d's FlightRecorder singleton, whose
+// recordWithResetEnabled (torch 2.11, FlightRecorderDetail.hpp) inserts into its map of process
+// group status before it takes its mutex: two ranks starting collectives at once race on that
+// map (a SEGV in ProcessGroupGloo::reduce_scatter about one run in fifteen under ASan). A real
+// run has one process group per process and never races there; the test processes turn the
+// recorder off before any group exists (an explicit TORCH_FR_BUFFER_SIZE still wins).
+const bool flight_recorder_off = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0) == 0; }();
+
+}  // namespace
 
 std::string plugin_dir() { return TESSERA_TEST_PLUGIN_DIR; }
 std::string test_plugin_dir(const std::string& name) {

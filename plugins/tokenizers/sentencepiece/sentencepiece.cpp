@@ -2,6 +2,8 @@
 // library itself (Debian's libsentencepiece), so the ids are the library's.
 #include <sentencepiece_processor.h>
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -82,7 +84,19 @@ class SentencePieceTokenizer final : public tessera::kinds::Tokenizer {
   std::string identity_;
 };
 
+// libsentencepiece carries protobuf, whose generated code registers its message types in
+// process-wide tables when the library loads and keeps what it allocated there for the life of
+// the process. Unloaded with this plugin (a plugin host destroyed), those allocations become
+// unreachable (LeakSanitizer reports them) and a later load registers the same types again. So
+// once this plugin has been loaded, the library stays: RTLD_NODELETE on the copy already loaded
+// (its soname from Debian's libsentencepiece0; another build simply stays unpinned).
+void keep_sentencepiece_loaded() {
+  static void* const pinned = ::dlopen("libsentencepiece.so.0", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  (void)pinned;
+}
+
 void register_components(tessera::Registrar& registrar) {
+  keep_sentencepiece_loaded();
   registrar.add<tessera::kinds::Tokenizer, SentencePieceConfig>(
       "sentencepiece", "a SentencePiece model (.model) through the SentencePiece library",
       [](const SentencePieceConfig& c) { return std::make_shared<SentencePieceTokenizer>(c); });
