@@ -13,7 +13,8 @@ TORCH_VERSION=2.11.0
 packages=(build-essential cmake ninja-build ccache git python3 python3-venv
           libboost-dev libboost-program-options-dev libboost-filesystem-dev libyaml-cpp-dev
           libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev protobuf-compiler
-          libprotobuf-dev libgloo-dev fortunes libpcre2-dev libsentencepiece-dev pkg-config)
+          libprotobuf-dev libgloo-dev fortunes libpcre2-dev libsentencepiece-dev pkg-config
+          clang libclang-rt-14-dev)  # clang + libFuzzer: tools/fuzz
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

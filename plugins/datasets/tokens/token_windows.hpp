@@ -99,18 +99,29 @@ struct TokenFileIndex {
   std::int64_t eos_id = -1;
 };
 
+// A member of an index, when it has the type asked for; else `fallback` (an index written by
+// hand or damaged must not stop a run with a JSON type error).
+inline std::string index_string(const nlohmann::json& object, const char* key, std::string fallback) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+inline std::int64_t index_integer(const nlohmann::json& object, const char* key, std::int64_t fallback) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+}
+
 inline TokenFileIndex read_index(const std::string& path) {
   TokenFileIndex out;
   std::ifstream in(path + ".json");
   if (!in) return out;
   const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!index.is_object() || index.value("format", "") != "tessera-tokens") return out;
+  if (!index.is_object() || index_string(index, "format", "") != "tessera-tokens") return out;
   out.present = true;
-  out.dtype = index.value("dtype", "");
-  out.eos_id = index.value("eos_id", std::int64_t{-1});
+  out.dtype = index_string(index, "dtype", "");
+  out.eos_id = index_integer(index, "eos_id", -1);
   if (const auto t = index.find("tokenizer"); t != index.end() && t->is_object()) {
-    out.vocab_size = t->value("vocab_size", std::int64_t{0});
-    out.tokenizer = t->value("identity", std::string("?"));
+    out.vocab_size = index_integer(*t, "vocab_size", 0);
+    out.tokenizer = index_string(*t, "identity", "?");
   }
   return out;
 }

@@ -1,0 +1,54 @@
+"""Writes the seed corpora of tools/fuzz that come from the Python ecosystem (run once; the
+files are kept in the tree): safetensors files saved by the safetensors package, and small
+tokenizer.json files trained by Hugging Face tokenizers in GPT-2 and Llama-3 styles.
+
+    .venv/bin/python tools/fuzz/make_seeds.py
+"""
+import json
+import pathlib
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+here = pathlib.Path(__file__).parent / "corpus"
+
+st = here / "safetensors_fuzzer"
+save_file({"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "b": torch.zeros(4, dtype=torch.bfloat16)},
+          str(st / "two_tensors.safetensors"), metadata={"format": "pt"})
+save_file({"ids": torch.arange(5, dtype=torch.int64), "scalar": torch.tensor(1.5)}, str(st / "ints.safetensors"))
+save_file({"empty": torch.zeros(0, 3, dtype=torch.float16)}, str(st / "empty_tensor.safetensors"))
+
+text = ["Hello, world! The quick brown fox jumps over the lazy dog.", "Numbers 123 4567 and café, naïve.",
+        "It's a test: isn't it?  Spaces\tand\nnewlines."] * 20
+tk = here / "tokenizer_json_fuzzer"
+gpt2 = Tokenizer(models.BPE())
+gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+gpt2.decoder = decoders.ByteLevel()
+gpt2.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+gpt2.save(str(tk / "gpt2_style.json"))
+
+llama = Tokenizer(models.BPE(ignore_merges=True))
+llama.pre_tokenizer = pre_tokenizers.Sequence([
+    pre_tokenizers.Split(Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+                         behavior="isolated"),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+llama.decoder = decoders.ByteLevel()
+llama.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+llama.save(str(tk / "llama3_style.json"))
+
+ti = here / "token_index_fuzzer"
+(ti / "prepared.json").write_text(json.dumps({
+    "format": "tessera-tokens", "dtype": "uint16", "documents": 12, "tokens": 2048, "eos_id": 0,
+    "tokenizer": {"identity": "bpe:tokenizer.json:crc32c=1234abcd", "vocab_size": 300},
+    "sources": [{"path": "data.jsonl", "bytes": 4096, "crc32c": 305419896}]}, indent=1))
+
+# vocab_merges_fuzzer: GPT-2's two files in one input, split at a line "#merges".
+vm = here / "vocab_merges_fuzzer"
+vm.mkdir(exist_ok=True)
+gpt2_json = json.loads((tk / "gpt2_style.json").read_text())
+merges = [" ".join(m) if isinstance(m, list) else m for m in gpt2_json["model"]["merges"]]
+(vm / "gpt2_style.txt").write_text(json.dumps(gpt2_json["model"]["vocab"], ensure_ascii=False) +
+                                   "\n#merges\n#version: 0.2\n" + "\n".join(merges) + "\n")
