@@ -40,13 +40,26 @@ const IoFault* armed_fault() {
     }
     auto* f = new IoFault;
     f->op = spec;
+    bool valid = true;
     if (const auto colon = f->op.find(':'); colon != std::string::npos) {
-      f->error = f->op.substr(colon + 1) == "EIO" ? EIO : ENOSPC;
+      const std::string name = f->op.substr(colon + 1);
+      valid = name == "EIO" || name == "ENOSPC";
+      f->error = name == "EIO" ? EIO : ENOSPC;
       f->op.resize(colon);
     }
     if (const auto at = f->op.find('@'); at != std::string::npos) {
-      f->nth = std::strtol(f->op.c_str() + at + 1, nullptr, 10);
+      char* end = nullptr;
+      f->nth = std::strtol(f->op.c_str() + at + 1, &end, 10);
+      valid = valid && *end == '\0' && f->nth >= 1;
       f->op.resize(at);
+    }
+    valid = valid && (f->op == "create" || f->op == "write" || f->op == "fsync" || f->op == "rename" ||
+                      f->op == "fsync_dir");
+    if (!valid) {
+      // A test whose fault never fires would pass for the wrong reason: refuse the spec outright.
+      std::fprintf(stderr, "TESSERA_IO_FAULT=%s: expected OP[@N][:ENOSPC|EIO] with OP create, write, fsync, "
+                           "rename or fsync_dir and N >= 1\n", spec);
+      std::_Exit(2);
     }
     if (const char* suffix = std::getenv("TESSERA_IO_FAULT_PATH")) f->suffix = suffix;
     return f;

@@ -216,6 +216,10 @@ TEST(DeviceForRank, CudaIsOneGpuPerLocalRank) {
   EXPECT_EQ(device_for_rank("cpu", env), "cpu");
   env.visible_gpus = std::vector<std::string>{"0", "1", "2", "3"};
   EXPECT_EQ(device_for_rank("cuda", env), "cuda:3");
+  // A launcher's ranks restricted to one GPU keep their local rank: rank 3 then names a GPU
+  // the process cannot see, which the run reports, rather than sharing cuda:0 unnoticed.
+  env.visible_gpus = std::vector<std::string>{"3"};
+  EXPECT_EQ(device_for_rank("cuda", env), "cuda:3");
 }
 
 TEST(DeviceForRank, AnExplicitGpuWithSeveralLocalRanksIsAnError) {
@@ -242,7 +246,10 @@ TEST(DeviceForRank, SlurmWithOneVisibleGpuPerTaskBindsEachRankToIt) {
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.world_size, 4);
   EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_TRUE(env.slurm_task);
   EXPECT_EQ(device_for_rank("cuda", env), "cuda:0");
+  EXPECT_EQ(device_for_rank("cuda:0", env), "cuda:0");  // its one GPU, named
+  EXPECT_THROW(device_for_rank("cuda:1", env), ConfigError);
 }
 
 TEST(DeviceForRank, SlurmWithEveryGpuVisibleUsesTheLocalId) {

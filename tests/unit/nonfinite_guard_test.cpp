@@ -121,8 +121,9 @@ TEST(NonfiniteGuard, TooManyNonFiniteStepsInARowEndTheRun) {
   EXPECT_EQ(run.trainer->progress().step, 4);
 }
 
-// The NaN is planted on rank 1 only; under ddp the reduced gradient norm and loss are NaN on
-// both, and both skip the step, so the replicas stay identical and finite.
+// The NaN is planted on rank 1 only: both ranks skip that step (under ddp the reduced loss and
+// gradient norm are NaN on both; the trainer also agrees on the flag), so the replicas stay
+// identical and finite.
 TEST(NonfiniteGuard, EveryRankSkipsTheSameStep) {
   TempDir dir;
   const std::string data = testing::uneven_token_file(dir);

@@ -127,6 +127,7 @@ bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state
   fs::create_directories(mine);
 
   std::map<std::string, WrittenFile> files;
+  const fs::path manifest = tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest));
   try {
     files = write_rank_files(tmp, state);
     failpoint("checkpoint.before_manifest");
@@ -136,11 +137,13 @@ bool write_checkpoint(const CheckpointStore& store, const CheckpointState& state
     const std::string pending =
         tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifestInProgress)).string();
     write_file_durably(pending, files_json(files).dump(1));
-    rename_durably(pending, tmp.file(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kManifest)).string());
+    rename_durably(pending, manifest.string());
   } catch (...) {
-    if (state.rank != 0) {
-      std::error_code ignored;  // best effort: without the mark, rank 0 waits for its timeout
-      fs::rename(mine, failure_mark(tmp, state.rank), ignored);
+    // Once the manifest is there (only the directory's fsync after its rename failed), rank 0
+    // may have read it already: the folder stays, and this rank's error stops the run.
+    std::error_code ignored;
+    if (state.rank != 0 && !fs::exists(manifest, ignored)) {
+      fs::rename(mine, failure_mark(tmp, state.rank), ignored);  // best effort: else rank 0 waits for its timeout
     }
     throw;
   }

@@ -28,7 +28,10 @@ std::string unreadable(const std::string& path) {
   const auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) return "no such file or folder: " + path;
   const int mode = std::filesystem::is_directory(status) ? (R_OK | X_OK) : R_OK;
-  if (::access(path.c_str(), mode) != 0) return "cannot read " + path + ": " + std::strerror(errno);
+  if (::access(path.c_str(), mode) != 0) {
+    const int error = errno;
+    return "cannot read " + path + ": " + std::strerror(error);
+  }
   return {};
 }
 

@@ -223,6 +223,7 @@ DistributedEnv read_distributed_env() {
   env.world_size = integer_env({"WORLD_SIZE", "SLURM_NTASKS"}, 1);
   env.rank = integer_env({"RANK", "SLURM_PROCID"}, 0);
   env.local_rank = integer_env({"LOCAL_RANK", "SLURM_LOCALID"}, 0);
+  env.slurm_task = !std::getenv("LOCAL_RANK") && std::getenv("SLURM_LOCALID");
   env.local_world_size = local_world_size();
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
     env.visible_gpus.emplace();
@@ -245,14 +246,15 @@ DistributedEnv read_distributed_env() {
 }
 
 std::string device_for_rank(const std::string& setting, const DistributedEnv& env) {
-  if (setting.rfind("cuda:", 0) == 0 && env.local_world_size > 1) {
+  const bool bound_slurm_task = env.slurm_task && env.visible_gpus && env.visible_gpus->size() == 1;
+  if (setting.rfind("cuda:", 0) == 0 && env.local_world_size > 1 && !(bound_slurm_task && setting == "cuda:0")) {
     throw ConfigError(setting + " is one GPU, but this node runs " +
                       std::to_string(env.local_world_size) +
                       " ranks: every rank would use it. Set device: cuda (each rank takes cuda:LOCAL_RANK)",
                       "device");
   }
   if (setting != "cuda") return setting;
-  if (env.visible_gpus && env.visible_gpus->size() == 1) return "cuda:0";
+  if (bound_slurm_task) return "cuda:0";
   return "cuda:" + std::to_string(env.local_rank);
 }
 

@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include <csignal>
+#include <utility>
 
 #include "tessera/communicator.hpp"
 #include "tessera/deferred_init.hpp"
@@ -286,7 +287,9 @@ TrainResult Trainer::fit() {
       if (faulted_rank_ >= 0) end_after_fault();
       if (!nonfinite_failure_.empty()) end_after_nonfinite_steps();
       if (!result.stop_reason.empty()) break;
+      in_step_ = true;
       StepMetrics metrics = step();
+      in_step_ = false;
       if (first) first_loss = metrics.loss;
       first = false;
       last_loss = metrics.loss;
@@ -307,9 +310,10 @@ TrainResult Trainer::fit() {
       }
     }
     in_fit_ = false;
+    const bool mid_step = std::exchange(in_step_, false);
     // A component failing inside a step leaves the step half done (and the other ranks inside its
     // collectives): nothing consistent is left to save.
-    if (dynamic_cast<const ComponentFault*>(&e)) {
+    if (mid_step && dynamic_cast<const ComponentFault*>(&e)) {
       throw Error(std::string(e.what()) + "; the step was cut short, so no emergency checkpoint was written (--resume "
                                           "auto continues from the last checkpoint)");
     }

@@ -22,6 +22,7 @@ struct DistributedEnv {
   std::int64_t local_rank = 0;
   std::int64_t world_size = 1;
   std::int64_t local_world_size = 1;  // ranks on this node
+  bool slurm_task = false;            // the local rank came from srun (SLURM_LOCALID), not a launcher
   // CUDA_VISIBLE_DEVICES when set: the GPUs this process may use (Slurm's per-task binding
   // leaves one); null when unset (every GPU of the machine).
   std::optional<std::vector<std::string>> visible_gpus;
@@ -35,9 +36,9 @@ struct DistributedEnv {
 DistributedEnv read_distributed_env();
 
 // The device this rank trains on, from settings.device. "cuda" is one GPU per local rank:
-// cuda:LOCAL_RANK, or cuda:0 when the process sees a single GPU (Slurm binding each task to its
-// own GPU through CUDA_VISIBLE_DEVICES). An explicit cuda:N with several ranks on the node would
-// put them all on one GPU: a ConfigError.
+// cuda:LOCAL_RANK; under srun, cuda:0 when the task sees a single GPU (Slurm binding each task
+// to its own GPU through CUDA_VISIBLE_DEVICES). An explicit cuda:N with several ranks on the
+// node would put them all on one GPU: a ConfigError (except cuda:0 for such a bound Slurm task).
 std::string device_for_rank(const std::string& setting, const DistributedEnv& env);
 
 // A world of one: every collective returns at once.

@@ -144,9 +144,9 @@ class Trainer : private CallbackEvents {
   // `step`: the step the event belongs to, for the message.
   template <class Call>
   void for_each_callback(const char* event, std::int64_t step, Call&& call);
-  // The same for the events after a step's last collective (on_collect_metrics, on_step_end): in
-  // fit(), a fault there is kept for agree_on_stop_and_save, so every rank can write an emergency
-  // checkpoint of the consistent state before the run fails.
+  // The same for the events after the step's own collectives (on_collect_metrics, on_step_end):
+  // in fit(), a fault there is kept for agree_on_stop_and_save, so every rank can write an
+  // emergency checkpoint of the consistent state before the run fails.
   template <class Call>
   void for_each_callback_at_step_boundary(const char* event, Call&& call);  // step: progress_.step
   std::string callback_name(std::size_t i) const;
@@ -179,6 +179,7 @@ class Trainer : private CallbackEvents {
   std::unique_ptr<ComponentFault> boundary_fault_;
   std::int64_t faulted_rank_ = -1;
   bool in_fit_ = false;
+  bool in_step_ = false;  // inside step(): a fault there leaves the step half done
   TrainProgress progress_;
   TrainerControl control_;
   ParallelStrategy& strategy_;  // *parts_.parallel
@@ -204,14 +205,17 @@ inline void Trainer::for_each_callback(const char* event, std::int64_t step, Cal
   }
 }
 
+// Every callback is called even after one failed: the others may run collectives here (the
+// evaluation, the monitors' all-reduces), which every rank must issue alike. The first fault is kept.
 template <class Call>
 inline void Trainer::for_each_callback_at_step_boundary(const char* event, Call&& call) {
-  if (boundary_fault_) return;  // the callbacks after a failed one are not called again this step
-  try {
-    for_each_callback(event, progress_.step, call);
-  } catch (const ComponentFault& fault) {
-    if (!in_fit_) throw;
-    boundary_fault_ = std::make_unique<ComponentFault>(fault);
+  for (std::size_t i = 0; i < parts_.callbacks.size(); ++i) {
+    try {
+      in_component(callback_name(i), event, progress_.step, [&] { call(*parts_.callbacks[i]); });
+    } catch (const ComponentFault& fault) {
+      if (!in_fit_) throw;
+      if (!boundary_fault_) boundary_fault_ = std::make_unique<ComponentFault>(fault);
+    }
   }
 }
 
