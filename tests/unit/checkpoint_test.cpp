@@ -96,5 +96,32 @@ TEST(CheckpointDiscovery, IgnoresIncompleteAndCorruptAndPicksTheNewestValid) {
   EXPECT_TRUE(fs::exists(dir.file("step_00000002")));
 }
 
+// A file list (metadata.json, a rank's manifest.json) may only name files inside the checkpoint,
+// and a malformed one is a CheckpointError naming the file, never a JSON library exception.
+TEST(CheckpointFiles, ListsOnlyFilesInsideTheCheckpointAndRefuseMalformedOnes) {
+  TempDir dir;
+  const std::string good = dir.write("good.json", R"({"rank_00001/rng.safetensors": {"bytes": 10, "crc32c": 7}})");
+  const auto files = read_rank_manifest(good);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files.at("rank_00001/rng.safetensors").bytes, 10u);
+  EXPECT_EQ(files.at("rank_00001/rng.safetensors").crc32c, 7u);
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"../../etc/passwd": {"bytes": 1, "crc32c": 1}})", "not a file inside the checkpoint"},
+      {R"({"/etc/passwd": {"bytes": 1, "crc32c": 1}})", "not a file inside the checkpoint"},
+      {R"({"rank_00001/a": {"bytes": "ten", "crc32c": 1}})", "is malformed"},
+      {R"(["not", "an", "object"])", "the file list is not an object"},
+      {R"({"x": )", "is malformed"},
+  };
+  for (const auto& [text, says] : bad) {
+    const std::string path = dir.write("bad.json", text);
+    try {
+      read_rank_manifest(path);
+      ADD_FAILURE() << text;
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::core

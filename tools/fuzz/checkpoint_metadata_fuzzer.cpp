@@ -1,5 +1,6 @@
 // A checkpoint's metadata.json as --resume and `tessera eval --resume` read it: a folder whose
-// metadata is the input, beside a real, small model file, verified and then read for rank 0.
+// metadata is the input, beside a real, small model file, verified and then read for rank 0;
+// and the same bytes as a rank's manifest.json, as rank 0 reads the others' while it saves.
 #include <cstdint>
 #include <string>
 
@@ -22,5 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     core::verify_checkpoint(folder);
     (void)core::read_checkpoint(folder, 0);
   });
+  const std::string manifest = fuzz::write_file("manifest.json", data, size);
+  fuzz::expect_clean([&] { (void)core::read_rank_manifest(manifest); });
   return 0;
 }

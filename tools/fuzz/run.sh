@@ -39,9 +39,13 @@ for t in "${targets[@]}"; do
   log="build-fuzz/$t.log"
   before=$(ls "build-fuzz/corpus/$t" | wc -l)
   rc=0
+  # The targets' scratch files (fuzz_support.hpp) go under build-fuzz/tmp, removed afterwards.
+  export TMPDIR="$root/build-fuzz/tmp/$t"
+  mkdir -p "$TMPDIR"
   "build-fuzz/fuzz/$t" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -max_len=65536 \
     -artifact_prefix="build-fuzz/findings/$t/" -print_final_stats=1 \
     "${inputs[@]}" >"$log" 2>&1 || rc=$?
+  rm -rf "$TMPDIR"
   runs=$(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   after=$(ls "build-fuzz/corpus/$t" | wc -l)
   findings=$(ls "build-fuzz/findings/$t" | wc -l)

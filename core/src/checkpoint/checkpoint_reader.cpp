@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -27,7 +28,31 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
+// The {"NAME": {"bytes": N, "crc32c": C}} list of a metadata.json or a rank's manifest.json.
+// Names stay inside the checkpoint folder: relative, without "..". Throws CheckpointError, or
+// nlohmann's exceptions for members of the wrong type (the callers say which file).
+std::map<std::string, WrittenFile> read_file_list(const nlohmann::json& files, const std::string& where) {
+  if (!files.is_object()) throw CheckpointError(where + ": the file list is not an object");
+  std::map<std::string, WrittenFile> out;
+  for (const auto& [name, info] : files.items()) {
+    const fs::path relative(name);
+    bool inside = !name.empty() && relative.is_relative();
+    for (const auto& part : relative) inside = inside && part != "..";
+    if (!inside) throw CheckpointError(where + ": lists \"" + name + "\", which is not a file inside the checkpoint");
+    out[name] = {info.at("bytes").get<std::uint64_t>(), info.at("crc32c").get<std::uint32_t>()};
+  }
+  return out;
+}
+
 }  // namespace
+
+std::map<std::string, WrittenFile> read_rank_manifest(const std::string& path) {
+  try {
+    return read_file_list(nlohmann::json::parse(read_text(path)), path);
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(path + " is malformed: " + e.what());
+  }
+}
 
 CheckpointMetadata verify_checkpoint(const std::string& path) {
   const fs::path dir(path);
@@ -54,9 +79,7 @@ CheckpointMetadata verify_checkpoint(const std::string& path) {
     m.tokens = meta.at("tokens").get<std::int64_t>();
     m.samples = meta.at("samples").get<std::int64_t>();
     m.elapsed_s = meta.at("elapsed_s").get<double>();
-    for (const auto& [file, info] : meta.at("files").items()) {
-      m.files[file] = {info.at("bytes").get<std::uint64_t>(), info.at("crc32c").get<std::uint32_t>()};
-    }
+    m.files = read_file_list(meta.at("files"), "checkpoint " + path + ": metadata.json");
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError("checkpoint " + path + ": metadata.json is malformed: " + e.what());
   }

@@ -3,9 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
@@ -23,14 +21,6 @@ nlohmann::json files_json(const std::map<std::string, WrittenFile>& files) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, f] : files) out[name] = {{"bytes", f.bytes}, {"crc32c", f.crc32c}};
   return out;
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot read " + path.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
 }
 
 std::map<std::string, std::string> model_file_metadata(std::int64_t step) {
@@ -86,10 +76,7 @@ void collect_other_ranks(const CheckpointFolder& folder, const CheckpointState& 
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    const nlohmann::json theirs = read_json(manifest);
-    for (const auto& [file, info] : theirs.items()) {
-      files[file] = {info.at("bytes").get<std::uint64_t>(), info.at("crc32c").get<std::uint32_t>()};
-    }
+    for (const auto& [file, written] : read_rank_manifest(manifest.string())) files[file] = written;
   }
 }
 

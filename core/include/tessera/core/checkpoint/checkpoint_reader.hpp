@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
@@ -11,6 +12,10 @@ namespace tessera::core {
 // Checks a checkpoint folder: metadata readable and of a known format, every listed file present
 // with its size and CRC-32C. Throws CheckpointError saying what is wrong.
 CheckpointMetadata verify_checkpoint(const std::string& path);
+
+// A rank's manifest.json: the files it wrote to the checkpoint in progress, with sizes and
+// CRC-32Cs. Throws CheckpointError for a malformed one or a name outside the folder.
+std::map<std::string, WrittenFile> read_rank_manifest(const std::string& path);
 
 // Verifies, then reads what `rank` needs. Every rank reads every optimizer file when the state
 // was sharded, so any number of ranks can resume from any other.
