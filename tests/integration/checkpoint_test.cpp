@@ -164,7 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Reshard, ::testing::Values("zero2", "fsdp")
 
 // SIGKILL at each stage of a save (the writer thread runs in the background), then: every
 // complete checkpoint verifies, `latest` names a valid one, and --resume auto finishes the run
-// from the newest valid checkpoint.
+// from the newest valid checkpoint with the losses and weights of a run that was never killed.
 struct CrashCase {
   std::string failpoint;
   std::int64_t resumes_at;
@@ -194,9 +194,22 @@ TEST_P(CrashDuringSave, LeavesOnlyValidCheckpointsAndResumes) {
   EXPECT_NO_THROW(core::verify_checkpoint(checkpoints + "/" + name)) << "latest names " << name;
 
   ASSERT_EQ(train(common + " --resume auto", out), 0) << out;
-  EXPECT_NE(out.find("at step " + std::to_string(GetParam().resumes_at) + " "), std::string::npos) << out;
+  const std::int64_t at = GetParam().resumes_at;
+  EXPECT_NE(out.find("at step " + std::to_string(at) + " "), std::string::npos) << out;
   EXPECT_EQ(read_metrics(dir_.file("run") + "/metrics.jsonl").back()["step"], 8);
   EXPECT_FALSE(fs::exists(checkpoints + "/step_00000004.tmp")) << "the next start removes interrupted saves";
+
+  const std::string straight = "--set trainer.max_steps=8 --set checkpoint.every_steps=2 --set checkpoint.keep_last=1"
+                               " --set checkpoint.export_at_end=false --run-dir " + dir_.file("straight");
+  ASSERT_EQ(train(straight, out), 0) << out;
+  const auto expected = losses(dir_.file("straight")), resumed = losses(dir_.file("run"));
+  ASSERT_GE(resumed.size(), static_cast<std::size_t>(8 - at));
+  for (std::int64_t i = 0; i < 8 - at; ++i) {
+    // The resumed run's rows are the last 8 - at of metrics.jsonl.
+    EXPECT_EQ(resumed[resumed.size() - static_cast<std::size_t>(8 - at - i)], expected[static_cast<std::size_t>(at + i)])
+        << "step " << at + i + 1;
+  }
+  expect_identical(model_at(dir_.file("run"), 8), model_at(dir_.file("straight"), 8));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -8,6 +8,8 @@
 # build-fuzz/findings/NAME/ and makes the script exit 1; fix it, then add the file to
 # tools/fuzz/regressions/NAME/ so every later run replays it. Prints one line per target:
 # executions, new corpus entries and findings (docs/robustness.md records them).
+# TESSERA_FUZZ_SEED=N fixes libFuzzer's seed (tools/test.sh uses 1, so a CI run repeats the
+# last one as far as time allows); unset, every run explores anew.
 set -euo pipefail
 seconds=${1:-60}
 shift || true
@@ -42,7 +44,7 @@ for t in "${targets[@]}"; do
   # The targets' scratch files (fuzz_support.hpp) go under build-fuzz/tmp, removed afterwards.
   export TMPDIR="$root/build-fuzz/tmp/$t"
   mkdir -p "$TMPDIR"
-  "build-fuzz/fuzz/$t" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -max_len=65536 \
+  "build-fuzz/fuzz/$t" -seed="${TESSERA_FUZZ_SEED:-0}" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=10 -max_len=65536 \
     -artifact_prefix="build-fuzz/findings/$t/" -print_final_stats=1 \
     "${inputs[@]}" >"$log" 2>&1 || rc=$?
   rm -rf "$TMPDIR"
