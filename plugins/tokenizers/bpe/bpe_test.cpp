@@ -100,6 +100,10 @@ TEST(BpeTokenizer, FilesItCannotReadAreConfigIssuesAtPath) {
   json = nlohmann::json::parse(tiny_tokenizer_json());
   json["model"]["type"] = "Unigram";
   EXPECT_NE(message(json.dump()).find("tokenizer/bpe reads BPE models"), std::string::npos);
+  // Ids far beyond the number of tokens would size the id table by the id (found by fuzzing).
+  json = nlohmann::json::parse(tiny_tokenizer_json());
+  json["model"]["vocab"]["zz"] = 333333347;
+  EXPECT_NE(message(json.dump()).find("token ids reach 333333347"), std::string::npos) << message(json.dump());
 }
 
 }  // namespace
