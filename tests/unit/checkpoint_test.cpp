@@ -108,9 +108,12 @@ TEST(CheckpointFiles, ListsOnlyFilesInsideTheCheckpointAndRefuseMalformedOnes) {
   const std::pair<const char*, const char*> bad[] = {
       {R"({"../../etc/passwd": {"bytes": 1, "crc32c": 1}})", "not a file inside the checkpoint"},
       {R"({"/etc/passwd": {"bytes": 1, "crc32c": 1}})", "not a file inside the checkpoint"},
-      {R"({"rank_00001/a": {"bytes": "ten", "crc32c": 1}})", "is malformed"},
+      {R"({"rank_00001/a": {"bytes": "ten", "crc32c": 1}})", R"(bytes is "ten", not an integer in range)"},
       {R"(["not", "an", "object"])", "the file list is not an object"},
       {R"({"x": )", "is malformed"},
+      // A float where an integer belongs converted with undefined behaviour (found by fuzzing).
+      {R"({"rank_00001/a": {"bytes": 6.2e34, "crc32c": 1}})", "bytes is 6.2e+34, not an integer in range"},
+      {R"({"rank_00001/a": {"bytes": 1, "crc32c": 4294967296}})", "crc32c is 4294967296, not an integer in range"},
   };
   for (const auto& [text, says] : bad) {
     const std::string path = dir.write("bad.json", text);

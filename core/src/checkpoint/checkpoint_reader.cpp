@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,22 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
+// An integer member of `object` that fits T. nlohmann's get<T>() converts a float member too,
+// with undefined behaviour when it is out of range (found by fuzzing: "step": 6.2e34).
+template <class T>
+T integer_at(const nlohmann::json& object, const char* key, const std::string& where) {
+  const nlohmann::json& value = object.at(key);
+  const auto max = static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+  if (value.is_number_unsigned() && value.get<std::uint64_t>() <= max) return static_cast<T>(value.get<std::uint64_t>());
+  if (value.is_number_integer() && !value.is_number_unsigned()) {
+    const auto v = value.get<std::int64_t>();
+    if (v >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) && (v < 0 || static_cast<std::uint64_t>(v) <= max)) {
+      return static_cast<T>(v);
+    }
+  }
+  throw CheckpointError(where + ": " + key + " is " + value.dump() + ", not an integer in range");
+}
+
 // The {"NAME": {"bytes": N, "crc32c": C}} list of a metadata.json or a rank's manifest.json.
 // Names stay inside the checkpoint folder: relative, without "..". Throws CheckpointError, or
 // nlohmann's exceptions for members of the wrong type (the callers say which file).
@@ -39,7 +56,7 @@ std::map<std::string, WrittenFile> read_file_list(const nlohmann::json& files, c
     bool inside = !name.empty() && relative.is_relative();
     for (const auto& part : relative) inside = inside && part != "..";
     if (!inside) throw CheckpointError(where + ": lists \"" + name + "\", which is not a file inside the checkpoint");
-    out[name] = {info.at("bytes").get<std::uint64_t>(), info.at("crc32c").get<std::uint32_t>()};
+    out[name] = {integer_at<std::uint64_t>(info, "bytes", where), integer_at<std::uint32_t>(info, "crc32c", where)};
   }
   return out;
 }
@@ -66,18 +83,19 @@ CheckpointMetadata verify_checkpoint(const std::string& path) {
   m.path = path;
   try {
     const auto meta = nlohmann::json::parse(read_text(folder.file(CheckpointFolder::kMetadata)));
-    m.format_version = meta.at("format_version").get<int>();
+    const std::string where = "checkpoint " + path + ": metadata.json";
+    m.format_version = integer_at<int>(meta, "format_version", where);
     if (m.format_version != kCheckpointFormatVersion) {
       throw CheckpointError("checkpoint " + path + " has format version " + std::to_string(m.format_version) +
                             "; this Tessera reads version " + std::to_string(kCheckpointFormatVersion));
     }
     m.tessera_version = meta.at("tessera_version").get<std::string>();
-    m.world_size = meta.at("world_size").get<std::int64_t>();
+    m.world_size = integer_at<std::int64_t>(meta, "world_size", where);
     m.strategy = meta.at("strategy").get<std::string>();
     m.optimizer_sharded = meta.at("optimizer_sharded").get<bool>();
-    m.step = meta.at("step").get<std::int64_t>();
-    m.tokens = meta.at("tokens").get<std::int64_t>();
-    m.samples = meta.at("samples").get<std::int64_t>();
+    m.step = integer_at<std::int64_t>(meta, "step", where);
+    m.tokens = integer_at<std::int64_t>(meta, "tokens", where);
+    m.samples = integer_at<std::int64_t>(meta, "samples", where);
     m.elapsed_s = meta.at("elapsed_s").get<double>();
     m.files = read_file_list(meta.at("files"), "checkpoint " + path + ": metadata.json");
   } catch (const nlohmann::json::exception& e) {
