@@ -36,7 +36,8 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(env build test quickstart gpt2 bench memory profile)
 
 # The carried Debian packages, unpacked into a private prefix; CMake, pkg-config and the loader
-# look there. (Called by every stage: a fresh machine has nothing of an earlier call.)
+# look there. Done by every call before its first stage: a fresh machine has nothing of an
+# earlier call.
 use_debs() {
   if [ ! -d "$debs_prefix/usr" ]; then
     compgen -G ".device/debs/*.deb" >/dev/null ||
@@ -61,13 +62,16 @@ use_debs() {
   fi
   # The tests and tools/bench use .venv/bin/python3: here, the machine's Python with torch.
   if [ ! -e .venv ]; then
-    ln -s "$(python3 -c 'import sys; print(sys.prefix)')" .venv
+    local prefix
+    prefix=$(python3 -c 'import torch, sys; print(sys.prefix)') ||
+      { echo "gpu.sh: this machine's python3 has no torch to build against" >&2; return 1; }
+    ln -s "$prefix" .venv
   fi
 }
 
 stage_env() {
   nvidia-smi || true
-  python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL",
+  .venv/bin/python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL",
 torch.cuda.nccl.version() if torch.cuda.is_available() else "-", "GPU",
 torch.cuda.get_device_name() if torch.cuda.is_available() else "none")'
   nvcc --version | tail -2
@@ -128,15 +132,15 @@ stage_gpt2() {
 
 stage_bench() {
   local status=0
-  python3 tools/bench/vs_pytorch --device cuda --precision fp32 --model quickstart --steps 80 --rounds 3 || status=1
-  python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model quickstart --steps 80 --rounds 3 || status=1
-  python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model gpt2-124m --batch "$gpt2_batch" \
+  .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision fp32 --model quickstart --steps 80 --rounds 3 || status=1
+  .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model quickstart --steps 80 --rounds 3 || status=1
+  .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model gpt2-124m --batch "$gpt2_batch" \
     --steps 40 --skip 10 --rounds 2 || status=1
   return $status
 }
 
 stage_memory() {
-  python3 tools/bench/memory --device cuda --precision bf16
+  .venv/bin/python3 tools/bench/memory --device cuda --precision bf16
 }
 
 stage_profile() {

@@ -153,32 +153,13 @@ class Gpt final : public tessera::Model {
     return ln_f_->forward(x);
   }
 
-  // GPT-2 init, parameter by parameter: normal(0, init_std) weights and embeddings, residual
-  // output projections (c_proj) scaled by 1/sqrt(2 n_layer) to keep the residual stream's
-  // variance flat, ones and zeros for norms and biases. Each tensor's values come from its own
-  // generator (the model's init seed and its name), drawn on the CPU: the same values whatever
-  // subset is initialised, in whatever order, on whatever device.
  public:
+  // GPT-2 init (gpt_parts::initialize_gpt2_parameters): any subset, in any order, gets the values
+  // the model built whole has.
   void initialize_parameters(const std::vector<at::Tensor>& params) override {
-    c10::NoGradGuard no_grad;
-    const tessera::gpt_parts::ParameterNames names(*this);
-    const double residual_std = config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
-    for (const at::Tensor& p : params) {
-      const std::string& name = names.of(p, "model/gpt");
-      const auto ends_with = [&](const std::string& tail) {
-        return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-      };
-      if (ends_with(".bias")) {
-        p.zero_();
-      } else if (name.rfind("ln_f.", 0) == 0 || name.find(".ln_") != std::string::npos) {
-        p.fill_(1.0);
-      } else {
-        at::Tensor values = at::empty(p.sizes(), at::kFloat);
-        values.normal_(0.0, ends_with("c_proj.weight") ? residual_std : config_.init_std,
-                       tessera::init_generator(init_seed_, name));
-        p.copy_(values);
-      }
-    }
+    tessera::gpt_parts::initialize_gpt2_parameters(
+        *this, "model/gpt", params, init_seed_, config_.init_std,
+        config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer)));
   }
 
  private:

@@ -6,10 +6,12 @@
 
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
 #include <cstdint>
@@ -54,6 +56,34 @@ class ParameterNames {
   std::map<const c10::TensorImpl*, std::string> names_;
 };
 
+// GPT-2 init, parameter by parameter, for `params` of `model` (named `model_kind` in errors):
+// normal(0, init_std) weights and embeddings, residual output projections (every "c_proj.weight":
+// attention, MLP, experts) normal(0, residual_std) to keep the residual stream's variance flat,
+// ones and zeros for norms and biases. Each tensor's values come from its own generator (the
+// model's init seed and its name), drawn on the CPU: the same values whatever subset is
+// initialised, in whatever order, on whatever device (fsdp initialises its shards unit by unit).
+inline void initialize_gpt2_parameters(const torch::nn::Module& model, const char* model_kind,
+                                       const std::vector<at::Tensor>& params, std::uint64_t init_seed,
+                                       double init_std, double residual_std) {
+  c10::NoGradGuard no_grad;
+  const ParameterNames names(model);
+  for (const at::Tensor& p : params) {
+    const std::string& name = names.of(p, model_kind);
+    const auto ends_with = [&](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (ends_with(".bias")) {
+      p.zero_();
+    } else if (name.rfind("ln_f.", 0) == 0 || name.find(".ln_") != std::string::npos) {
+      p.fill_(1.0);
+    } else {
+      at::Tensor values = at::empty(p.sizes(), at::kFloat);
+      values.normal_(0.0, ends_with("c_proj.weight") ? residual_std : init_std, init_generator(init_seed, name));
+      p.copy_(values);
+    }
+  }
+}
+
 // y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would).
 class Affine : public torch::nn::Module {
  public:
@@ -77,12 +107,6 @@ class Embedding : public torch::nn::Module {
 
 inline std::shared_ptr<Affine> linear_layer(std::int64_t in, std::int64_t out, bool bias) {
   return std::make_shared<Affine>(in, out, bias);
-}
-
-// GPT-2 init of an affine map: normal weights, zero bias (when there is one).
-inline void init_affine(at::Tensor& weight, at::Tensor& bias, double std_dev) {
-  weight.normal_(0.0, std_dev);
-  if (bias.defined()) bias.zero_();
 }
 
 // torch::nn::LayerNorm has no bias switch, so this one holds its own affine parameters.

@@ -5,7 +5,6 @@
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/linear.h>
 #include <c10/core/GradMode.h>
-#include <torch/nn/modules/embedding.h>
 
 #include <cstdint>
 #include <memory>
@@ -27,7 +26,7 @@ namespace {
 using tessera::gpt_moe::GptMoeConfig;
 using tessera::gpt_moe::MoeFeedForward;
 using tessera::gpt_parts::CausalSelfAttention;
-using tessera::gpt_parts::init_affine;
+using tessera::gpt_parts::Embedding;
 using tessera::gpt_parts::LayerNorm;
 using tessera::gpt_parts::Mlp;
 
@@ -71,8 +70,9 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
  public:
   explicit GptMoe(const GptMoeConfig& s)
       : s_(s),
-        wte_(register_module("wte", torch::nn::Embedding(s.vocab_size, s.n_embd))),
-        wpe_(register_module("wpe", torch::nn::Embedding(s.max_seq_len, s.n_embd))) {
+        init_seed_(tessera::draw_init_seed()),
+        wte_(register_module("wte", std::make_shared<Embedding>(s.vocab_size, s.n_embd))),
+        wpe_(register_module("wpe", std::make_shared<Embedding>(s.max_seq_len, s.n_embd))) {
     auto stack = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < s.n_layer; ++i) {
       blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i))));
@@ -82,7 +82,9 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
       }
     }
     ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias));
-    init_weights();
+    // Deferred (built by the host for a run): the parameters are shapes on the meta device until
+    // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
+    if (!has_deferred_parameters()) initialize_parameters(parameters());
     // Active parameters: a token passes through k of the E experts of an MoE layer. The position
     // table is a lookup (no FLOPs); the tied token embedding is the output matmul.
     const std::int64_t per_expert = 2 * s.n_embd * s.expert_width() + (s.bias ? s.expert_width() + s.n_embd : 0);
@@ -157,26 +159,19 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     }
   }
 
-  // GPT-2 init from the global generator (the run seed fixes it); residual output projections
-  // (attention, dense and expert c_proj) scaled by 1/sqrt(2 n_layer).
-  void init_weights() {
-    c10::NoGradGuard no_grad;
-    wte_->weight.normal_(0.0, s_.init_std);
-    wpe_->weight.normal_(0.0, s_.init_std);
-    for (const auto& block : blocks_) {
-      init_affine(block->attn->qkv_proj()->weight, block->attn->qkv_proj()->bias, s_.init_std);
-      init_affine(block->attn->out_proj()->weight, block->attn->out_proj()->bias, s_.residual_std());
-      if (block->moe) {
-        block->moe->init_weights();
-      } else {
-        init_affine(block->mlp->up_proj()->weight, block->mlp->up_proj()->bias, s_.init_std);
-        init_affine(block->mlp->down_proj()->weight, block->mlp->down_proj()->bias, s_.residual_std());
-      }
-    }
+ public:
+  // GPT-2 init (gpt_parts::initialize_gpt2_parameters; the router and the experts' c_fc as
+  // weights, the experts' c_proj as residual projections): any subset, in any order, gets the
+  // values the model built whole has.
+  void initialize_parameters(const std::vector<at::Tensor>& params) override {
+    tessera::gpt_parts::initialize_gpt2_parameters(*this, "model/gpt_moe", params, init_seed_, s_.init_std,
+                                                   s_.residual_std());
   }
 
+ private:
   GptMoeConfig s_;
-  torch::nn::Embedding wte_, wpe_;
+  std::uint64_t init_seed_;
+  std::shared_ptr<Embedding> wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;
   std::vector<std::shared_ptr<MoeFeedForward>> moe_layers_;
   std::vector<std::int64_t> moe_blocks_;  // the block index of each MoE layer
@@ -188,12 +183,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptMoeConfig>(
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
-      [](const GptMoeConfig& c) {
-        // Initialised at construction from the global generator: no deferred initialisation
-        // (fsdp shards it after building it whole).
-        tessera::DeferredInitSuspension whole;
-        return std::make_shared<GptMoe>(c);
-      });
+      [](const GptMoeConfig& c) { return std::make_shared<GptMoe>(c); });
 }
 
 }  // namespace

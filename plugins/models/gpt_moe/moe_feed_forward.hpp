@@ -30,7 +30,6 @@
 
 namespace tessera::gpt_moe {
 
-using gpt_parts::init_affine;
 using gpt_parts::linear_layer;
 
 // Routing sums of one MoE layer since the last take (tessera::RouterStatistics).
@@ -86,8 +85,9 @@ class RoutingSums {
 class ExpertLinear : public torch::nn::Module {
  public:
   ExpertLinear(std::int64_t experts, std::int64_t in, std::int64_t out, bool with_bias) {
-    weight = register_parameter("weight", at::empty({experts, out, in}));
-    if (with_bias) bias = register_parameter("bias", at::zeros({experts, out}));
+    // On the meta device while the host defers initialisation (the model initialises them).
+    weight = register_parameter("weight", tessera::new_parameter({experts, out, in}));
+    if (with_bias) bias = register_parameter("bias", gpt_parts::parameter({experts, out}, 0.0));
   }
   // Per-expert views; unbinding once per forward keeps backward to one stack per tensor.
   std::vector<at::Tensor> weights() const { return weight.unbind(0); }
@@ -108,12 +108,6 @@ class MoeFeedForward : public torch::nn::Module {
     auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
     up = experts->register_module("c_fc", std::make_shared<ExpertLinear>(s.num_experts, s.n_embd, s.expert_width(), s.bias));
     down = experts->register_module("c_proj", std::make_shared<ExpertLinear>(s.num_experts, s.expert_width(), s.n_embd, s.bias));
-  }
-
-  void init_weights() {
-    init_affine(router->weight, router->bias, s_.init_std);
-    init_affine(up->weight, up->bias, s_.init_std);
-    init_affine(down->weight, down->bias, s_.residual_std());
   }
 
   at::Tensor forward(const at::Tensor& x) {

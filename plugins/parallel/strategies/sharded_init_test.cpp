@@ -105,9 +105,14 @@ std::string token_file(const TempDir& dir) {
   return path;
 }
 
-// Eight blocks of width 64: a block is about a ninth of the model. gpt, or llama (grouped-query
-// attention, an untied head).
+// Eight blocks of width 64: a block is about a ninth of the model. gpt, llama (grouped-query
+// attention, an untied head), or gpt_moe (every second block a mixture of 4 experts).
 std::string model_yaml(const std::string& variant) {
+  if (variant == "gpt_moe") {
+    return "model: {component_key: model, variant_key: gpt_moe,\n"
+           "        config: {vocab_size: 64, n_layer: 8, n_head: 2, n_embd: 64, max_seq_len: 16, num_experts: 4,"
+           " top_k: 2, expert_hidden: 64, moe_every: 2}}\n";
+  }
   if (variant == "llama") {
     return "model: {component_key: model, variant_key: llama,\n"
            "        config: {vocab_size: 64, n_layer: 8, n_head: 2, n_kv_head: 1, n_embd: 64, intermediate_size: 128,"
@@ -271,7 +276,7 @@ TEST_P(ShardedInit, NoRankHoldsMoreThanItsShardPlusOneUnitAndTheWeightsEqualTheW
 }
 
 INSTANTIATE_TEST_SUITE_P(GlooRanks, ShardedInit,
-                         ::testing::Combine(::testing::Values(std::string("gpt"), std::string("llama")),
+                         ::testing::Combine(::testing::Values(std::string("gpt"), std::string("llama"), std::string("gpt_moe")),
                                             ::testing::Values(std::int64_t{2}, std::int64_t{3})),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, std::int64_t>>& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "_ranks";
