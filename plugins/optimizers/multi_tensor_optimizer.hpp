@@ -8,10 +8,13 @@
 //
 // `auto` (the default) picks fused where LibTorch has the kernel (CPU and CUDA, floating
 // dtypes), else foreach. No implementation reads a device value on the host: step counts are
-// host integers (fused also keeps them as device scalars, as its kernel wants).
+// host integers (fused also keeps them as device scalars, as its kernel wants). Fused AdamW can
+// skip a step on the device (Optimizer::can_skip_on_device); its device counts are then the true
+// ones, read back only when a state dict is taken.
 #pragma once
 
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -58,7 +61,8 @@ struct ParamGroup {
 
 // One parameter's state: a host step count and the tensors of per-element fields.
 struct ParamState {
-  std::int64_t step = 0;           // 0: never stepped (no state)
+  std::int64_t step = 0;           // 0: never stepped (no state); steps skipped on the device count
+                                   // here too (device_step is the true count where defined)
   std::vector<at::Tensor> fields;  // per-element fields, in per_element_fields() order
   at::Tensor device_step;          // fused AdamW: the step as a float scalar on the device
 };
@@ -86,10 +90,11 @@ class MultiTensorOptimizer : public tessera::Optimizer {
   tessera::StateDict state_dict() const override {
     tessera::StateDict state;
     const std::vector<std::string> fields = per_element_fields();
+    const std::vector<std::int64_t> steps = step_counts();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const ParamState& s = state_[i];
-      if (s.step == 0) continue;
-      if (saves_step()) state[key(i, "step")] = at::scalar_tensor(s.step, at::kLong);
+      if (steps[i] == 0) continue;  // never stepped, or its only steps were skipped on the device
+      if (saves_step()) state[key(i, "step")] = at::scalar_tensor(steps[i], at::kLong);
       for (std::size_t f = 0; f < fields.size(); ++f) {
         state[key(i, fields[f])] = s.fields[f].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
       }
@@ -205,6 +210,24 @@ class MultiTensorOptimizer : public tessera::Optimizer {
   std::vector<ParamState> state_;   // per parameter
 
  private:
+  // Each parameter's step count: the device's where fused AdamW keeps one (read in one copy: a
+  // step skipped there did not count, which the host count cannot know), else the host's.
+  std::vector<std::int64_t> step_counts() const {
+    std::vector<std::int64_t> steps;
+    std::vector<at::Tensor> on_device;
+    for (const ParamState& s : state_) {
+      steps.push_back(s.step);
+      if (s.device_step.defined()) on_device.push_back(s.device_step.reshape({1}));
+    }
+    if (on_device.empty()) return steps;
+    const at::Tensor counts = at::cat(on_device).to(at::kCPU).to(at::kLong);
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < state_.size(); ++i) {
+      if (state_[i].device_step.defined()) steps[i] = counts[static_cast<std::int64_t>(next++)].item<std::int64_t>();
+    }
+    return steps;
+  }
+
   static std::string key(std::size_t index, const std::string& field) {
     return "param." + std::to_string(index) + "." + field;
   }

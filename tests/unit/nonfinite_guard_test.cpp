@@ -43,30 +43,46 @@ void expect_identical(const StateDict& a, const StateDict& b) {
   for (const auto& [name, t] : a) EXPECT_TRUE(t.equal(b.at(name))) << name;
 }
 
-TEST(NonfiniteGuard, SkipIsTheDefaultAndLeavesWeightsAndOptimizerStateUntouched) {
+// Step 3's gradients are poisoned: the step is skipped, leaving every bit of the weights and the
+// optimizer state, and the next step trains on.
+void expect_poisoned_step_skipped(const std::string& optimizer_config, bool skips_on_device) {
   TempDir dir;
   auto poison = std::make_shared<testing::ParameterPoison>(3, kNaN);
   TrainerSettings settings = testing::settings(1, 4, 5);
   EXPECT_EQ(settings.nonfinite, "skip");
-  auto run = testing::make_trainer(adamw_yaml(testing::uneven_token_file(dir)), settings, {poison});
+  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir), "adamw", optimizer_config),
+                                   settings, {poison});
   Trainer& trainer = *run.trainer;
+  auto optimizer = testing::built<Optimizer>(run.components, "optimizer");
+  EXPECT_EQ(optimizer->can_skip_on_device(), skips_on_device);
   trainer.step();
   trainer.step();
   const StateDict weights = weights_of(trainer);
-  const StateDict optimizer = testing::built<Optimizer>(run.components, "optimizer")->state_dict();
+  const StateDict state = optimizer->state_dict();
 
   const StepMetrics poisoned = trainer.step();
   EXPECT_TRUE(poisoned.skipped);
   EXPECT_TRUE(std::isnan(poisoned.loss));
   EXPECT_EQ(poisoned.extra.at("nonfinite_steps"), 1.0);
   expect_identical(weights_of(trainer), weights);
-  expect_identical(testing::built<Optimizer>(run.components, "optimizer")->state_dict(), optimizer);
+  expect_identical(optimizer->state_dict(), state);
 
   const StepMetrics next = trainer.step();  // healthy again: trains on
   EXPECT_FALSE(next.skipped);
   EXPECT_TRUE(std::isfinite(next.loss));
   EXPECT_FALSE(weights_of(trainer).at("wte.weight").equal(weights.at("wte.weight")));
   EXPECT_TRUE(all_finite(weights_of(trainer)));
+}
+
+// The default AdamW (fused) gets the flag on the device and the update is launched at once.
+TEST(NonfiniteGuard, SkipIsTheDefaultAndLeavesWeightsAndOptimizerStateUntouched) {
+  expect_poisoned_step_skipped("lr: 0.01, weight_decay: 0.1", /*skips_on_device=*/true);
+}
+
+// An optimizer that cannot skip on the device: the trainer reads the flag first and does not
+// call it.
+TEST(NonfiniteGuard, AnOptimizerThatCannotSkipOnTheDeviceIsNotCalled) {
+  expect_poisoned_step_skipped("lr: 0.01, weight_decay: 0.1, implementation: foreach", /*skips_on_device=*/false);
 }
 
 TEST(NonfiniteGuard, IgnoreAppliesTheNonFiniteUpdate) {

@@ -4,6 +4,7 @@
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/logical_and.h>
+#include <ATen/ops/logical_not.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -64,9 +65,14 @@ StepMetrics Trainer::step() {
   const at::Tensor loss_sum = forward_backward(inputs, ctx);
   clock.backward = Clock::now();
   const LossAndGradNorm reduced = reduce(loss_sum, inputs);
-  const SkipDecision decision = agree_on_skip(ctx, reduced);
+  SkipDecision decision = agree_on_skip(ctx, reduced);
   const double lr = update(reduced.grad_norm, decision.skip);
   clock.optimizer = Clock::now();
+  if (decision.nonfinite_on_device) {
+    // The device runs the update meanwhile: this waits for the flag, not for the update.
+    decision.nonfinite = decision.nonfinite_on_device->at(0) != 0;
+    decision.skip = decision.nonfinite;
+  }
   judge_nonfinite(decision.nonfinite, reduced);
   StepMetrics m = record(ctx, inputs, reduced, lr, decision.skip, clock);
   if (nonfinite_total_ > 0) m.extra["nonfinite_steps"] = static_cast<double>(nonfinite_total_);
@@ -162,19 +168,22 @@ LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& in
 
 // Callbacks see the loss and the norm and may ask to skip; a skip asked on one rank skips the
 // step on all (replicas must stay identical, and sharded optimizer steps are collectives).
-// Unless trainer.nonfinite is ignore, a NaN/Inf loss or gradient norm skips it too: the two
-// values are global already, but the flag is agreed all the same, so no rank can differ.
-// Reading the flag is the step's one wait for the device (before the update, as it must be).
+// Unless trainer.nonfinite is ignore, a NaN/Inf loss or gradient norm skips it too. The two
+// values are global already, so every rank computes the same flag. Where the optimizer can skip
+// on the device (fused AdamW), it gets the flag as a device scalar and the update is launched at
+// once; the flag travels to the host meanwhile (read in step()). Otherwise the flag is read here
+// and agreed with the requests, a wait for the device before the update.
 Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced) {
   if (!parts_.callbacks.empty()) {
     const BeforeOptimizerStep before{reduced.grad_norm, reduced.loss_sum};
     for_each_callback("on_before_optimizer_step", progress_.step + 1, [&](Callback& cb) { cb.on_before_optimizer_step(ctx, before); });
   }
-  bool nonfinite = false;
+  at::Tensor found_inf;  // float32 0/1 on the device
   if (settings_.nonfinite != "ignore") {
-    const at::Tensor finite = at::isfinite(reduced.loss_sum).logical_and(at::isfinite(reduced.grad_norm));
-    nonfinite = !finite.item<bool>();
+    found_inf = at::isfinite(reduced.loss_sum).logical_and(at::isfinite(reduced.grad_norm)).logical_not().to(at::kFloat);
   }
+  const bool on_device = found_inf.defined() && parts_.optimizer->can_skip_on_device();
+  const bool nonfinite = found_inf.defined() && !on_device && found_inf.item<float>() != 0;
   at::Tensor flags = at::tensor({static_cast<std::int64_t>(control_.skip_requested() ? 1 : 0),
                                  static_cast<std::int64_t>(nonfinite ? 1 : 0)}, at::kLong);
   control_.clear_skip();
@@ -182,6 +191,15 @@ Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAnd
   SkipDecision decision;
   decision.nonfinite = flags[1].item<std::int64_t>() != 0;
   decision.skip = flags[0].item<std::int64_t>() != 0 || decision.nonfinite;
+  if (on_device) {
+    if (decision.skip) {
+      decision.nonfinite = found_inf.item<float>() != 0;  // asked to skip: no update; counted all the same
+    } else {
+      in_component(parts_.names.optimizer, "skip_next_step_if", progress_.step + 1,
+                   [&] { parts_.optimizer->skip_next_step_if(found_inf); });
+      decision.nonfinite_on_device = AsyncValues::copy_of(found_inf.reshape({1}));
+    }
+  }
   return decision;
 }
 

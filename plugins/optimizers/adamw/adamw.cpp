@@ -7,12 +7,14 @@
 #include <ATen/ops/_foreach_div.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_sqrt.h>
+#include <ATen/ops/_foreach_sub.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/full.h>
 
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,7 +75,13 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
         case OptimizerImplementation::loop: loop_step(group, members); break;
       }
     }
+    found_inf_ = at::Tensor();  // for one step only
   }
+
+  // The fused kernel takes the flag itself (as PyTorch's GradScaler uses it): where it is 1 the
+  // kernel writes nothing, and the device step counts it advanced are taken back.
+  bool can_skip_on_device() const override { return implementation() == OptimizerImplementation::fused; }
+  void skip_next_step_if(const at::Tensor& found_inf) override { found_inf_ = found_inf; }
 
  protected:
   std::vector<std::string> per_element_fields() const override { return {"exp_avg", "exp_avg_sq"}; }
@@ -132,13 +140,17 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
       }
       steps.push_back(s.device_step);
     }
+    std::optional<at::Tensor> found_inf;
+    if (found_inf_.defined()) found_inf = found_inf_.to(params_[members.front()].device(), at::kFloat);
     at::_foreach_add_(steps, 1);
     at::_fused_adamw_(params_of(members), grads_of(members), gather(members, 0), gather(members, 1),
                       /*max_exp_avg_sqs=*/{}, steps, lr_, beta1_, beta2_, group.weight_decay, eps_,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found_inf);
+    if (found_inf) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found_inf));
   }
 
   double beta1_, beta2_, eps_;
+  at::Tensor found_inf_;  // skip_next_step_if's flag, until the next step
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -162,6 +162,51 @@ TEST(AdamWOptimizer, StateDictRoundTripContinuesBitForBit) {
   EXPECT_EQ(state.at("param.0.step").item<std::int64_t>(), 2);
 }
 
+void expect_same_state(const StateDict& a, const StateDict& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, t] : a) EXPECT_TRUE(t.equal(b.at(key))) << key;
+}
+
+// The trainer's non-finite guard hands fused AdamW the flag as a device scalar instead of waiting
+// for it (Optimizer::skip_next_step_if): a flagged step changes no bit of the weights or the
+// state, the step count included; an unflagged one is the plain step; the flag lasts one step.
+TEST(AdamWOptimizer, FusedSkipsAFlaggedStepOnTheDevice) {
+  EXPECT_FALSE(make("lr: 0.01, implementation: foreach").optimizer->can_skip_on_device());
+  EXPECT_FALSE(make("lr: 0.01, implementation: loop").optimizer->can_skip_on_device());
+  EXPECT_TRUE(make("lr: 0.01").optimizer->can_skip_on_device()) << "auto is fused on the CPU";
+
+  const std::string config = "lr: 0.02, weight_decay: 0.1, implementation: fused";
+  const at::Tensor skip = at::ones({}, at::kFloat), go = at::zeros({}, at::kFloat);
+  Rig flagged = make(config), plain = make(config);
+  // A skipped first step leaves no state: as if the step had never been asked for.
+  set_gradients(flagged.model->parameters(), 0);
+  const auto initial = snapshot(*flagged.model);
+  flagged.optimizer->skip_next_step_if(skip);
+  flagged.optimizer->step();
+  EXPECT_TRUE(all_equal(snapshot(*flagged.model), initial));
+  EXPECT_TRUE(flagged.optimizer->state_dict().empty());
+
+  run_steps(flagged, 0, 2);
+  run_steps(plain, 0, 2);
+  const auto weights = snapshot(*flagged.model);
+  const StateDict state = flagged.optimizer->state_dict();
+  EXPECT_EQ(state.at("param.0.step").item<std::int64_t>(), 2);
+  set_gradients(flagged.model->parameters(), 2);
+  flagged.optimizer->skip_next_step_if(skip);
+  flagged.optimizer->step();
+  EXPECT_TRUE(all_equal(snapshot(*flagged.model), weights));
+  expect_same_state(flagged.optimizer->state_dict(), state);
+
+  // Unflagged, and then with no flag at all (it lasted one step): the plain steps, bit for bit.
+  set_gradients(flagged.model->parameters(), 2);
+  flagged.optimizer->skip_next_step_if(go);
+  flagged.optimizer->step();
+  run_steps(flagged, 3, 4);
+  run_steps(plain, 2, 4);
+  EXPECT_TRUE(all_equal(snapshot(*flagged.model), snapshot(*plain.model)));
+  expect_same_state(flagged.optimizer->state_dict(), plain.optimizer->state_dict());
+}
+
 TEST(AdamWOptimizer, RejectsForeignState) {
   Rig s = make("lr: 0.01");
   run_steps(s, 0, 1);

@@ -31,6 +31,17 @@ class TESSERA_API Optimizer : public Stateful {
   // Bytes of optimizer state this rank holds now, counted without copying anything (the memory
   // report reads it after the first step).
   virtual std::int64_t state_bytes() const = 0;
+
+  // Skipping a step on the device. The trainer skips a step whose loss or gradient norm is not
+  // finite (trainer.nonfinite). By default it reads that flag on the host first and then does
+  // not call step(): one wait for the device, before the update, every step. An optimizer that
+  // can skip on the device returns true here. The trainer then hands it the flag instead, through
+  // skip_next_step_if, and calls step() regardless.
+  virtual bool can_skip_on_device() const { return false; }
+  // For the next step() only: `found_inf` is a float32 scalar on the parameters' device. Where
+  // it is 1, that step leaves the parameters and every bit of the state (step counts included)
+  // as they were; where it is 0, the step is as usual. Only called when can_skip_on_device().
+  virtual void skip_next_step_if(const at::Tensor& found_inf) { (void)found_inf; }
 };
 
 }  // namespace tessera

@@ -25,6 +25,7 @@
 #include "tessera/core/train/trainer_settings.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/loss.hpp"
+#include "tessera/metric_value.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
 #include "tessera/parallel.hpp"
@@ -121,6 +122,9 @@ class Trainer : private CallbackEvents {
   struct SkipDecision {
     bool skip = false;       // the optimizer step is not applied
     bool nonfinite = false;  // because the loss or the gradient norm is NaN/Inf on some rank
+    // Where the optimizer skips on the device: the flag it was given, on its way to the host
+    // (read after the update is launched; skip and nonfinite are settled from it then).
+    std::shared_ptr<const AsyncValues> nonfinite_on_device;
   };
   SkipDecision agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
   // Counts a non-finite step, logs it, and decides whether the run must end (trainer.nonfinite).
