@@ -154,14 +154,17 @@ stage_profile() {
   return $status
 }
 
+for stage in "${stages[@]}"; do
+  if ! declare -F "stage_$stage" >/dev/null; then
+    echo "gpu.sh: unknown stage '$stage' (env build test quickstart gpt2 bench memory profile)" >&2
+    exit 64
+  fi
+done
+
 run_stages() {
   use_debs || return 1
   local failed=0 stage start status
   for stage in "${stages[@]}"; do
-    if ! declare -F "stage_$stage" >/dev/null; then
-      echo "gpu.sh: unknown stage '$stage' (env build test quickstart gpt2 bench memory profile)"
-      return 64
-    fi
     echo "== $stage ($(date -u +%H:%M:%S))"
     start=$(date +%s)
     "stage_$stage" 2>&1 | tee "$results/logs/$stage.log"
