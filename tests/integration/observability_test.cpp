@@ -80,7 +80,17 @@ TEST_F(Cli, EverythingOnRunsAndEverySinkAndMonitorWrites) {
   EXPECT_TRUE(steps.front().contains("memory/max_rank_peak_bytes"));  // memory_monitor at step 1
   EXPECT_EQ(read_eval_metrics(run_dir + "/metrics.jsonl").size(), 2u);  // steps 6 and 12
   EXPECT_NE(out.find("eval val at step 12"), std::string::npos) << out;
-  EXPECT_TRUE(std::filesystem::exists(run_dir + "/profiles/rank_0/trace_steps_10-11.json")) << out;
+  const std::string trace = run_dir + "/profiles/rank_0/trace_steps_10-11.json";
+  EXPECT_TRUE(std::filesystem::exists(trace)) << out;
+  // tools/bench/trace_summary.py reads the trace back: both steps, and where their time went.
+  std::string summary;
+  ASSERT_EQ(run_command("python3 " + testing::source_dir() + "/tools/bench/trace_summary.py " + trace + " --top 5", summary),
+            0)
+      << summary;
+  EXPECT_NE(summary.find("ProfilerStep#10: "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("ProfilerStep#11: "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("operators of"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("aten::"), std::string::npos) << summary;
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/health/rank_0.txt"));
   EXPECT_TRUE(std::filesystem::exists(run_dir + "/checkpoints/step_00000012/metadata.json"));
   bool events = false;

@@ -15,7 +15,8 @@
 #   bench       tools/bench/vs_pytorch --device cuda: quickstart, then GPT-2 124M in bf16 at
 #               micro-batch $GPT2_BATCH (default 16)
 #   memory      tools/bench/memory --device cuda --precision bf16
-#   profile     GPT-2 124M with the profiler callback (kineto) over steps 6-7
+#   profile     GPT-2 124M with the profiler callback (kineto) over steps 6-7, summarised by
+#               tools/bench/trace_summary.py
 #
 # Prepare here first (tools/device/prepare.sh), then e.g.
 #   run(command="tools/device/gpu.sh build test", carry=[".device"], timeout_s=600)
@@ -151,6 +152,10 @@ stage_profile() {
     --set 'components.callbacks=[{component_key: callback, variant_key: console_logger, config: {every: 1}},
            {component_key: callback, variant_key: profiler, config: {start_step: 6, steps: 2, backend: kineto}}]' \
     || status=1
+  # Where the two steps' time went (GPU busy share, gaps, host waits, copies, top kernels).
+  for trace in runs/device/profile/profiles/rank_0/*.json; do
+    python3 tools/bench/trace_summary.py "$trace" --top 25 || status=1
+  done
   return $status
 }
 
