@@ -9,7 +9,6 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/zeros.h>
-#include <c10/core/GradMode.h>
 
 #include <cmath>
 #include <cstdint>

@@ -4,7 +4,6 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/linear.h>
-#include <c10/core/GradMode.h>
 
 #include <cstdint>
 #include <memory>
