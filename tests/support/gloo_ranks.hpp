@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,17 +22,25 @@
 
 namespace tessera::testing {
 
-// A port the kernel just handed out on the loopback interface (free at the time of asking).
+// A port free on the loopback interface now, drawn at random below Linux's ephemeral range
+// (32768 and up). A port the kernel hands out itself is back in that range once closed, and
+// under load another test's Gloo connection could be given it before rank 0's store binds it (seen
+// once in CI: the other ranks' rendezvous then timed out).
 inline int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  static std::mt19937 draw(std::random_device{}());
+  std::uniform_int_distribution<int> ports(10000, 32000);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = ports(draw);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  throw std::runtime_error("no free loopback port between 10000 and 32000");
 }
 
 // Runs body(rank, communicator) on `world` threads; returns each rank's error ("" if none).
