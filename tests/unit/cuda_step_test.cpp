@@ -4,7 +4,9 @@
 //     CUDA sync-debug mode set to error (any synchronising call throws);
 //   - bf16 training on the GPU: fused AdamW, prefetched pinned batches, chunked loss, activation
 //     checkpointing, the metrics read a step later;
-//   - fsdp with NCCL and the bf16 mixed-precision policy trains on one GPU like the local run.
+//   - fsdp with NCCL and the bf16 mixed-precision policy trains on one GPU like the local run;
+//   - ddp over NCCL makes no host synchronisation either: the step's host numbers (token counts,
+//     skip flags) travel on the Gloo group beside NCCL, not through the device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +22,8 @@
 #ifdef TESSERA_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
+
+#include <ATen/ops/tensor.h>
 
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/run/training_run.hpp"
@@ -78,6 +82,23 @@ std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, co
   return std::make_unique<core::Trainer>(std::move(parts), settings, context);
 }
 
+// Runs `body` with LibTorch's CUDA sync-debug mode set to error: any synchronising call throws.
+template <class Body>
+void without_host_synchronisation(Body&& body) {
+#ifdef TESSERA_WITH_CUDA
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  try {
+    body();
+  } catch (...) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    throw;
+  }
+  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+#else
+  body();
+#endif
+}
+
 TEST(CudaStep, SteadyStateStepsMakeNoHostSynchronisation) {
   SKIP_WITHOUT_GPU();
 #ifdef TESSERA_WITH_CUDA
@@ -87,14 +108,9 @@ TEST(CudaStep, SteadyStateStepsMakeNoHostSynchronisation) {
   // The first steps allocate, create optimizer state and measure memory once.
   for (int i = 0; i < 3; ++i) trainer->step();
   std::vector<StepMetrics> steps;
-  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
-  try {
+  without_host_synchronisation([&] {
     for (int i = 0; i < 5; ++i) steps.push_back(trainer->step());
-  } catch (...) {
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-    throw;
-  }
-  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  });
   for (const auto& m : steps) {
     EXPECT_TRUE(std::isfinite(m.loss.value()));
     EXPECT_GT(m.grad_norm.value(), 0);
@@ -125,6 +141,33 @@ TEST(CudaStep, FsdpOverNcclWithBf16GatherAndReduceTrains) {
     EXPECT_NEAR(b, a, 0.02 * a) << "step " << i + 1;
   }
   for (const auto& p : sharded->model().parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << "gathered in bf16";
+}
+
+TEST(CudaStep, DdpOverNcclStepsMakeNoHostSynchronisation) {
+  SKIP_WITHOUT_GPU();
+  if (!core::nccl_available()) GTEST_SKIP() << "this LibTorch has no NCCL";
+  TempDir dir;
+  core::DistributedEnv env;
+  env.world_size = 1;
+  env.master_port = 12000 + ::getpid() % 20000;
+  auto nccl = core::make_nccl_communicator(env, std::chrono::seconds(60), c10::Device("cuda:0"));
+  // The host group's own collectives first: host numbers come back reduced without a device copy.
+  at::Tensor counts = at::tensor({3, 4, 5}, at::kLong);
+  without_host_synchronisation([&] {
+    nccl->all_reduce(counts);
+    nccl->barrier();
+  });
+  EXPECT_TRUE(counts.equal(at::tensor({3, 4, 5}, at::kLong)));
+  core::BuiltComponents built;
+  auto trainer = make_gpu_trainer(built, spec(token_file(dir), "parallel: {component_key: parallel, variant_key: ddp, config: {}}\n"),
+                                  nccl);
+  for (int i = 0; i < 3; ++i) trainer->step();
+  std::vector<StepMetrics> steps;
+  without_host_synchronisation([&] {
+    for (int i = 0; i < 5; ++i) steps.push_back(trainer->step());
+  });
+  for (const auto& m : steps) EXPECT_TRUE(std::isfinite(m.loss.value()));
+  EXPECT_LT(steps.back().loss.value(), std::log(128.0));
 }
 
 }  // namespace

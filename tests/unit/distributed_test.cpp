@@ -72,6 +72,20 @@ TEST(Distributed, GlooCollectivesAcrossTwoRanks) {
   }
 }
 
+// An NCCL run's communicator sends a collective over its Gloo group when every tensor is on the
+// host and they are small: the trainer's counts and flags, never a gradient or a large host copy.
+// (The meta device stands in for a GPU: what matters is "not the host".)
+TEST(Distributed, OnlySmallHostTensorsTravelOnTheHostGroup) {
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  EXPECT_TRUE(travels_on_host_group({at::zeros({3}, opts)}));
+  EXPECT_TRUE(travels_on_host_group({at::zeros({2}, opts), at::zeros({2}, opts)}));
+  EXPECT_TRUE(travels_on_host_group({at::zeros({kHostGroupMaxBytes / 8}, opts)}));
+  EXPECT_FALSE(travels_on_host_group({at::zeros({kHostGroupMaxBytes / 8 + 1}, opts)}));
+  EXPECT_FALSE(travels_on_host_group({at::zeros({kHostGroupMaxBytes / 16 + 1}, opts), at::zeros({kHostGroupMaxBytes / 16}, opts)}));
+  EXPECT_FALSE(travels_on_host_group({at::zeros({3}, opts.device(c10::kMeta))}));
+  EXPECT_FALSE(travels_on_host_group({at::zeros({3}, opts), at::zeros({3}, opts.device(c10::kMeta))}));
+}
+
 TEST(Distributed, NcclIsBuiltWhenLibTorchHasIt) {
   // CI has no GPU, but the NCCL process group must compile and link wherever LibTorch has it.
 #ifdef USE_C10D_NCCL

@@ -1,5 +1,6 @@
 #include "tessera/core/distributed/distributed.hpp"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -128,50 +129,79 @@ class C10dCollective final : public PendingCollective {
 };
 
 // A lost rank surfaces as an exception from wait() (the process group's timeout), not a hang.
+// An NCCL run also has a Gloo group (`host_backend`): the trainer's per-step host numbers (token
+// counts, skip and stop flags) are all-reduced there, on the host alone, instead of being copied
+// to the device, reduced by NCCL and copied back, which makes the host wait for all the work
+// queued on the device before it (travels_on_host_group says which collectives go there).
 class C10dCommunicator final : public Communicator {
  public:
   // `device`: where an NCCL group needs its tensors; CPU for Gloo, which takes them as they are.
-  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world, c10::Device device)
-      : backend_(std::move(backend)), rank_(rank), world_(world), device_(device) {}
+  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world, c10::Device device,
+                   c10::intrusive_ptr<c10d::Backend> host_backend = {})
+      : backend_(std::move(backend)),
+        host_backend_(std::move(host_backend)),
+        rank_(rank),
+        world_(world),
+        device_(device) {}
 
   std::int64_t rank() const override { return rank_; }
   std::int64_t world_size() const override { return world_; }
   double wait_seconds() const override { return clock_.seconds(); }
 
   std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
-    Staging staging(device_, rank_, &clock_);
-    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
+    if (on_host_group({tensor})) {
+      std::vector<at::Tensor> tensors{tensor};
+      return pending(host_backend_->allreduce(tensors, options));
+    }
+    Staging staging(device_, rank_, &clock_);
+    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     return staging.pending(backend_->allreduce(tensors, options));
   }
   std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
-    Staging staging(device_, rank_, &clock_);
+    std::vector<at::Tensor> all = outputs;
+    all.push_back(input);
+    const bool host = on_host_group(all);
+    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_);
     std::vector<std::vector<at::Tensor>> out(1);
     for (auto& o : outputs) out[0].push_back(staging.in_out(o));
     std::vector<at::Tensor> in{staging.in(input)};
-    return staging.pending(backend_->allgather(out, in));
+    return staging.pending((host ? host_backend_ : backend_)->allgather(out, in));
   }
   std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                                           ReduceOp op) override {
-    Staging staging(device_, rank_, &clock_);
+    std::vector<at::Tensor> all = inputs;
+    all.push_back(output);
+    const bool host = on_host_group(all);
+    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_);
     std::vector<at::Tensor> out{staging.in_out(output)};
     std::vector<std::vector<at::Tensor>> in(1);
     for (auto& i : inputs) in[0].push_back(staging.in(i));
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op);
-    return staging.pending(backend_->reduce_scatter(out, in, options));
+    return staging.pending((host ? host_backend_ : backend_)->reduce_scatter(out, in, options));
   }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
-    Staging staging(device_, rank_, &clock_);
+    const bool host = on_host_group({tensor});
+    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    staging.pending(backend_->broadcast(tensors, options))->wait();
+    staging.pending((host ? host_backend_ : backend_)->broadcast(tensors, options))->wait();
   }
-  void barrier() override { C10dCollective(backend_->barrier(), rank_, &clock_).wait(); }
+  // On the host group where there is one: NCCL's barrier is a device all-reduce and a device
+  // synchronisation.
+  void barrier() override { C10dCollective((host_backend_ ? host_backend_ : backend_)->barrier(), rank_, &clock_).wait(); }
 
  private:
+  bool on_host_group(const std::vector<at::Tensor>& tensors) const {
+    return host_backend_ && travels_on_host_group(tensors);
+  }
+  std::shared_ptr<PendingCollective> pending(c10::intrusive_ptr<c10d::Work> work) {
+    return std::make_shared<C10dCollective>(std::move(work), rank_, &clock_);
+  }
+
   // Moves host tensors to an NCCL group's device and remembers which to copy back.
   class Staging {
    public:
@@ -196,6 +226,7 @@ class C10dCommunicator final : public Communicator {
   };
 
   c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<c10d::Backend> host_backend_;  // null: every collective on backend_
   std::int64_t rank_, world_;
   c10::Device device_;
   WaitClock clock_;
@@ -216,7 +247,22 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistributedEnv& env, std::chron
   }
 }
 
+c10::intrusive_ptr<c10d::Backend> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env,
+                                             std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
+                                                     c10d::ProcessGroupGloo::Options::create_default(timeout));
+}
+
 }  // namespace
+
+bool travels_on_host_group(const std::vector<at::Tensor>& tensors) {
+  std::int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.device().is_cpu()) return false;
+    bytes += static_cast<std::int64_t>(t.nbytes());
+  }
+  return bytes <= kHostGroupMaxBytes;
+}
 
 DistributedEnv read_distributed_env() {
   DistributedEnv env;
@@ -261,11 +307,8 @@ std::string device_for_rank(const std::string& setting, const DistributedEnv& en
 std::shared_ptr<Communicator> make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
 
 std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout) {
-  auto store = rendezvous(env, timeout);
-  auto options = c10d::ProcessGroupGloo::Options::create_default(timeout);
-  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank),
-                                                             static_cast<int>(env.world_size), options);
-  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, c10::Device(c10::kCPU));
+  return std::make_shared<C10dCommunicator>(gloo_group(rendezvous(env, timeout), env, timeout), env.rank,
+                                            env.world_size, c10::Device(c10::kCPU));
 }
 
 bool nccl_available() {
@@ -292,7 +335,9 @@ std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, 
   options->timeout = timeout;
   auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(env.rank),
                                                              static_cast<int>(env.world_size), options);
-  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device);
+  // The Gloo group for host tensors, on its own keys of the same store.
+  auto host_backend = gloo_group(c10::make_intrusive<c10d::PrefixStore>("host_group", store), env, timeout);
+  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device, host_backend);
 #else
   (void)env, (void)timeout;
   throw Error("this Tessera was built without NCCL (LibTorch without USE_C10D_NCCL); cannot use " + device.str());

@@ -93,8 +93,8 @@ Trainer::StepInputs Trainer::fetch() {
     in.samples += batch.input_ids.size(0);
     in.seq_len = std::max<std::int64_t>(in.seq_len, batch.input_ids.size(-1));
   }
-  // Counted on the host, so summing them needs no device synchronisation (an NCCL group stages
-  // the three numbers through the device); with one rank the collective returns at once.
+  // Counted on the host, so summing them needs no device synchronisation (an NCCL run reduces
+  // host tensors on its Gloo group); with one rank the collective returns at once.
   at::Tensor counts = at::tensor({in.target_tokens, in.input_tokens, in.samples}, at::kLong);
   context_.communicator->all_reduce(counts);
   in.target_tokens = counts[0].item<std::int64_t>();

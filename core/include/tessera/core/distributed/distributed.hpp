@@ -47,9 +47,17 @@ std::shared_ptr<Communicator> make_local_communicator();
 // process group. Every collective throws once `timeout` passes without the other ranks.
 std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout);
 // The same rendezvous, then an NCCL process group on `device` (cuda:LOCAL_RANK), which becomes
-// this process's current device. Host tensors handed to it are staged through the device.
+// this process's current device, and beside it a Gloo group on the same store for small host
+// tensors (travels_on_host_group): the trainer's per-step counts and flags never touch the
+// device. Larger host tensors are staged through the device for NCCL's bandwidth.
 std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
                                                      c10::Device device);
+// The collectives an NCCL run's communicator hands to its Gloo group: every tensor on the host
+// and kHostGroupMaxBytes or less in all. The same answer on every rank (a collective's tensors
+// have the same sizes everywhere), so all ranks pick the same group.
+inline constexpr std::int64_t kHostGroupMaxBytes = 1 << 20;
+bool travels_on_host_group(const std::vector<at::Tensor>& tensors);
+
 // Whether this build has ProcessGroupNCCL (LibTorch built with CUDA and NCCL).
 bool nccl_available();
 
