@@ -70,11 +70,11 @@ StepMetrics Trainer::step() {
   clock.optimizer = Clock::now();
   if (decision.nonfinite_on_device) {
     // The device runs the update meanwhile: this waits for the flag, not for the update.
-    decision.nonfinite = decision.nonfinite_on_device->at(0) != 0;
+    decision.nonfinite = decision.nonfinite_on_device->at(SkipDecision::kFlag) != 0;
     decision.skip = decision.nonfinite;
   }
   judge_nonfinite(decision.nonfinite, reduced);
-  StepMetrics m = record(ctx, inputs, reduced, lr, decision.skip, clock);
+  StepMetrics m = record(ctx, inputs, reduced, lr, decision, clock);
   if (nonfinite_total_ > 0) m.extra["nonfinite_steps"] = static_cast<double>(nonfinite_total_);
   return m;
 }
@@ -197,7 +197,8 @@ Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAnd
     } else {
       in_component(parts_.names.optimizer, "skip_next_step_if", progress_.step + 1,
                    [&] { parts_.optimizer->skip_next_step_if(found_inf); });
-      decision.nonfinite_on_device = AsyncValues::copy_of(found_inf.reshape({1}));
+      decision.nonfinite_on_device = AsyncValues::copy_of(at::stack(
+          {found_inf, reduced.loss_sum.to(at::kFloat), reduced.grad_norm.to(reduced.loss_sum.device(), at::kFloat)}));
     }
   }
   return decision;
@@ -252,7 +253,7 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
 // Progress, the step's metrics (the loss and norm copied to the host without waiting), the time
 // breakdown, memory, rates and ETA, then every callback's own metrics.
 StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
-                            bool skipped, const StepClock& clock) {
+                            const SkipDecision& decision, const StepClock& clock) {
   progress_.step += 1;
   progress_.tokens += inputs.input_tokens;
   progress_.samples += inputs.samples;
@@ -260,10 +261,16 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
   StepMetrics m;
   m.step = progress_.step;
   // The loss and the norm leave the device without the step waiting for them: read where needed.
-  const auto logged =
-      AsyncValues::copy_of(at::stack({reduced.loss_sum.to(at::kFloat), reduced.grad_norm.to(reduced.loss_sum.device(), at::kFloat)}));
-  m.loss = MetricValue(logged, 0);
-  m.grad_norm = MetricValue(logged, 1);
+  // Where the non-finite flag's copy carries them already, from that copy.
+  if (decision.nonfinite_on_device) {
+    m.loss = MetricValue(decision.nonfinite_on_device, SkipDecision::kLoss);
+    m.grad_norm = MetricValue(decision.nonfinite_on_device, SkipDecision::kGradNorm);
+  } else {
+    const auto logged = AsyncValues::copy_of(
+        at::stack({reduced.loss_sum.to(at::kFloat), reduced.grad_norm.to(reduced.loss_sum.device(), at::kFloat)}));
+    m.loss = MetricValue(logged, 0);
+    m.grad_norm = MetricValue(logged, 1);
+  }
   const auto end = Clock::now();
   m.lr = lr;
   m.tokens = progress_.tokens;
@@ -272,7 +279,7 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
   m.step_time_s = seconds_between(clock.begin, end);
   progress_.elapsed_s = elapsed_s();
   m.elapsed_s = progress_.elapsed_s;
-  m.skipped = skipped;
+  m.skipped = decision.skip;
   m.time_data_s = seconds_between(clock.begin, clock.data);
   m.time_forward_backward_s = seconds_between(clock.data, clock.backward);
   m.time_optimizer_s = seconds_between(clock.backward, clock.optimizer);

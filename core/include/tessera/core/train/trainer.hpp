@@ -122,16 +122,19 @@ class Trainer : private CallbackEvents {
   struct SkipDecision {
     bool skip = false;       // the optimizer step is not applied
     bool nonfinite = false;  // because the loss or the gradient norm is NaN/Inf on some rank
-    // Where the optimizer skips on the device: the flag it was given, on its way to the host
-    // (read after the update is launched; skip and nonfinite are settled from it then).
+    // Where the optimizer skips on the device: the flag it was given, the step's loss and the
+    // gradient norm, on their way to the host in one copy (the flag is read after the update is
+    // launched, and skip and nonfinite are settled from it then; record() takes the loss and
+    // the norm from the same copy).
     std::shared_ptr<const AsyncValues> nonfinite_on_device;
+    static constexpr std::size_t kFlag = 0, kLoss = 1, kGradNorm = 2;
   };
   SkipDecision agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
   // Counts a non-finite step, logs it, and decides whether the run must end (trainer.nonfinite).
   void judge_nonfinite(bool nonfinite, const LossAndGradNorm& reduced);
   double update(const at::Tensor& grad_norm, bool skipped);
   StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
-                     bool skipped, const StepClock& clock);
+                     const SkipDecision& decision, const StepClock& clock);
 
   void place_model();
   std::string stop_reason() const;
