@@ -3,6 +3,8 @@
 #include "tessera/core/distributed/distributed.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ATen/ops/arange.h>
@@ -70,6 +72,47 @@ TEST(Distributed, GlooCollectivesAcrossTwoRanks) {
     EXPECT_TRUE(results[r].broadcast.equal(at::arange(4).to(at::kFloat)));
     EXPECT_EQ(results[r].maxed.item<double>(), 10.0);
   }
+}
+
+// tessera launch holds the store's port from the moment it picks it: it binds a listening socket
+// and rank 0's store takes it over (DistributedEnv::store_listen_fd). Here the socket is bound
+// and listening before either rank starts, so a store that bound the port itself would fail.
+TEST(Distributed, RankZerosStoreTakesOverAListeningSocket) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, SOMAXCONN), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  DistributedEnv env;
+  env.world_size = 2;
+  env.master_port = ntohs(addr.sin_port);
+  env.store_listen_fd = fd;
+  RankResult results[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    DistributedEnv e = env;
+    e.rank = r;
+    ranks[r] = std::thread(run_rank, e, std::ref(results[r]));
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_EQ(results[r].error, "");
+    EXPECT_EQ(results[r].maxed.item<double>(), 10.0);
+  }
+}
+
+TEST(Distributed, TheStoreSocketComesFromTheEnvironment) {
+  ::setenv("TESSERA_STORE_LISTEN_FD", "7", 1);
+  EXPECT_EQ(read_distributed_env().store_listen_fd, std::optional<int>(7));
+  ::setenv("TESSERA_STORE_LISTEN_FD", "x", 1);
+  EXPECT_THROW(read_distributed_env(), ConfigError);
+  ::unsetenv("TESSERA_STORE_LISTEN_FD");
+  EXPECT_FALSE(read_distributed_env().store_listen_fd.has_value());
 }
 
 // An NCCL run's communicator sends a collective over its Gloo group when every tensor is on the

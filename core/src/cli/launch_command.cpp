@@ -36,20 +36,25 @@ struct Rank {
   int exit_code = 0;
 };
 
-// A port the OS says is free now, for a single-node run that names none.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// For a single-node run that names no port: a socket listening on a port the OS picks. Rank 0's
+// store takes the socket over (TESSERA_STORE_LISTEN_FD), so the port stays held from the moment
+// it is chosen: no other process can take it before the store serves it, as with a port that was
+// only found free and then closed. Sets `port`; throws when the OS gives no socket.
+int listening_socket(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error(std::string("launch: socket failed: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // where c10d's store listens when it binds itself
   socklen_t len = sizeof addr;
-  int port = 29500;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw Error("launch: could not open a listening socket for the store: " + why);
   }
-  if (fd >= 0) ::close(fd);
-  return port;
+  port = ntohs(addr.sin_port);
+  return fd;
 }
 
 void flush_lines(Rank& r, bool all) {
@@ -92,9 +97,10 @@ int launch_command(const Args& all_args) {
   if (nproc < 1 || nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
     throw UsageError("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes");
   }
+  int store_fd = -1;  // the store's listening socket, handed to rank 0; -1 when a port was given
   if (master_port == 0) {
     if (nnodes > 1) throw UsageError("--master-port is required with --nnodes > 1");
-    master_port = free_port();
+    store_fd = listening_socket(master_port);
   }
   const std::string self = boost::dll::program_location().string();
   const int world = nproc * nnodes;
@@ -118,6 +124,11 @@ int launch_command(const Args& all_args) {
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       ::setenv("MASTER_ADDR", master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
+      if (store_fd >= 0 && r.rank == 0) {
+        ::setenv("TESSERA_STORE_LISTEN_FD", std::to_string(store_fd).c_str(), 1);
+      } else if (store_fd >= 0) {
+        ::close(store_fd);
+      }
       ::setenv("TESSERA_LAUNCHER", "1", 1);  // the launcher prefixes lines; ranks need not
       std::vector<char*> argv{const_cast<char*>(self.c_str())};
       for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -129,6 +140,7 @@ int launch_command(const Args& all_args) {
     ::close(pipe_fds[1]);
     r.out = pipe_fds[0];
   }
+  if (store_fd >= 0) ::close(store_fd);  // rank 0 holds it now
 
   std::signal(SIGINT, remember_signal);
   std::signal(SIGTERM, remember_signal);

@@ -239,6 +239,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistributedEnv& env, std::chron
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
   store_options.waitWorkers = true;
   store_options.timeout = timeout;
+  if (env.rank == 0 && env.store_listen_fd) store_options.masterListenFd = *env.store_listen_fd;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
@@ -281,6 +282,11 @@ DistributedEnv read_distributed_env() {
   // Under srun without MASTER_ADDR: the node srun was started from, where rank 0 usually runs.
   if (const char* addr = first_env({"MASTER_ADDR", "SLURM_LAUNCH_NODE_IPADDR"})) env.master_addr = addr;
   env.master_port = static_cast<int>(integer_env({"MASTER_PORT"}, 29500));
+  if (std::getenv("TESSERA_STORE_LISTEN_FD")) {
+    const std::int64_t fd = integer_env({"TESSERA_STORE_LISTEN_FD"}, -1);
+    if (fd < 0) throw ConfigError("TESSERA_STORE_LISTEN_FD " + std::to_string(fd) + " is not a file descriptor");
+    env.store_listen_fd = static_cast<int>(fd);
+  }
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
     throw ConfigError("RANK " + std::to_string(env.rank) + " is not in a world of WORLD_SIZE " +
                       std::to_string(env.world_size));

@@ -28,6 +28,9 @@ struct DistributedEnv {
   std::optional<std::vector<std::string>> visible_gpus;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // TESSERA_STORE_LISTEN_FD: a socket already listening on master_port that rank 0's store
+  // takes over (tessera launch binds it, so the port cannot be taken meanwhile).
+  std::optional<int> store_listen_fd;
 };
 
 // RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; else SLURM_PROCID,
