@@ -8,7 +8,6 @@
 //   - ddp over NCCL makes no host synchronisation either: the step's host numbers (token counts,
 //     skip flags) travel on the Gloo group beside NCCL, not through the device.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <ATen/Context.h>
 #include <c10/core/DeviceType.h>
@@ -29,6 +28,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/parallel.hpp"
+#include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"
 
@@ -83,6 +83,11 @@ std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, co
 }
 
 // Runs `body` with LibTorch's CUDA sync-debug mode set to error: any synchronising call throws.
+// What the mode cannot see, by its design: waits on a CUDA event (the step reads the non-finite
+// flag's copy with one, after the update is queued: the host waits for backward, the device runs
+// the update meanwhile; docs/robustness.md) and NCCL's blocking wait, which polls the work's
+// events (TORCH_NCCL_BLOCKING_WAIT, docs/distributed.md). Those are waits for queued work, not
+// synchronising copies, and a profile shows them as such.
 template <class Body>
 void without_host_synchronisation(Body&& body) {
 #ifdef TESSERA_WITH_CUDA
@@ -130,7 +135,7 @@ TEST(CudaStep, FsdpOverNcclWithBf16GatherAndReduceTrains) {
   auto local = make_gpu_trainer(local_built, spec(data), core::make_local_communicator());
   core::DistributedEnv env;
   env.world_size = 1;
-  env.master_port = 32000 + ::getpid() % 20000;
+  env.master_port = testing::free_loopback_port();
   auto nccl = core::make_nccl_communicator(env, std::chrono::seconds(60), c10::Device("cuda:0"));
   auto sharded = make_gpu_trainer(
       fsdp_built,
@@ -149,7 +154,7 @@ TEST(CudaStep, DdpOverNcclStepsMakeNoHostSynchronisation) {
   TempDir dir;
   core::DistributedEnv env;
   env.world_size = 1;
-  env.master_port = 12000 + ::getpid() % 20000;
+  env.master_port = testing::free_loopback_port();
   auto nccl = core::make_nccl_communicator(env, std::chrono::seconds(60), c10::Device("cuda:0"));
   // The host group's own collectives first: host numbers come back reduced without a device copy.
   at::Tensor counts = at::tensor({3, 4, 5}, at::kLong);

@@ -21,10 +21,11 @@
 # Prepare here first (tools/device/prepare.sh), then e.g.
 #   run(command="tools/device/gpu.sh build test", carry=[".device"], timeout_s=600)
 # Everything goes to standard output and runs/device/ (a log per stage, the runs' metrics and
-# traces); at the end runs/device/ is packed into $OUT/results.tar.gz and the whole output is in
-# $OUT/gpu.log ($OUT: the device tool's return folder, which takes at most 8 files). A failing
-# stage is reported and the next one runs (except after build). The exit status is the number of
-# failed stages.
+# traces). Where $OUT is set (the device tool's return folder), the whole output is written to
+# $OUT/gpu.log as it happens and runs/device/ is packed into $OUT/results.tar.gz after every
+# stage: a call cut off at the device tool's time limit still brings back what was done. A
+# failing stage is reported and the next one runs (except after build). The exit status is the
+# number of failed stages.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -92,7 +93,8 @@ stage_build() {
 
 stage_test() {
   local status=0
-  ctest --preset default -j 8 --timeout 900 || status=1
+  # Under the device tool's 600 s a call: a hung test fails alone, the call still reports.
+  ctest --preset default -j 8 --timeout 300 || status=1
   # The CUDA-only tests again, verbosely: none may be skipped on a GPU machine.
   local log=$results/logs/cuda_tests.log
   build/bin/tessera_unit_tests --gtest_filter='CudaStep.*:*Cuda*:*Nccl*' 2>&1 | tee "$log" || status=1
@@ -166,6 +168,13 @@ for stage in "${stages[@]}"; do
   fi
 done
 
+# Metrics, logs and traces into $OUT; checkpoints and exports stay behind.
+pack_results() {
+  [ -n "${OUT:-}" ] || return 0
+  tar -czf "$OUT/results.tar.gz.part" --exclude='checkpoints' --exclude='*.safetensors' -C "$root/runs" device &&
+    mv "$OUT/results.tar.gz.part" "$OUT/results.tar.gz"
+}
+
 run_stages() {
   use_debs || return 1
   local failed=0 stage start status
@@ -175,6 +184,7 @@ run_stages() {
     "stage_$stage" 2>&1 | tee "$results/logs/$stage.log"
     status=${PIPESTATUS[0]}
     echo "== $stage: $([ "$status" = 0 ] && echo ok || echo FAILED) in $(( $(date +%s) - start )) s"
+    pack_results
     if [ "$status" != 0 ]; then
       failed=$((failed + 1))
       [ "$stage" = build ] && return $failed
@@ -183,11 +193,9 @@ run_stages() {
   return $failed
 }
 
-run_stages 2>&1 | tee "$results/logs/gpu.log"
+logs=("$results/logs/gpu.log")
+[ -n "${OUT:-}" ] && logs+=("$OUT/gpu.log")
+run_stages 2>&1 | tee "${logs[@]}"
 failed=${PIPESTATUS[0]}
-if [ -n "${OUT:-}" ]; then
-  cp "$results/logs/gpu.log" "$OUT/gpu.log"
-  # Metrics, logs and traces; checkpoints and exports stay behind.
-  tar -czf "$OUT/results.tar.gz" --exclude='checkpoints' --exclude='*.safetensors' -C "$root/runs" device
-fi
+pack_results
 exit "$failed"

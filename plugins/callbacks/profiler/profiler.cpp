@@ -3,6 +3,8 @@
 // profiler with every ATen op and, on a GPU, every kernel; or, where this LibTorch has no Kineto,
 // the step's phases as seen from the callback events.
 #include <ATen/record_function.h>
+#include <c10/core/Device.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
@@ -161,7 +163,10 @@ class Profiler final : public tessera::Callback {
     rank_ = ctx.run.rank;
     if (kineto_) {
       std::set<ActivityType> activities{ActivityType::CPU};
-      if (ctx.run.device.rfind("cuda", 0) == 0) activities.insert(ActivityType::CUDA);
+      if (ctx.run.device.rfind("cuda", 0) == 0) {
+        activities.insert(ActivityType::CUDA);
+        cuda_device_ = c10::Device(ctx.run.device);
+      }
       const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
                                                          config_.record_shapes, config_.profile_memory, config_.with_stack);
       try {
@@ -207,6 +212,16 @@ class Profiler final : public tessera::Callback {
                            std::to_string(std::max(step_recorded_, config_.start_step)) + ".json");
     try {
       std::unique_ptr<kineto_api::ProfilerResult> result;
+      // The last step's kernels may still be queued: Kineto keeps only the GPU activity that
+      // finished before it stops, so wait for the device first.
+      // A failed wait (the run is ending on a CUDA error) must not keep the profiler on.
+      if (kineto_ && cuda_device_) {
+        try {
+          c10::impl::getDeviceGuardImpl(c10::kCUDA)->synchronizeDevice(cuda_device_->has_index() ? cuda_device_->index() : 0);
+        } catch (const std::exception& e) {
+          tessera::log::warn("profiler: could not wait for ", cuda_device_->str(), ": ", e.what());
+        }
+      }
       if (kineto_) result = kineto_api::disableProfiler();  // first: whatever happens next
       fs::create_directories(path.parent_path());
       if (result) {
@@ -247,6 +262,7 @@ class Profiler final : public tessera::Callback {
   bool active_ = false;    // the window is being recorded
   bool done_ = false;      // the window was recorded (once per run)
   std::int64_t rank_ = 0;
+  std::optional<c10::Device> cuda_device_;  // set when Kineto records CUDA activity
   std::int64_t step_ = 0;           // the step in progress inside the window; 0 between steps
   std::int64_t step_recorded_ = 0;  // the last step closed inside the window
   std::unique_ptr<at::RecordFunction> step_range_;

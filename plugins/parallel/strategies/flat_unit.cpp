@@ -3,6 +3,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 
@@ -202,7 +203,11 @@ std::shared_ptr<tessera::PendingCollective> FlatUnit::start_gather() {
   const std::size_t bytes = static_cast<std::size_t>(shard_numel_ * world_) * full_.element_size();
   if (storage->nbytes() != bytes) {
     // Freed (fsdp): the same storage object gets memory again, so every view of it (the
-    // parameters', and those autograd saved for backward) sees the gathered values.
+    // parameters', and those autograd saved for backward) sees the gathered values. A CUDA
+    // allocator allocates on the current device: make it the storage's own (a single-process
+    // run on cuda:1 has cuda:0 current).
+    c10::OptionalDeviceGuard on_storage_device;
+    if (full_.device().is_cuda()) on_storage_device.reset_device(full_.device());
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
     storage->set_nbytes(bytes);
   }
