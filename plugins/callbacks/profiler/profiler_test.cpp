@@ -1,10 +1,18 @@
 // callback/profiler built through the real loader and factory and driven with the trainer's
 // events around real forward and backward passes of a small gpt: the Chrome trace holds
 // exactly the chosen window of steps, Kineto's trace has the ATen ops, the phases trace the
-// step's phases, only chosen ranks write, and a run ending inside the window still writes.
+// step's phases, only chosen ranks write, and a run ending inside the window still writes. On a
+// GPU (skipped elsewhere), the trace holds the kernels still running when the window closes.
 #include <gtest/gtest.h>
 
+#include <ATen/Context.h>
+#include <ATen/ops/mm.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <functional>
 
 #include <filesystem>
 #include <fstream>
@@ -31,6 +39,8 @@ struct Harness : testing::CallbackRig {
   }
 
   std::shared_ptr<Callback>& profiler = callback;
+  c10::Device device{c10::kCPU};               // where the model runs and the batches are made
+  std::function<void()> before_step_end;       // work of the step's end that the host only queues
 
   fs::path profiles() const { return fs::path(run.run_dir) / "profiles"; }
 
@@ -45,7 +55,7 @@ struct Harness : testing::CallbackRig {
     profiler->on_step_begin(ctx);
     at::Tensor loss;
     for (std::int64_t i = 0; i < 2; ++i) {
-      const at::Tensor ids = at::randint(16, {2, 8});
+      const at::Tensor ids = at::randint(16, {2, 8}, at::TensorOptions().dtype(at::kLong).device(device));
       loss = model->forward(ids).logsumexp(-1).mean();
       loss.backward();
       profiler->on_micro_batch_end(ctx, MicroBatchEnd{i, 2, loss.detach(), 16});
@@ -56,6 +66,7 @@ struct Harness : testing::CallbackRig {
     StepMetrics m;
     m.step = step;
     m.loss = loss.item<double>();
+    if (before_step_end) before_step_end();
     profiler->on_step_end(ctx, m);
   }
   void end() {
@@ -177,6 +188,49 @@ TEST(Profiler, KinetoTraceHoldsExactlyTheWindowAndTheAtenOps) {
   }
   EXPECT_TRUE(ops.count("aten::mm") || ops.count("aten::addmm") || ops.count("aten::matmul"))
       << "no matrix multiply among " << ops.size() << " ops";
+}
+
+// The window's last step ends with GPU work the host has only queued (ten 4096² matrix products,
+// tens of milliseconds on any GPU): Kineto keeps only kernels that finished before it stops, so
+// the profiler must wait for the device first. Every kernel launched there is in the trace.
+TEST(Profiler, KinetoOnCudaHoldsTheKernelsStillRunningWhenTheWindowCloses) {
+  if (!at::globalContext().hasCUDA() || c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA GPU on this machine: this test runs on a GPU machine only";
+  }
+  Harness h("{backend: kineto, start_step: 2, steps: 1}");
+  h.device = c10::Device("cuda:0");
+  h.run.device = "cuda:0";
+  h.model->to(h.device);
+  h.before_step_end = [&] {
+    RECORD_USER_SCOPE("queued_tail");
+    const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(h.device));
+    std::vector<at::Tensor> products;
+    for (int i = 0; i < 10; ++i) products.push_back(at::mm(a, a));
+  };
+  h.begin();
+  for (std::int64_t s = 1; s <= 3; ++s) h.step(s);
+  h.end();
+  ASSERT_EQ(files_under(h.profiles()), std::vector<fs::path>{"rank_0/trace_steps_2-2.json"});
+  const nlohmann::json trace = read_trace(h.profiles() / "rank_0/trace_steps_2-2.json");
+  // The host's range (on a GPU Kineto adds a gpu_user_annotation of the same name).
+  nlohmann::json tail;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("name", "") == "queued_tail" && e.value("cat", "") == "user_annotation") tail = e;
+  }
+  ASSERT_FALSE(tail.is_null()) << "the queued_tail range is in the trace";
+  std::set<std::int64_t> launched, ran;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || !e.contains("args") || !e["args"].contains("correlation")) continue;
+    const std::string category = e.value("cat", ""), name = e.value("name", "");
+    const auto correlation = e["args"]["correlation"].get<std::int64_t>();
+    if ((category == "cuda_runtime" || category == "cuda_driver") && name.find("Launch") != std::string::npos &&
+        within(e, tail, 1.0)) {
+      launched.insert(correlation);
+    }
+    if (category == "kernel") ran.insert(correlation);
+  }
+  EXPECT_GE(launched.size(), 10u) << "the ten products' launches are in the trace";
+  for (const std::int64_t c : launched) EXPECT_TRUE(ran.count(c)) << "kernel of launch " << c << " missing";
 }
 
 TEST(Profiler, OnlyChosenRanksWrite) {
