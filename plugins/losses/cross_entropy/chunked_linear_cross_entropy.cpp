@@ -11,7 +11,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <string>
 
+#include "tessera/error.hpp"
 #include "tessera/precision.hpp"
 
 namespace tessera_plugins {
@@ -78,6 +80,9 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
 at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
                                         const at::Tensor& labels, std::int64_t chunk_size, double label_smoothing,
                                         std::int64_t ignore_index) {
+  if (chunk_size <= 0) {
+    throw tessera::Error("chunked_linear_cross_entropy: chunk_size must be positive, got " + std::to_string(chunk_size));
+  }
   const c10::DeviceType type = hidden.device().type();
   const at::ScalarType matmul_dtype =
       at::autocast::is_autocast_enabled(type) ? at::autocast::get_autocast_dtype(type) : hidden.scalar_type();

@@ -51,6 +51,8 @@ class CrossEntropyLoss final : public tessera::Loss {
 
   tessera::LossSum compute_from_hidden(const at::Tensor& hidden, const tessera::OutputHead& head,
                                        const at::Tensor& labels) override {
+    // Without chunk_size the whole logits, as the SDK's default does (an evaluation may ask).
+    if (chunk_size_ <= 0) return tessera::Loss::compute_from_hidden(hidden, head, labels);
     const at::Tensor flat_hidden = hidden.reshape({-1, hidden.size(-1)});
     const at::Tensor flat_labels = labels.reshape({-1});
     at::Tensor sum = tessera_plugins::chunked_linear_cross_entropy(

@@ -174,5 +174,16 @@ TEST(CrossEntropyLoss, ChunkedLossWithoutGradMode) {
   EXPECT_NEAR(got.sum.item<double>(), whole.sum.item<double>(), 1e-5 * whole.sum.item<double>());
 }
 
+// A loss without chunk_size may still be handed hidden states (the SDK's contract for every
+// loss): it projects all tokens at once. It used to loop forever on a zero chunk size.
+TEST(CrossEntropyLoss, WithoutChunkSizeHiddenStatesGiveTheWholeLogitsLoss) {
+  auto whole = make_loss();
+  const HeadCase c = head_case(true);
+  const LossSum from_hidden = whole->compute_from_hidden(c.hidden, OutputHead{c.weight, c.bias}, c.labels);
+  const LossSum from_logits = whole->compute(at::linear(c.hidden, c.weight, c.bias), c.labels);
+  EXPECT_TRUE(from_hidden.sum.allclose(from_logits.sum, 1e-6, 1e-6));
+  EXPECT_EQ(from_hidden.count.item<std::int64_t>(), from_logits.count.item<std::int64_t>());
+}
+
 }  // namespace
 }  // namespace tessera

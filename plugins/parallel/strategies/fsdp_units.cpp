@@ -106,16 +106,15 @@ void DataParallel::before_forward(std::size_t unit) {
 
 at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& output) {
   FlatUnit* u = forward_unit(unit);
-  if (!u) return output;
-  const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
-  if (!backward_follows) {
-    release(*u);
-    return output;
-  }
-  // The root stays gathered until its backward; a unit is freed now and gathered again when the
-  // gradient of its output arrives, just before its own backward runs.
-  if (unit == kWholeModel) return output;
+  // The root stays gathered after the whole forward, with or without a backward: it holds the
+  // output head (tied embeddings), which a hidden-state loss applies after forward_hidden()
+  // returns. Its backward releases it, or else the next optimizer_step().
+  if (!u || unit == kWholeModel) return output;
   release(*u);
+  const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
+  if (!backward_follows) return output;
+  // A unit is gathered again when the gradient of its output arrives, just before its own
+  // backward runs.
   std::weak_ptr<DataParallel> self = weak_from_this();
   output.register_hook([self, unit](const at::Tensor&) {
     auto strategy = self.lock();

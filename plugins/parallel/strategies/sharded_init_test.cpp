@@ -5,7 +5,6 @@
 // test sees real bytes: no rank's parameters ever exceed its shard plus one unit, where building
 // the model whole first needs all of it; and the weights equal those of the model built whole.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
@@ -26,6 +25,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/parallel.hpp"
+#include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"
 
@@ -185,8 +185,7 @@ std::vector<RankResult> run_ranks(const std::string& yaml, std::int64_t world, b
   std::vector<RankResult> results(static_cast<std::size_t>(world));
   core::DistributedEnv env;
   env.world_size = world;
-  static std::atomic<int> offset{0};
-  env.master_port = 23000 + (::getpid() * 11 + offset++ * 97) % 30000;
+  env.master_port = testing::free_loopback_port();
   std::vector<std::thread> threads;
   for (std::int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {

@@ -3,21 +3,22 @@
 // and adamw plugins. N ranks with A micro-batches each must match one rank with N*A micro-batches:
 // per-step loss and grad norm, and the final weights.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/ones.h>
 #include <c10/core/GradMode.h>
 
-#include <atomic>
 #include <mutex>
 #include <thread>
 
 #include "tessera/communicator.hpp"
+#include "tessera/loss.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/parallel.hpp"
+#include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"
 
@@ -70,6 +71,9 @@ struct RankRun {
   core::MemoryReport memory;
   bool blocks_freed_between_steps = false;  // fsdp: a block's parameters hold no memory at rest
   at::Tensor eval_logits;                   // a no-grad forward after training
+  // The loss of a no-grad forward after training, from the logits and from the hidden states and
+  // the output head (the path of a chunked loss in evaluation).
+  double eval_loss_from_logits = 0, eval_loss_from_hidden = 0;
   std::string error;
 };
 
@@ -113,14 +117,14 @@ void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std
     }
     c10::NoGradGuard no_grad;
     out.eval_logits = trainer.model().forward(at::ones({1, 8}, at::kLong));
+    const at::Tensor ids = at::arange(1, 9, at::kLong).view({1, 8}), labels = at::arange(2, 10, at::kLong).view({1, 8});
+    const auto loss = testing::built<Loss>(built, "loss");
+    out.eval_loss_from_logits = loss->compute(trainer.model().forward(ids), labels).sum.item<double>();
+    out.eval_loss_from_hidden = loss->compute_from_hidden(trainer.model().forward_hidden(ids),
+                                                          trainer.model().output_head(), labels).sum.item<double>();
   } catch (const std::exception& e) {
     out.error = e.what();
   }
-}
-
-int next_port() {
-  static std::atomic<int> offset{0};
-  return 21000 + (::getpid() * 7 + offset++ * 101) % 30000;
 }
 
 // N ranks as threads, each with its own TCPStore client and Gloo process group.
@@ -133,7 +137,7 @@ std::vector<RankRun> run_ranks(const std::string& yaml, std::int64_t world, std:
   }
   core::DistributedEnv env;
   env.world_size = world;
-  env.master_port = next_port();
+  env.master_port = testing::free_loopback_port();
   std::vector<std::thread> threads;
   for (std::int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
@@ -198,6 +202,9 @@ TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
           << name << " differs by " << (run.weights.at(name) - w).abs().max().item<double>();
     }
     EXPECT_TRUE(run.eval_logits.allclose(reference.eval_logits, 1e-4, 1e-4));
+    EXPECT_NEAR(run.eval_loss_from_hidden, run.eval_loss_from_logits, 1e-5 * run.eval_loss_from_logits)
+        << "the output head must still be whole after a no-grad forward_hidden";
+    EXPECT_NEAR(run.eval_loss_from_hidden, reference.eval_loss_from_hidden, 1e-4 * reference.eval_loss_from_hidden);
 
     // What each rank holds between steps: ddp everything, zero1 1/N of the optimizer state,
     // zero2 also 1/N of the gradients, fsdp also 1/N of the parameters.
