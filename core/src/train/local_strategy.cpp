@@ -92,7 +92,11 @@ class LocalStrategy final : public ParallelStrategy {
   // The L2 norm over all gradients as a device tensor (no host synchronisation).
   at::Tensor grad_norm() {
     const std::vector<at::Tensor> grads = gradients();
-    if (grads.empty()) return at::zeros({}, at::kFloat);
+    if (grads.empty()) {
+      // No gradient this step: a zero on the parameters' device, not a host tensor to copy over.
+      const auto device = parameters_.empty() ? at::Device(at::kCPU) : parameters_.front().device();
+      return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+    }
     std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
     for (auto& n : norms) n = n.to(at::kFloat);
     return at::stack(norms).norm();

@@ -113,7 +113,8 @@ class SgdOptimizer final : public tessera_plugins::MultiTensorOptimizer {
     std::vector<at::Tensor> params = params_of(members);
     const std::vector<at::Tensor> bufs = momentum_ != 0 ? gather(members, 0) : std::vector<at::Tensor>{};
     at::_fused_sgd_(params, grads_of(members), bufs, group.weight_decay, momentum_, lr_, /*dampening=*/0.0,
-                    nesterov_, /*maximize=*/false, /*is_first_step=*/first);
+                    nesterov_, /*maximize=*/false,
+                    /*is_first_step=*/first && momentum_ != 0);  // only momentum buffers have a first step
   }
 
   double momentum_;

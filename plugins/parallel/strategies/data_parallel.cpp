@@ -194,7 +194,7 @@ at::Tensor DataParallel::grad_norm_squared_share() {
   std::vector<at::Tensor> grads = gradients();
   // ddp: every rank holds the same whole gradient, so rank 0 alone counts it.
   if (grads.empty() || (options_.reduction == GradReduction::all_reduce && comm_->rank() != 0)) {
-    return at::zeros({}, grads.empty() ? at::TensorOptions() : grads.front().options().dtype(at::kFloat));
+    return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
   }
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
   for (auto& n : norms) n = n.to(at::kFloat);
