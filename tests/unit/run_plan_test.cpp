@@ -94,5 +94,32 @@ TEST(RunPlan, MistakesInTheFixedSectionsArePositioned) {
   EXPECT_NE(bad.find("checkpoint.keep_last"), std::string::npos) << bad;
 }
 
+// trainer.cuda_graph replays one process's GPU work: refused on a CPU and beside a strategy, at
+// the key's position, before anything is built.
+TEST(RunPlan, CudaGraphIsRefusedOffTheGpuAndForSeveralRanks) {
+  const std::string on_cpu = issue_of(kSpec, {"settings.device=cpu", "trainer.cuda_graph=true"});
+  EXPECT_NE(on_cpu.find("--set trainer.cuda_graph=true:1:1: trainer.cuda_graph: needs settings.device: cuda"),
+            std::string::npos)
+      << on_cpu;
+  EXPECT_NE(on_cpu.find("the device is cpu"), std::string::npos) << on_cpu;
+
+  TempDir dir;
+  RunOptions options;
+  options.config_path = dir.write("spec.yaml", kSpec);
+  options.overrides = {"trainer.cuda_graph=true"};
+  EXPECT_TRUE(plan_run(options, DistributedEnv{}).trainer.cuda_graph) << "one process on cuda:0 may capture";
+  DistributedEnv two;
+  two.world_size = 2;
+  try {
+    plan_run(options, two);
+    ADD_FAILURE() << "two ranks with trainer.cuda_graph were accepted";
+  } catch (const ConfigIssue& e) {
+    EXPECT_NE(std::string(e.what()).find("trainer.cuda_graph: captures the step of a single process without "
+                                         "components.parallel (this run: strategy ddp, 2 ranks)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -227,5 +227,18 @@ TEST(Trainer, CheckpointsNeedAFolderFromTheStore) {
   EXPECT_THROW(run.trainer->enable_checkpoints(core::CheckpointContext{}), Error);
 }
 
+// A trainer built in code gets the same refusal as a spec: a CUDA graph needs a CUDA device.
+TEST(Trainer, CudaGraphNeedsACudaDevice) {
+  TempDir dir;
+  TrainerSettings graphed = settings(1, 2);
+  graphed.cuda_graph = true;
+  try {
+    make_trainer(components_yaml(uneven_token_file(dir)), graphed);
+    ADD_FAILURE() << "a CPU trainer accepted trainer.cuda_graph";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trainer.cuda_graph: needs a CUDA device"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::core

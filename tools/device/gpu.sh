@@ -12,8 +12,8 @@
 #               fails if any of them was skipped
 #   quickstart  configs/quickstart.yaml on cuda, fp32 then bf16
 #   gpt2        configs/gpt2-124m.yaml for $GPT2_STEPS steps (default 300)
-#   bench       tools/bench/vs_pytorch --device cuda: quickstart, then GPT-2 124M in bf16 at
-#               micro-batch $GPT2_BATCH (default 16)
+#   bench       tools/bench/vs_pytorch --device cuda: quickstart (bf16 also with trainer.cuda_graph),
+#               then GPT-2 124M in bf16 at micro-batch $GPT2_BATCH (default 16)
 #   memory      tools/bench/memory --device cuda --precision bf16
 #   profile     GPT-2 124M with the profiler callback (kineto) over steps 6-7, summarised by
 #               tools/bench/trace_summary.py
@@ -137,6 +137,9 @@ stage_bench() {
   local status=0
   .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision fp32 --model quickstart --steps 80 --rounds 3 || status=1
   .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model quickstart --steps 80 --rounds 3 || status=1
+  # The small model is where launch overhead shows: again with the micro-batches replayed from a CUDA graph.
+  .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model quickstart --steps 80 --rounds 3 \
+    --tessera-set trainer.cuda_graph=true || status=1
   .venv/bin/python3 tools/bench/vs_pytorch --device cuda --precision bf16 --model gpt2-124m --batch "$gpt2_batch" \
     --steps 40 --skip 10 --rounds 2 || status=1
   return $status

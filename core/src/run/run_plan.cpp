@@ -88,6 +88,21 @@ std::string variant_of(const ConfigNode& components, const char* role, const cha
   return variant && variant->is_scalar() ? variant->scalar() : fallback;
 }
 
+// trainer.cuda_graph replays one process's GPU work: refused up front anywhere else.
+void check_cuda_graph(const RunPlan& plan, const ConfigNode* trainer, const SourcePos& top) {
+  auto refuse = [&](const std::string& what) {
+    throw positioned(ConfigError(what, "cuda_graph"), trainer, trainer ? trainer->pos() : top, "trainer");
+  };
+  if (plan.context.device.rfind("cuda", 0) != 0) {
+    refuse("needs settings.device: cuda (a CUDA graph replays GPU work), the device is " + plan.context.device +
+           "; set trainer.cuda_graph: false");
+  }
+  if (plan.env.world_size > 1 || plan.strategy != "none") {
+    refuse("captures the step of a single process without components.parallel (this run: strategy " + plan.strategy +
+           ", " + std::to_string(plan.env.world_size) + " ranks); set trainer.cuda_graph: false");
+  }
+}
+
 }  // namespace
 
 const ConfigNode& RunPlan::components() const {
@@ -144,6 +159,7 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
     plan.strategy = variant_of(*components, "parallel", "none");
     if (const ConfigNode* model = components->find("model")) plan.model_config_json = to_json(*model).dump(1);
   }
+  if (plan.trainer.cuda_graph) check_cuda_graph(plan, root.find("trainer"), top);
   plan.resolved_yaml = root.to_yaml();
   plan.spec = std::move(root);
   return plan;

@@ -109,4 +109,6 @@ class LocalStrategy final : public ParallelStrategy {
 
 std::shared_ptr<ParallelStrategy> make_local_strategy() { return std::make_shared<LocalStrategy>(); }
 
+bool is_local_strategy(const ParallelStrategy& strategy) { return dynamic_cast<const LocalStrategy*>(&strategy); }
+
 }  // namespace tessera::core

@@ -26,6 +26,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Eager steps before trainer.cuda_graph captures: the first creates the gradients and the
+// optimizer state, the second runs as every later step will (PyTorch's own advice is a few).
+constexpr std::int64_t kCudaGraphWarmupSteps = 2;
+
 // The precision the model's matrix products run in, which decides the peak MFU is measured
 // against: autocast's (settings.precision), else the parameters' dtype, and for fp32 on a GPU
 // whether cuBLAS may use TF32.
@@ -68,6 +72,13 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   strategy_.setup(*parts_.model, *parts_.optimizer, *context_.communicator);
   if (parts_.model->has_deferred_parameters()) {
     throw Error("trainer: parallel strategy set up without giving the model's deferred parameters storage");
+  }
+  if (settings_.cuda_graph) {
+    if (!is_local_strategy(strategy_)) {
+      throw Error("trainer.cuda_graph: captures the step of a single process without a parallel strategy; set "
+                  "trainer.cuda_graph: false");
+    }
+    graph_ = std::make_unique<MicroBatchGraph>(device_, kCudaGraphWarmupSteps);
   }
   if (settings_.prefetch > 0) {
     parts_.train_data =

@@ -25,6 +25,10 @@ void TrainerSettings::declare(ConfigFields<TrainerSettings>& f) {
   f.field("nonfinite_max_consecutive", &T::nonfinite_max_consecutive,
           "with nonfinite: skip, this many non-finite steps in a row end the run as stop does")
       .at_least(1);
+  f.field("cuda_graph", &T::cuda_graph,
+          "capture the forward and backward of a micro-batch in a CUDA graph after two eager warm-up steps and "
+          "replay it for every micro-batch of the same shape (one process, settings.device cuda; the model must not "
+          "wait for the host: not gpt_moe, not with activation_checkpointing)");
   f.check([](const T& t) {
     if (t.max_steps == 0 && t.max_tokens == 0 && t.max_time_s == 0 && t.max_epochs == 0) {
       throw ConfigError("no stop condition: set max_steps, max_tokens, max_time_s or max_epochs");

@@ -2,6 +2,7 @@
 // the loss and the gradient norm over ranks, let callbacks judge the step, update the weights,
 // record the metrics. Each phase is one function; step() shows them in order.
 #include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_zero.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/logical_and.h>
 #include <ATen/ops/logical_not.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "tessera/batch.hpp"
 #include "tessera/communicator.hpp"
@@ -105,6 +107,7 @@ Trainer::StepInputs Trainer::fetch() {
 
 // Dividing every micro-batch's summed loss by the step's token count makes the accumulated
 // gradient exactly that of one big batch, however unevenly tokens fall across micro-batches.
+// Under trainer.cuda_graph the micro-batches run on the graph's stream, replayed once captured.
 // Returns this rank's summed loss (a device scalar).
 at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
   const double inv_tokens = inputs.inv_tokens();
@@ -112,27 +115,33 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
   // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
   const double aux_weight = 1.0 / static_cast<double>(settings_.grad_accum * context_.communicator->world_size());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  std::optional<MicroBatchGraph::StepScope> on_graph_stream;
+  if (graph_) on_graph_stream.emplace(*graph_);
+  const MicroBatchGraph::Body body = [&](const MicroBatchInputs& in) { return micro_batch(in, aux_weight); };
   for (std::size_t i = 0; i < inputs.micro_batches.size(); ++i) {
     Batch& batch = inputs.micro_batches[i];
     strategy_.begin_micro_batch(static_cast<std::int64_t>(i), settings_.grad_accum);
-    at::Tensor input_ids = batch.input_ids.to(device_, /*non_blocking=*/true);
-    at::Tensor labels = batch.labels.to(device_, /*non_blocking=*/true);
-    at::Tensor documents;
-    if (batch.document_ids.defined()) documents = batch.document_ids.to(device_, /*non_blocking=*/true);
-    LossSum loss = forward_loss(input_ids, labels, documents);
-    at::Tensor objective = loss.sum * inv_tokens;
-    if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
-    in_component(parts_.names.model + " with " + parts_.names.loss, "backward", progress_.step + 1,
-                 [&] { objective.backward(); });
-    const at::Tensor micro_loss = loss.sum.detach();
+    const at::Tensor micro_loss = graph_ ? graph_->run(batch, inv_tokens, body)
+                                         : body(MicroBatchInputs::copied_to(device_, batch, inv_tokens));
     loss_sum += micro_loss;
     if (!parts_.callbacks.empty()) {
-      const MicroBatchEnd end{static_cast<std::int64_t>(i), settings_.grad_accum, micro_loss, batch.num_target_tokens};
+      // A replay's loss is the graph's output, which the next replay overwrites.
+      const MicroBatchEnd end{static_cast<std::int64_t>(i), settings_.grad_accum,
+                              graph_ ? micro_loss.clone() : micro_loss, batch.num_target_tokens};
       for_each_callback("on_micro_batch_end", progress_.step + 1, [&](Callback& cb) { cb.on_micro_batch_end(ctx, end); });
     }
   }
   inputs.micro_batches.clear();
   return loss_sum;
+}
+
+at::Tensor Trainer::micro_batch(const MicroBatchInputs& in, double aux_weight) {
+  LossSum loss = forward_loss(in.input_ids, in.labels, in.document_ids);
+  at::Tensor objective = loss.sum * in.inv_tokens;
+  if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
+  in_component(parts_.names.model + " with " + parts_.names.loss, "backward", progress_.step + 1,
+               [&] { objective.backward(); });
+  return loss.sum.detach();
 }
 
 // The forward pass and the loss, under autocast when the run computes in bf16 (backward then
@@ -246,7 +255,13 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
     parts_.optimizer->set_lr(lr);
     in_component(parts_.names.optimizer, "step", progress_.step + 1, [&] { strategy_.optimizer_step(*parts_.optimizer); });
   }
-  strategy_.zero_grad(*parts_.optimizer);
+  if (graph_) {
+    // The graph accumulates into these gradients' memory: zeroed in place, never released.
+    std::vector<at::Tensor> grads = strategy_.gradients();
+    if (!grads.empty()) at::_foreach_zero_(grads);
+  } else {
+    strategy_.zero_grad(*parts_.optimizer);
+  }
   return lr;
 }
 
@@ -297,6 +312,7 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
     m.extra["time_checkpoint_s"] = pause_s_;
     pause_s_ = 0;
   }
+  if (graph_) m.extra["cuda_graph_replays"] = static_cast<double>(graph_->replays());
   // Optimizer state exists from the first update on (LibTorch optimizers create it lazily).
   if (progress_.step == 1) {
     memory_ = measure_memory();

@@ -10,5 +10,7 @@
 namespace tessera::core {
 
 std::shared_ptr<ParallelStrategy> make_local_strategy();
+// Whether `strategy` is the one make_local_strategy() makes.
+bool is_local_strategy(const ParallelStrategy& strategy);
 
 }  // namespace tessera::core

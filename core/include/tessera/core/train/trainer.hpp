@@ -21,6 +21,7 @@
 #include "tessera/core/checkpoint/checkpoint_store.hpp"
 #include "tessera/core/checkpoint/checkpointer.hpp"
 #include "tessera/core/train/component_fault.hpp"
+#include "tessera/core/train/micro_batch_graph.hpp"
 #include "tessera/core/train/throughput.hpp"
 #include "tessera/core/train/trainer_settings.hpp"
 #include "tessera/dataset.hpp"
@@ -117,6 +118,8 @@ class Trainer : private CallbackEvents {
   struct StepClock;    // when each phase ended
   StepInputs fetch();
   at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx);
+  // Forward, loss and backward of one micro-batch; its summed loss, detached.
+  at::Tensor micro_batch(const MicroBatchInputs& inputs, double aux_weight);
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   struct SkipDecision {
@@ -203,6 +206,8 @@ class Trainer : private CallbackEvents {
   // tokens and start time of those after the first.
   std::int64_t run_steps_ = 0, run_tokens_ = 0;
   std::chrono::steady_clock::time_point rate_start_;
+  // trainer.cuda_graph; declared last, so it goes before the components whose memory it uses.
+  std::unique_ptr<MicroBatchGraph> graph_;
 };
 
 template <class Call>

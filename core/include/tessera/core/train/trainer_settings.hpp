@@ -23,6 +23,9 @@ struct TrainerSettings {
   // nonfinite_max_consecutive such steps in a row.
   std::string nonfinite = "skip";
   std::int64_t nonfinite_max_consecutive = 10;
+  // Capture a micro-batch's forward and backward in a CUDA graph after warm-up and replay it
+  // (one process on a CUDA device; micro-batches of another shape run eagerly).
+  bool cuda_graph = false;
 
   static void declare(ConfigFields<TrainerSettings>& f);
 };
