@@ -15,6 +15,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/util/Exception.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -39,8 +40,6 @@ namespace {
 bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.defined() == b.defined() && (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type()));
 }
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
 
@@ -89,20 +88,25 @@ struct MicroBatchGraph::Impl {
         throw;
       }
       graph->capture_end();
-    } catch (const std::exception& e) {
-      at::autocast::set_autocast_cache_enabled(autocast_cache);
-      graph.reset();
-      loss = at::Tensor();
-      inputs = MicroBatchInputs{};
-      throw Error("trainer.cuda_graph: capturing the forward and backward of a micro-batch failed: " +
-                  first_line(e.what()) +
-                  ". Everything in them must run on the GPU without waiting for the host (no .item(), no "
-                  "data-dependent shapes: gpt_moe's routing and activation checkpointing's generator state do); "
-                  "set trainer.cuda_graph: false for this model");
+    } catch (const c10::Error& e) {  // LibTorch's own (capture_begin/end): without its C++ backtrace
+      abandon_capture(autocast_cache, e.what_without_backtrace());
+    } catch (const std::exception& e) {  // the body's faults come named (in_component)
+      abandon_capture(autocast_cache, e.what());
     }
     at::autocast::set_autocast_cache_enabled(autocast_cache);
     graph->replay();  // a capture records the work without running it
     return loss;
+  }
+
+  [[noreturn]] void abandon_capture(bool autocast_cache, const std::string& why) {
+    at::autocast::set_autocast_cache_enabled(autocast_cache);
+    graph.reset();
+    loss = at::Tensor();
+    inputs = MicroBatchInputs{};
+    throw Error("trainer.cuda_graph: capturing the forward and backward of a micro-batch failed: " + why +
+                ". Everything in them must run on the GPU without waiting for the host (no .item(), no "
+                "data-dependent shapes: gpt_moe's routing and activation checkpointing's generator state do); "
+                "set trainer.cuda_graph: false for this model");
   }
 
   at::Tensor replay(const Batch& batch, double inv_tokens) {
@@ -153,6 +157,7 @@ MicroBatchGraph::StepScope::~StepScope() { graph_.impl_->leave(); }
 
 struct MicroBatchGraph::Impl {};
 
+// Unreachable: the constructor throws without CUDA.
 at::Tensor MicroBatchGraph::run(const Batch&, double, const Body&) { return {}; }
 MicroBatchGraph::StepScope::StepScope(MicroBatchGraph& graph) : graph_(graph) {}
 MicroBatchGraph::StepScope::~StepScope() = default;
