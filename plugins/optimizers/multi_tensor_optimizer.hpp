@@ -2,7 +2,7 @@
 // per-parameter state as tensors by field, the state dict flattened to "param.<index>.<field>"
 // keys and restored exactly, state_bytes() without copies, and the choice of implementation:
 //
-//   fused    one kernel for every parameter of a group (at::_fused_adamw_, at::_fused_sgd_),
+//   fused    one kernel per device and dtype of a group (at::_fused_adamw_, at::_fused_sgd_),
 //   foreach  the same arithmetic as `loop`, each op applied to all tensors at once (_foreach_*),
 //   loop     one parameter at a time (torch::optim's arithmetic, the reference).
 //
@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.hpp"
@@ -51,6 +52,25 @@ inline OptimizerImplementation resolve_implementation(const std::string& name, c
                          "; use foreach or auto");
   }
   return fused_kernel ? OptimizerImplementation::fused : OptimizerImplementation::foreach;
+}
+
+// The indices of `params` in `indices` split by the parameter's (device, dtype), the splits in
+// the order their first member appears and each keeping the order of `indices`.
+inline std::vector<std::vector<std::size_t>> split_by_device_and_dtype(const std::vector<at::Tensor>& params,
+                                                                       const std::vector<std::size_t>& indices) {
+  std::vector<std::vector<std::size_t>> splits;
+  std::vector<std::pair<c10::Device, at::ScalarType>> kinds;
+  for (std::size_t i : indices) {
+    const std::pair<c10::Device, at::ScalarType> kind{params[i].device(), params[i].scalar_type()};
+    std::size_t k = 0;
+    while (k < kinds.size() && kinds[k] != kind) ++k;
+    if (k == kinds.size()) {
+      kinds.push_back(kind);
+      splits.emplace_back();
+    }
+    splits[k].push_back(i);
+  }
+  return splits;
 }
 
 // One group of parameters with the same hyperparameters (AdamW: decayed or not).
@@ -169,6 +189,12 @@ class MultiTensorOptimizer : public tessera::Optimizer {
       out.push_back(i);
     }
     return out;
+  }
+
+  // `indices` in runs of one device and dtype, each in its original order: a fused kernel takes
+  // one of each per call on CUDA (torch.optim groups its tensors the same way before calling it).
+  std::vector<std::vector<std::size_t>> by_device_and_dtype(const std::vector<std::size_t>& indices) const {
+    return split_by_device_and_dtype(params_, indices);
   }
 
   std::vector<at::Tensor> gather(const std::vector<std::size_t>& indices, std::size_t field) const {

@@ -105,4 +105,36 @@ inline StateDict expect_exact_resume(const std::string& variant, const std::stri
   return state;
 }
 
+// Whether this machine has a CUDA device (the CUDA cases skip without one, saying so).
+inline bool have_cuda_device() { return at::hasCUDA(); }
+
+// `config` on the tiny gpt with every other parameter in float64 and all of them on `device`: the
+// fused implementation (one kernel per device and dtype, which LibTorch's CUDA kernels require)
+// ends where the loop does within float rounding, each parameter keeping its dtype.
+inline void expect_fused_steps_several_dtypes_as_the_loop(const std::string& variant, const std::string& config,
+                                                         const c10::Device& device) {
+  std::vector<std::vector<at::Tensor>> ends;
+  for (const std::string implementation : {"fused", "loop"}) {
+    Rig s = make_rig(variant, config + ", implementation: " + implementation, 1);
+    const std::vector<at::Tensor> params = s.model->parameters();
+    {
+      c10::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        params[i].set_data(params[i].detach().to(device, i % 2 == 1 ? at::kDouble : at::kFloat));
+      }
+    }
+    run_steps(s, 0, 3);
+    ends.push_back(snapshot(*s.model));
+  }
+  const std::vector<at::Tensor>& fused = ends[0];
+  const std::vector<at::Tensor>& loop = ends[1];
+  ASSERT_EQ(fused.size(), loop.size());
+  ASSERT_GE(fused.size(), 2u);
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    EXPECT_EQ(fused[i].scalar_type(), i % 2 == 1 ? at::kDouble : at::kFloat) << "parameter " << i;
+    EXPECT_EQ(fused[i].device(), device) << "parameter " << i;
+    EXPECT_TRUE(fused[i].allclose(loop[i], 1e-5, 1e-6)) << "parameter " << i;
+  }
+}
+
 }  // namespace tessera::optimizer_testing

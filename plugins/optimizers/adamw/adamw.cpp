@@ -70,7 +70,9 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
       if (members.empty()) continue;
       for (std::size_t i : members) state_[i].step += 1;
       switch (how) {
-        case OptimizerImplementation::fused: fused_step(group, members); break;
+        case OptimizerImplementation::fused:
+          for (const auto& same_kind : by_device_and_dtype(members)) fused_step(group, same_kind);
+          break;
         case OptimizerImplementation::foreach: foreach_step(group, members); break;
         case OptimizerImplementation::loop: loop_step(group, members); break;
       }

@@ -14,6 +14,7 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
+#include "../multi_tensor_optimizer.hpp"
 #include "../optimizer_test_rig.hpp"
 #include "test_support.hpp"
 
@@ -220,6 +221,27 @@ TEST(AdamWOptimizer, RejectsForeignState) {
   StateDict missing = state;
   missing.erase("param.0.exp_avg_sq");
   EXPECT_THROW(s.optimizer->load_state_dict(missing), Error);
+}
+
+// Parameters of two dtypes in one group: fused runs a kernel per device and dtype (on CUDA one
+// call over both would be refused), ending where the loop does.
+TEST(AdamWOptimizer, FusedStepsParametersOfSeveralDtypesAsTheLoopDoes) {
+  expect_fused_steps_several_dtypes_as_the_loop("adamw", "lr: 0.01, weight_decay: 0.1", c10::Device(c10::kCPU));
+}
+
+TEST(AdamWOptimizer, FusedStepsParametersOfSeveralDtypesOnCuda) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA GPU on this machine: this test runs on a GPU machine only";
+  expect_fused_steps_several_dtypes_as_the_loop("adamw", "lr: 0.01, weight_decay: 0.1", c10::Device(c10::kCUDA, 0));
+}
+
+TEST(MultiTensorOptimizer, SplitsIndicesByDeviceAndDtypeKeepingTheirOrder) {
+  const std::vector<at::Tensor> params = {at::zeros({2}), at::zeros({2}, at::kDouble), at::zeros({3}),
+                                          at::zeros({1}, at::kBFloat16), at::zeros({1}, at::kDouble)};
+  using Splits = std::vector<std::vector<std::size_t>>;
+  EXPECT_EQ(tessera_plugins::split_by_device_and_dtype(params, {0, 1, 2, 3, 4}), (Splits{{0, 2}, {1, 4}, {3}}));
+  EXPECT_EQ(tessera_plugins::split_by_device_and_dtype(params, {4, 2, 1}), (Splits{{4, 1}, {2}}));
+  EXPECT_EQ(tessera_plugins::split_by_device_and_dtype(params, {0, 2}), (Splits{{0, 2}}));
+  EXPECT_TRUE(tessera_plugins::split_by_device_and_dtype(params, {}).empty());
 }
 
 }  // namespace

@@ -53,13 +53,22 @@ class SgdOptimizer final : public tessera_plugins::MultiTensorOptimizer {
     for (const auto& group : groups_) {
       const std::vector<std::size_t> members = active(group);
       if (members.empty()) continue;
-      // The momentum buffer starts as the first gradient (torch's rule); parameters step together.
-      const bool first = state_[members.front()].step == 0;
+      // A momentum buffer starts as the parameter's first gradient (torch's rule), decided per
+      // parameter: one that gets its first gradient later (unused so far, or without a buffer in
+      // the checkpoint it resumed from) must not reset the others' buffers.
+      std::vector<std::size_t> first_steps, later_steps;
+      for (std::size_t i : members) (state_[i].step == 0 ? first_steps : later_steps).push_back(i);
       for (std::size_t i : members) state_[i].step += 1;
-      switch (how) {
-        case OptimizerImplementation::fused: fused_step(group, members, first); break;
-        case OptimizerImplementation::foreach: foreach_step(group, members, first); break;
-        case OptimizerImplementation::loop: loop_step(group, members, first); break;
+      for (const bool first : {true, false}) {
+        const std::vector<std::size_t>& some = first ? first_steps : later_steps;
+        if (some.empty()) continue;
+        switch (how) {
+          case OptimizerImplementation::fused:
+            for (const auto& same_kind : by_device_and_dtype(some)) fused_step(group, same_kind, first);
+            break;
+          case OptimizerImplementation::foreach: foreach_step(group, some, first); break;
+          case OptimizerImplementation::loop: loop_step(group, some, first); break;
+        }
       }
     }
   }

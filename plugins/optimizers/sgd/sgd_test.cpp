@@ -99,6 +99,39 @@ TEST(SgdOptimizer, EveryImplementationEqualsTorchSgd) {
   EXPECT_FALSE(all_equal(snapshot(*heavy_ball.model), snapshot(*nesterov.model)));
 }
 
+// A parameter without a gradient in the first step (unused so far) starts its momentum buffer at
+// its own first gradient, as torch's SGD decides per parameter, while the others' buffers keep
+// their history; the first parameter is the late one, the case a group-wide decision gets wrong.
+TEST(SgdOptimizer, AParameterWithALaterFirstGradientStartsItsOwnMomentum) {
+  for (const std::string implementation : {"loop", "foreach", "fused"}) {
+    SCOPED_TRACE(implementation);
+    Rig s = make("lr: 0.05, momentum: 0.8, implementation: " + implementation);
+    std::vector<at::Tensor> reference;
+    for (const auto& p : s.model->parameters()) reference.push_back(p.detach().clone().requires_grad_(true));
+    torch::optim::SGD torch_sgd(reference, torch::optim::SGDOptions(0.05).momentum(0.8));
+    const std::vector<at::Tensor> params = s.model->parameters();
+    for (int k = 0; k < 3; ++k) {
+      set_gradients(params, k);
+      set_gradients(reference, k);
+      if (k == 0) {
+        params[0].mutable_grad() = at::Tensor();
+        reference[0].mutable_grad() = at::Tensor();
+      }
+      s.optimizer->step();
+      s.optimizer->zero_grad();
+      torch_sgd.step();
+    }
+    const auto mine = snapshot(*s.model);
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      if (implementation == "fused") {
+        EXPECT_TRUE(mine[i].allclose(reference[i], 1e-5, 1e-7)) << "parameter " << i;
+      } else {
+        EXPECT_TRUE(mine[i].equal(reference[i])) << "parameter " << i << ", max difference " << max_diff(mine[i], reference[i]);
+      }
+    }
+  }
+}
+
 TEST(SgdOptimizer, NesterovWithoutMomentumIsAConfigIssue) {
   try {
     make("lr: 0.1, nesterov: true");
@@ -140,6 +173,17 @@ TEST(SgdOptimizer, RejectsForeignState) {
   StateDict wrong_shape = state;
   wrong_shape["param.0.momentum_buffer"] = at::zeros({3, 3, 3});
   EXPECT_THROW(s.optimizer->load_state_dict(wrong_shape), Error);
+}
+
+// Parameters of two dtypes in one group: fused runs a kernel per device and dtype (on CUDA one
+// call over both would be refused), ending where the loop does.
+TEST(SgdOptimizer, FusedStepsParametersOfSeveralDtypesAsTheLoopDoes) {
+  expect_fused_steps_several_dtypes_as_the_loop("sgd", "lr: 0.05, momentum: 0.8, weight_decay: 0.01", c10::Device(c10::kCPU));
+}
+
+TEST(SgdOptimizer, FusedStepsParametersOfSeveralDtypesOnCuda) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA GPU on this machine: this test runs on a GPU machine only";
+  expect_fused_steps_several_dtypes_as_the_loop("sgd", "lr: 0.05, momentum: 0.8, weight_decay: 0.01", c10::Device(c10::kCUDA, 0));
 }
 
 }  // namespace
