@@ -351,19 +351,55 @@ TEST_F(Checkpoints, KeepLastPrunesOlderOnesAndLatestNamesTheNewest) {
   EXPECT_TRUE(meta.files.count("config.yaml"));
 }
 
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 TEST_F(Checkpoints, ResumingFromAnOlderCheckpointSetsTheLaterOnesAside) {
   const std::string common = "--set checkpoint.every_steps=2 --set checkpoint.keep_last=2 --set trainer.max_steps=6 "
-                             "--set checkpoint.export_at_end=false --run-dir " + dir_.file("run");
+                             "--run-dir " + dir_.file("run");
   const std::string checkpoints = dir_.file("run") + "/checkpoints";
+  const std::string exports = dir_.file("run") + "/exports";
   std::string out;
   ASSERT_EQ(train(common, out), 0) << out;
   ASSERT_TRUE(fs::exists(checkpoints + "/step_00000006"));
-  ASSERT_EQ(train(common + " --resume " + checkpoints + "/step_00000004", out), 0) << out;
-  // Steps 5-6 were trained again from step 4: the first history's step 6 is kept aside, the new
-  // one is the checkpoint, pruning (keep_last 2) did not touch the new ones.
+  ASSERT_TRUE(fs::exists(exports + "/step_00000006/model.safetensors"));
+  // Resumed from step 4 with another learning rate: steps 5-6 take another history.
+  ASSERT_EQ(train(common + " --set components.optimizer.config.lr=0.05 --resume " + checkpoints + "/step_00000004",
+                  out), 0) << out;
+  // The first history's step 6 is kept aside, the new one is the checkpoint, pruning (keep_last 2)
+  // did not touch the new ones.
   EXPECT_TRUE(fs::exists(checkpoints + "/step_00000006.superseded")) << out;
   EXPECT_EQ(core::CheckpointStore(checkpoints, "").newest_valid(), checkpoints + "/step_00000006");
   EXPECT_EQ(core::verify_checkpoint(checkpoints + "/step_00000004").step, 4);
+  // So is its export: the export of step 6 is this run's model, not the first one's.
+  ASSERT_TRUE(fs::exists(exports + "/step_00000006.superseded/model.safetensors")) << out;
+  expect_identical(read_safetensors(exports + "/step_00000006/model.safetensors").tensors, model_at(dir_.file("run"), 6));
+  EXPECT_NE(bytes_of(exports + "/step_00000006/model.safetensors"),
+            bytes_of(exports + "/step_00000006.superseded/model.safetensors"));
+}
+
+// A fresh run (no --resume) in a run folder that holds another run's checkpoints: they are set
+// aside, so this run's saves of the same steps are written (not kept from the other run) and
+// --resume auto afterwards resumes this run, not the other one's later step.
+TEST_F(Checkpoints, AFreshRunInAUsedRunFolderSetsTheOtherRunsCheckpointsAside) {
+  const std::string run = dir_.file("run"), checkpoints = run + "/checkpoints";
+  const std::string common = "--set checkpoint.every_steps=2 --set checkpoint.export_at_end=false --run-dir " + run;
+  std::string out;
+  ASSERT_EQ(train(common + " --set trainer.max_steps=6", out), 0) << out;
+  ASSERT_TRUE(fs::exists(checkpoints + "/step_00000006"));
+  ASSERT_EQ(train(common + " --set trainer.max_steps=4 --set components.optimizer.config.lr=0.05", out), 0) << out;
+  EXPECT_NE(out.find("this fresh run replaces"), std::string::npos) << out;
+  for (const char* step : {"2", "4", "6"}) {
+    EXPECT_TRUE(fs::exists(checkpoints + "/step_0000000" + step + ".superseded")) << step << "\n" << out;
+  }
+  EXPECT_FALSE(fs::exists(checkpoints + "/step_00000006"));
+  // The checkpoint of step 4 is this run's: its resolved spec has this run's learning rate.
+  const std::string saved_spec = bytes_of(checkpoints + "/step_00000004/config.yaml");
+  EXPECT_NE(saved_spec.find("lr: 0.05"), std::string::npos) << saved_spec;
+  EXPECT_NE(bytes_of(run + "/config.yaml").find(saved_spec), std::string::npos);
+  EXPECT_EQ(core::CheckpointStore(checkpoints, "").newest_valid(), checkpoints + "/step_00000004");
 }
 
 TEST_F(Checkpoints, AFailedBackgroundSaveStopsTheRun) {

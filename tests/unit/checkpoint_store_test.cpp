@@ -102,5 +102,33 @@ TEST(CheckpointStore, SupersedesLaterCheckpointsAndDiscardsOne) {
   EXPECT_EQ(store.newest_valid(), "");
 }
 
+// The exports of the set-aside steps go aside too, `latest` names the step resumed from, and a
+// fresh run (step 0) sets aside everything and `latest` with it.
+TEST(CheckpointStore, SupersedingSetsAsideLaterExportsAndMovesLatest) {
+  TempDir dir;
+  const CheckpointStore store(dir.file("checkpoints"), dir.file("exports"));
+  save(store, 2);
+  save(store, 4);
+  fs::create_directories(store.export_folder(2));
+  fs::create_directories(store.export_folder(4));
+  ASSERT_EQ(text_of(dir.file("checkpoints/latest")), "step_00000004");
+  store.supersede_after(2);
+  EXPECT_TRUE(fs::exists(store.export_folder(2)));
+  EXPECT_FALSE(fs::exists(store.export_folder(4)));
+  EXPECT_TRUE(fs::exists(dir.file("exports/step_00000004.superseded")));
+  EXPECT_EQ(text_of(dir.file("checkpoints/latest")), "step_00000002");
+
+  store.supersede_after(0);
+  EXPECT_FALSE(fs::exists(store.checkpoint(2).path()));
+  EXPECT_TRUE(fs::exists(dir.file("checkpoints/step_00000002.superseded")));
+  EXPECT_TRUE(fs::exists(dir.file("exports/step_00000002.superseded")));
+  EXPECT_FALSE(fs::exists(dir.file("checkpoints/latest")));
+  EXPECT_EQ(store.newest_valid(), "");
+  // Nothing to set aside: nothing changes, and folders that are not there are no error.
+  const CheckpointStore empty(dir.file("none/checkpoints"), dir.file("none/exports"));
+  empty.supersede_after(0);
+  EXPECT_FALSE(fs::exists(dir.file("none")));
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -143,18 +143,37 @@ void CheckpointStore::discard(std::int64_t step) const {
 }
 
 void CheckpointStore::supersede_after(std::int64_t step) const {
-  for (const auto& [later, path] : complete()) {
-    if (later <= step) continue;
-    const fs::path aside = path.string() + ".superseded";
+  bool set_aside = false;
+  // The checkpoints, then the exports of the same steps: a later save or export of this run at
+  // one of those steps must not find the other history's folder there and keep it.
+  for (const std::string& dir : {dir_, exports_dir_}) {
+    std::vector<fs::path> later;
     std::error_code ec;
-    fs::remove_all(aside, ec);
-    fs::rename(path, aside, ec);
-    if (ec) {
-      log::warn("checkpoint: could not set aside ", path.string(), ": ", ec.message());
-    } else {
-      log::warn("checkpoint: ", path.string(), " is from a run that went past step ", step, "; renamed to ",
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (step_of(entry.path()) > step && entry.is_directory()) later.push_back(entry.path());
+    }
+    for (const fs::path& path : later) {
+      const fs::path aside = path.string() + ".superseded";
+      std::error_code rename_ec;
+      fs::remove_all(aside, rename_ec);
+      fs::rename(path, aside, rename_ec);
+      if (rename_ec) {
+        log::warn("checkpoint: could not set aside ", path.string(), ": ", rename_ec.message());
+        continue;
+      }
+      set_aside = true;
+      log::warn("checkpoint: ", path.string(), " is from a run that ",
+                step == 0 ? "this fresh run replaces" : "went past step " + std::to_string(step), "; renamed to ",
                 aside.string(), " (delete it when no longer needed)");
     }
+  }
+  if (!set_aside) return;
+  // `latest` named one of them: it now names the checkpoint resumed from, where this folder has it.
+  std::error_code ec;
+  if (step > 0 && fs::is_directory(checkpoint(step).path(), ec)) {
+    set_latest(step);
+  } else {
+    fs::remove(fs::path(dir_) / kLatest, ec);
   }
 }
 

@@ -170,13 +170,20 @@ TrainResult TrainingRun::train() {
   checkpoints.model_config_json = plan_.model_config_json;
   checkpoints.timeout = plan_.settings.collective_timeout();
   trainer->enable_checkpoints(checkpoints);
+  std::string resume_from;
   if (!plan_.resume.empty()) {
-    const std::string path = plan_.resume == "auto" ? agreed_resumable_checkpoint(*communicator_) : plan_.resume;
-    if (path.empty()) {
+    resume_from = plan_.resume == "auto" ? agreed_resumable_checkpoint(*communicator_) : plan_.resume;
+    if (resume_from.empty()) {
       log::info("--resume auto: no valid checkpoint under ", plan_.checkpoints.dir(), "; starting fresh");
-    } else {
-      trainer->restore(path);
     }
+  }
+  if (!resume_from.empty()) {
+    trainer->restore(resume_from);  // sets aside the checkpoints after its step
+  } else if (plan_.env.rank == 0) {
+    // A fresh run in a folder that holds checkpoints: they are another run's history. Left in
+    // place, this run would keep them instead of its own saves of the same steps and
+    // `--resume auto` could later pick them; set aside before any rank saves.
+    plan_.checkpoints.supersede_after(0);
   }
   log::info("run '", context.name, "': model has ", trainer->model().num_parameters(), " parameters; device ",
             context.device, "; run dir ", context.run_dir);

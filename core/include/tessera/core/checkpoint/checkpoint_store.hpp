@@ -7,9 +7,11 @@
 //     latest                         the name of the newest complete checkpoint
 //     step_00001000/                 a complete checkpoint (CheckpointFolder below)
 //     step_00001000.tmp/             a save in progress (removed at the next start)
-//     step_00001200.superseded/      after a run resumed from an earlier step (kept for the user)
+//     step_00001200.superseded/      after a run resumed from an earlier step, or a fresh run
+//                                    started in this folder (kept for the user)
 //   EXPORTS_DIR/                     RUN_DIR/exports
 //     step_00001000/                 model.safetensors and config.json
+//     step_00001200.superseded/      set aside with the checkpoint of its step
 #pragma once
 
 #include <cstdint>
@@ -90,8 +92,9 @@ class CheckpointStore {
   // Removes the oldest checkpoints up to `newest` beyond keep_last (0: keep all). Best effort:
   // a folder that cannot be removed is reported, never a failure of the save that completed.
   void prune(std::int64_t keep_last, std::int64_t newest) const;
-  // A run resumed at `step` continues a different history than the checkpoints after it: those
-  // are renamed to step_N.superseded (kept for the user, never resumed from or pruned).
+  // A run resumed at `step` (or started fresh: 0) continues a different history than the
+  // checkpoints and exports after it: those are renamed to step_N.superseded (kept for the user,
+  // never resumed from, pruned or mistaken for this run's), and `latest` no longer names them.
   void supersede_after(std::int64_t step) const;
   // Removes the folders of saves that never completed (*.tmp).
   void remove_incomplete() const;
