@@ -117,6 +117,8 @@ TEST(Events, CheckpointsSavedAndLoadedAreAnnounced) {
     EXPECT_EQ(log[0], "second: train_begin");
     EXPECT_EQ(log[1], "second: checkpoint_loaded 4");
     EXPECT_EQ(second->loaded_path, first->saved_paths.back());
+    // The memory report is taken at the first step this process runs, here step 5.
+    EXPECT_GT(resumed.trainer->memory().parameters, 0) << "async " << async;
   }
 }
 

@@ -121,5 +121,27 @@ TEST(RunPlan, CudaGraphIsRefusedOffTheGpuAndForSeveralRanks) {
   }
 }
 
+// The trainer reads train_data alone: an evaluation (or any component) given it by reference is
+// refused where the reference is written; a dataset of its own is fine.
+TEST(RunPlan, AReferenceToTrainDataIsRefused) {
+  std::string spec = kSpec;
+  spec.insert(spec.find("trainer:"),
+              "  callbacks:\n"
+              "    - {component_key: callback, variant_key: evaluation,\n"
+              "       config: {every: 2, data: {instance_key: train_data}}}\n");
+  const std::string issue = issue_of(spec);
+  EXPECT_NE(issue.find("spec.yaml:10:"), std::string::npos) << issue;
+  EXPECT_NE(issue.find("components.callbacks[0].config.data.instance_key: components.train_data is read by the "
+                       "trainer alone"),
+            std::string::npos)
+      << issue;
+  std::string own = kSpec;
+  own.insert(own.find("trainer:"),
+             "  callbacks:\n"
+             "    - {component_key: callback, variant_key: evaluation,\n"
+             "       config: {every: 2, data: {component_key: dataset, variant_key: tokens, config: {path: x.bin, seq_len: 4}}}}\n");
+  EXPECT_EQ(issue_of(own), "");
+}
+
 }  // namespace
 }  // namespace tessera::core

@@ -136,6 +136,7 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
   plan.trainer = read_declared_section<TrainerSettings>(root.find("trainer"), top, "trainer");
   plan.checkpoint = read_declared_section<CheckpointSettings>(root.find("checkpoint"), top, "checkpoint");
   check_trainer_roles(root.find("components"), top);
+  check_train_data_unshared(root.find("components"));
 
   RunContext& context = plan.context;
   context.name = name;

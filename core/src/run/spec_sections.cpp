@@ -15,7 +15,7 @@ const std::vector<std::string>& top_level_keys() {
 const std::vector<ComponentRole>& trainer_roles() {
   static const std::vector<ComponentRole> roles = {
       {"model", "model", true, false, "the model being trained"},
-      {"train_data", "dataset", true, false, "where training batches come from"},
+      {"train_data", "dataset", true, false, "where training batches come from (the trainer's alone: no component may refer to it)"},
       {"loss", "loss", true, false, "the training loss"},
       {"optimizer", "optimizer", true, false, "updates the model's parameters"},
       {"scheduler", "scheduler", false, false, "learning-rate multiplier per step (default: constant 1)"},
@@ -56,6 +56,37 @@ void check_trainer_roles(const ConfigNode* components, const SourcePos& top) {
     } else {
       check_kind(entry->value, role_path);
     }
+  }
+}
+
+namespace {
+
+// The trainer reads components.train_data alone: another component holding it by reference
+// would move the training position (which checkpoints record) and call it while the trainer's
+// read-ahead thread does.
+void reject_references_to_train_data(const ConfigNode& node, const std::string& path) {
+  if (node.is_map()) {
+    const ConfigNode* key = node.find("instance_key");
+    if (key && key->is_scalar() && key->scalar() == "train_data") {
+      throw ConfigIssue(key->pos(), join_path(path, "instance_key"),
+                        "components.train_data is read by the trainer alone (its batches, its position in "
+                        "checkpoints, read ahead on a thread of its own); give this component a dataset of its "
+                        "own, e.g. a copy of the train_data block");
+    }
+    for (const auto& entry : node.entries()) reject_references_to_train_data(entry.value, join_path(path, entry.key));
+  } else if (node.is_sequence()) {
+    for (std::size_t i = 0; i < node.items().size(); ++i) {
+      reject_references_to_train_data(node.items()[i], index_path(path, i));
+    }
+  }
+}
+
+}  // namespace
+
+void check_train_data_unshared(const ConfigNode* components) {
+  if (!components || !components->is_map()) return;
+  for (const auto& entry : components->entries()) {
+    reject_references_to_train_data(entry.value, join_path("components", entry.key));
   }
 }
 

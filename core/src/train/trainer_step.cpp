@@ -313,8 +313,9 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
     pause_s_ = 0;
   }
   if (graph_) m.extra["cuda_graph_replays"] = static_cast<double>(graph_->replays());
-  // Optimizer state exists from the first update on (LibTorch optimizers create it lazily).
-  if (progress_.step == 1) {
+  // Optimizer state exists from the first update on (LibTorch optimizers create it lazily): the
+  // first step this process runs, also when it resumed at a later one.
+  if (run_steps_ == 1) {
     memory_ = measure_memory();
     log::info("memory held by rank ", context_.rank, " between steps: parameters ", memory_.parameters,
               " B, gradients ", memory_.gradients, " B, optimizer state ", memory_.optimizer_state, " B, total ",
