@@ -70,16 +70,18 @@ fs::path CheckpointStore::export_in_progress(std::int64_t step) const {
   return fs::path(exports_dir_) / (name_of(step) + ".tmp");
 }
 
-std::vector<std::pair<std::int64_t, fs::path>> CheckpointStore::complete() const {
+std::vector<std::pair<std::int64_t, fs::path>> CheckpointStore::step_folders(const std::string& dir) {
   std::vector<std::pair<std::int64_t, fs::path>> out;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::int64_t step = step_of(entry.path());
     if (step >= 0 && entry.is_directory()) out.emplace_back(step, entry.path());
   }
   std::sort(out.rbegin(), out.rend());
   return out;
 }
+
+std::vector<std::pair<std::int64_t, fs::path>> CheckpointStore::complete() const { return step_folders(dir_); }
 
 std::string CheckpointStore::newest_valid() const {
   std::vector<fs::path> candidates;
@@ -147,12 +149,8 @@ void CheckpointStore::supersede_after(std::int64_t step) const {
   // The checkpoints, then the exports of the same steps: a later save or export of this run at
   // one of those steps must not find the other history's folder there and keep it.
   for (const std::string& dir : {dir_, exports_dir_}) {
-    std::vector<fs::path> later;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (step_of(entry.path()) > step && entry.is_directory()) later.push_back(entry.path());
-    }
-    for (const fs::path& path : later) {
+    for (const auto& [later, path] : step_folders(dir)) {
+      if (later <= step) continue;
       const fs::path aside = path.string() + ".superseded";
       std::error_code rename_ec;
       fs::remove_all(aside, rename_ec);

@@ -104,6 +104,8 @@ class CheckpointStore {
   void discard(std::int64_t step) const;
 
  private:
+  // The step_N folders in `dir` (checkpoints or exports; not verified), newest first.
+  static std::vector<std::pair<std::int64_t, std::filesystem::path>> step_folders(const std::string& dir);
   // The rename-then-delete of discard() and prune(); returns what failed.
   static std::error_code remove_folder(const std::filesystem::path& folder);
 
