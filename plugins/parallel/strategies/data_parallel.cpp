@@ -1,11 +1,13 @@
 // The data-parallel strategies' shared machinery: setup, gradient buckets and their reductions
-// from autograd hooks, the optimizer step on shards, and the state for checkpoints. What only
-// fsdp does (units from the model, gathering and freeing around forward) is fsdp_units.cpp.
+// from autograd hooks, parameters without a gradient, the optimizer step on shards. The state for
+// checkpoints is data_parallel_state.cpp; what only fsdp does (units from the model, gathering
+// and freeing around forward) is fsdp_units.cpp.
 #include "data_parallel.hpp"
 
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -25,14 +27,15 @@ namespace {
 // strategy weakly: parameters (which own the hook) must not keep it alive.
 class GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
  public:
-  GradReadyHook(std::weak_ptr<DataParallel> owner, std::size_t unit) : owner_(std::move(owner)), unit_(unit) {}
+  GradReadyHook(std::weak_ptr<DataParallel> owner, std::size_t unit, std::size_t index)
+      : owner_(std::move(owner)), unit_(unit), index_(index) {}
   void operator()(const torch::autograd::Variable&) override {
-    if (auto owner = owner_.lock()) owner->on_grad_ready(unit_);
+    if (auto owner = owner_.lock()) owner->on_grad_ready(unit_, index_);
   }
 
  private:
   std::weak_ptr<DataParallel> owner_;
-  std::size_t unit_;
+  std::size_t unit_, index_;
 };
 
 }  // namespace
@@ -77,10 +80,18 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   }
   ready_.assign(units_.size(), false);
   optimized_ = params;
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  names_.assign(units_.size(), {});
+  used_.assign(units_.size(), {});
   for (std::size_t u = 0; u < units_.size(); ++u) {
     for (std::size_t i = 0; i < units_[u]->params().size(); ++i) {
-      where_[units_[u]->params()[i].unsafeGetTensorImpl()] = {u, i};
+      const c10::TensorImpl* impl = units_[u]->params()[i].unsafeGetTensorImpl();
+      where_[impl] = {u, i};
+      const auto name = names.find(impl);
+      names_[u].push_back(name != names.end() ? name->second : "(not a parameter of the model)");
     }
+    used_[u].assign(units_[u]->params().size(), false);
   }
   install_grad_hooks();
   if (options_.shard_parameters) model.set_forward_hooks(shared_from_this());
@@ -126,8 +137,8 @@ void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
 void DataParallel::install_grad_hooks() {
   std::weak_ptr<DataParallel> self = weak_from_this();
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : units_[u]->params()) {
-      torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<GradReadyHook>(self, u));
+    for (std::size_t i = 0; i < units_[u]->params().size(); ++i) {
+      torch::autograd::impl::set_post_acc_grad_hooks(units_[u]->params()[i], std::make_unique<GradReadyHook>(self, u, i));
     }
   }
 }
@@ -136,14 +147,18 @@ void DataParallel::begin_micro_batch(std::int64_t index, std::int64_t count) {
   check_setup("begin_micro_batch");
   if (in_backward_) complete_backward();
   last_micro_batch_ = index + 1 == count;
+  if (index == 0) {
+    for (auto& flags : used_) flags.assign(flags.size(), false);
+  }
   for (auto& u : units_) u->reset_ready();
   ready_.assign(units_.size(), false);
   next_launch_ = 0;
   in_backward_ = true;
 }
 
-void DataParallel::on_grad_ready(std::size_t unit) {
+void DataParallel::on_grad_ready(std::size_t unit, std::size_t index) {
   if (!in_backward_) return;  // a backward outside the trainer's steps: nothing to reduce
+  used_[unit][index] = true;
   if (units_[unit]->mark_ready()) {
     ready_[unit] = true;
     launch_ready_units();
@@ -169,7 +184,8 @@ void DataParallel::complete_backward() {
       if (!ready_[u]) {
         throw tessera::Error("parallel/fsdp: some parameters of unit " + std::to_string(u) +
                              " got no gradient in this backward; fsdp needs every parameter used in every "
-                             "step (use ddp or zero2 for models with unused parameters)");
+                             "step (use ddp, zero1 or zero2 with find_unused_parameters: true for models that "
+                             "leave parameters unused)");
       }
     }
   }
@@ -177,6 +193,54 @@ void DataParallel::complete_backward() {
   launch_ready_units();
   for (auto& u : units_) u->wait_reduction();
   in_backward_ = false;
+  if (last_micro_batch_) settle_unused_parameters();
+}
+
+void DataParallel::settle_unused_parameters() {
+  std::vector<std::int32_t> flags;
+  for (const auto& unit : used_) flags.insert(flags.end(), unit.begin(), unit.end());
+  const bool find_unused = options_.find_unused_parameters && !options_.shard_parameters;
+  if (find_unused) {
+    // Every rank takes part every step (which parameters a rank reached differs between ranks).
+    at::Tensor reached = at::tensor(flags, at::kInt);
+    comm_->all_reduce(reached, tessera::ReduceOp::max);
+    const std::int32_t* any_rank = reached.data_ptr<std::int32_t>();
+    std::size_t k = 0;
+    for (auto& unit : used_) {
+      for (std::size_t i = 0; i < unit.size(); ++i) unit[i] = any_rank[k++] != 0;
+    }
+  }
+  std::size_t unused = 0;
+  std::string first;
+  for (std::size_t u = 0; u < used_.size(); ++u) {
+    for (std::size_t i = 0; i < used_[u].size(); ++i) {
+      if (used_[u][i]) continue;
+      if (unused++ == 0) first = names_[u][i];
+    }
+  }
+  all_used_ = unused == 0;
+  if (all_used_ || find_unused) return;
+  const std::string which = first + (unused > 1 ? " (and " + std::to_string(unused - 1) + " more)" : "");
+  if (options_.shard_parameters) {
+    throw tessera::Error("parallel/fsdp: parameter " + which + " got no gradient in this step on rank " +
+                         std::to_string(comm_->rank()) +
+                         "; fsdp needs every parameter used in every step (use ddp, zero1 or zero2 with "
+                         "find_unused_parameters: true for models that leave parameters unused)");
+  }
+  throw tessera::Error("parallel/" + options_.name + ": parameter " + which + " got no gradient in this step on rank " +
+                       std::to_string(comm_->rank()) + "; " + options_.name +
+                       " would update it with a zero gradient (weight decay, moments) where one process leaves it "
+                       "as it is. For a model that leaves parameters unused, set "
+                       "components.parallel.config.find_unused_parameters: true (one small all-reduce per step)");
+}
+
+void DataParallel::drop_unused_gradients() {
+  if (all_used_) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    for (std::size_t i = 0; i < used_[u].size(); ++i) {
+      if (!used_[u][i]) units_[u]->params()[i].mutable_grad() = at::Tensor();
+    }
+  }
 }
 
 void DataParallel::finish_gradients() {
@@ -204,6 +268,7 @@ at::Tensor DataParallel::grad_norm_squared_share() {
 void DataParallel::optimizer_step(tessera::Optimizer& optimizer) {
   check_setup("optimizer_step");
   if (options_.reduction == GradReduction::all_reduce) {
+    drop_unused_gradients();  // zero_grad() points them at their buckets again
     optimizer.step();
     return;
   }
@@ -211,6 +276,7 @@ void DataParallel::optimizer_step(tessera::Optimizer& optimizer) {
   // the gradient), so it creates and updates state for that part only.
   for (auto& u : units_) u->point_at_shard();
   try {
+    drop_unused_gradients();
     optimizer.step();
   } catch (...) {
     for (auto& u : units_) {
@@ -242,108 +308,6 @@ tessera::ParallelMemory DataParallel::memory() const {
     m.gradients += u->gradient_bytes();
   }
   return m;
-}
-
-tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int64_t only_rank) {
-  check_setup("full_parameters");
-  c10::NoGradGuard no_grad;
-  const bool keep = only_rank < 0 || only_rank == comm_->rank();
-  // Whole parameters live on every rank except under fsdp: nothing to take part in.
-  if (!keep && !options_.shard_parameters) return {};
-  // One unit at a time, straight to host memory: never more than one extra unit on the device.
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
-  tessera::StateDict state;
-  for (auto& u : units_) {
-    if (u->casts_parameters()) {
-      // The gathered copy is a cast: the master weights are gathered instead.
-      const at::Tensor master = u->gather_master();
-      for (std::size_t i = 0; i < u->params().size(); ++i) {
-        auto name = names.find(u->params()[i].unsafeGetTensorImpl());
-        if (keep && name != names.end()) state[name->second] = u->view_of(master, i).to(at::kCPU, false, true);
-      }
-      continue;
-    }
-    const bool was_gathered = u->gathered() && !gathering_.count(u.get());
-    ensure_gathered(*u);
-    for (std::size_t i = 0; i < u->params().size(); ++i) {
-      auto name = names.find(u->params()[i].unsafeGetTensorImpl());
-      if (keep && name != names.end()) state[name->second] = u->full_view(i).to(at::kCPU, false, /*copy=*/true);
-    }
-    if (!was_gathered) release(*u);
-  }
-  if (!keep) return {};
-  for (const auto& item : model.named_parameters()) {
-    if (!state.count(item.key())) state[item.key()] = item.value().detach().to(at::kCPU, false, /*copy=*/true);
-  }
-  return state;
-}
-
-void DataParallel::load_full_parameters(tessera::Model& model, const tessera::StateDict& state) {
-  check_setup("load_full_parameters");
-  c10::NoGradGuard no_grad;
-  auto value_for = [&](const std::string& name, const at::Tensor& target) -> const at::Tensor& {
-    auto it = state.find(name);
-    if (it == state.end()) throw tessera::Error("parallel/" + options_.name + ": no saved value for parameter " + name);
-    if (it->second.sizes() != target.sizes()) {
-      throw tessera::Error("parallel/" + options_.name + ": saved " + name + " has shape " +
-                           c10::str(it->second.sizes()) + ", the model's has " + c10::str(target.sizes()));
-    }
-    return it->second;
-  };
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
-  // Check everything before changing anything: a bad checkpoint leaves the model as it was.
-  for (const auto& item : model.named_parameters()) value_for(item.key(), item.value());
-  for (auto& u : units_) {
-    if (u->casts_parameters()) {
-      at::Tensor master = u->new_master();
-      master.zero_();  // the padding
-      for (std::size_t i = 0; i < u->params().size(); ++i) {
-        at::Tensor view = u->view_of(master, i);
-        view.copy_(value_for(names.at(u->params()[i].unsafeGetTensorImpl()), view));
-      }
-      u->load_master(master);
-      continue;
-    }
-    ensure_gathered(*u);
-    for (std::size_t i = 0; i < u->params().size(); ++i) {
-      at::Tensor view = u->full_view(i);
-      view.copy_(value_for(names.at(u->params()[i].unsafeGetTensorImpl()), view));
-    }
-    u->shard_from_full();
-    release(*u);
-  }
-  for (const auto& item : model.named_parameters()) {
-    if (!where_.count(item.value().unsafeGetTensorImpl())) item.value().copy_(value_for(item.key(), item.value()));
-  }
-}
-
-std::vector<std::pair<std::int64_t, std::int64_t>> DataParallel::owned_ranges() const {
-  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
-  for (const auto& p : optimized_) {
-    const auto& [u, i] = where_.at(p.unsafeGetTensorImpl());
-    ranges.push_back(units_[u]->owned_range(i));
-  }
-  return ranges;
-}
-
-void DataParallel::with_owned_parameters(const std::function<void()>& fn) {
-  check_setup("with_owned_parameters");
-  if (!shards_optimizer_state()) {
-    fn();
-    return;
-  }
-  for (auto& u : units_) u->point_at_shard();
-  try {
-    fn();
-  } catch (...) {
-    for (auto& u : units_) u->point_at_full();
-    for (auto& u : units_) u->zero_grad();
-    throw;
-  }
-  for (auto& u : units_) u->point_at_full();
-  for (auto& u : units_) u->zero_grad();
 }
 
 }  // namespace tessera_plugins

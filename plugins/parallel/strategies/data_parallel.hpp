@@ -12,6 +12,13 @@
 //
 // Collectives start from autograd hooks while backward still runs (overlap), always in the same
 // unit order on every rank.
+//
+// A parameter that gets no gradient in a step (used by no micro-batch) takes no optimizer step
+// with one process: its .grad stays undefined. Buckets and shards give every parameter a
+// gradient, zero for an unused one, which AdamW would still decay and move by its moments. So
+// each rank records which parameters autograd reached in the step; by default one that was not
+// is an error, and with find_unused_parameters (ddp, zero1, zero2) the ranks agree on them with
+// one small all-reduce per step and those no rank used get no update, as with one process.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +41,7 @@ struct DataParallelOptions {
   bool prefetch = true;               // fsdp: gather the next unit while this one computes
   UnitPrecision precision;            // what is gathered (fsdp) and reduced
   c10::Device device{c10::kCPU};      // the run's device: where fsdp gives deferred parameters storage
+  bool find_unused_parameters = false;  // ddp, zero: parameters unused in a step are agreed on, not refused
 };
 
 class DataParallel final : public tessera::ParallelStrategy,
@@ -62,7 +70,7 @@ class DataParallel final : public tessera::ParallelStrategy,
   at::Tensor after_forward(std::size_t unit, const at::Tensor& output) override;
 
   // Called from autograd once parameter `index` of unit `unit` has its gradient for this backward.
-  void on_grad_ready(std::size_t unit);
+  void on_grad_ready(std::size_t unit, std::size_t index);
 
  private:
   void broadcast_from_rank0(tessera::Model& model);
@@ -72,6 +80,11 @@ class DataParallel final : public tessera::ParallelStrategy,
   void launch_ready_units();
   // Ends a backward: starts what never got ready (unused parameters) and waits for everything.
   void complete_backward();
+  // After the step's last backward: parameters no micro-batch used are refused, or agreed on over
+  // the ranks (find_unused_parameters), leaving used_ true for those some rank used.
+  void settle_unused_parameters();
+  // Before the optimizer step: those no rank used lose their gradient, so they are not updated.
+  void drop_unused_gradients();
   // fsdp: the unit behind a forward unit index (kWholeModel: the root, if any).
   FlatUnit* forward_unit(std::size_t unit);
   void ensure_gathered(FlatUnit& unit);
@@ -95,6 +108,10 @@ class DataParallel final : public tessera::ParallelStrategy,
   // optimizer.parameters(), in order, and where each lives: (unit index, index in the unit).
   std::vector<at::Tensor> optimized_;
   std::map<const c10::TensorImpl*, std::pair<std::size_t, std::size_t>> where_;
+  // Per unit and parameter: the model's name, and whether autograd reached it in this step.
+  std::vector<std::vector<std::string>> names_;
+  std::vector<std::vector<bool>> used_;
+  bool all_used_ = true;  // the last settle found no parameter unused
 };
 
 }  // namespace tessera_plugins

@@ -22,6 +22,7 @@ std::optional<at::ScalarType> dtype_of(const std::string& name) {
 struct BucketedConfig {
   double bucket_mb = 25.0;
   std::string reduce_dtype = "fp32";
+  bool find_unused_parameters = false;
 
   static void declare(tessera::ConfigFields<BucketedConfig>& f) {
     f.field("bucket_mb", &BucketedConfig::bucket_mb,
@@ -30,6 +31,10 @@ struct BucketedConfig {
     f.field("reduce_dtype", &BucketedConfig::reduce_dtype,
             "dtype gradients are reduced in: fp32, or bf16 (half the traffic; summed in bf16, kept in fp32)")
         .one_of({"fp32", "bf16"});
+    f.field("find_unused_parameters", &BucketedConfig::find_unused_parameters,
+            "for models that leave parameters unused in a step: the ranks agree on them (one small all-reduce "
+            "per step) and those no rank used are not updated, as with one process; off, such a parameter "
+            "is an error");
   }
 };
 
@@ -57,6 +62,7 @@ auto bucketed(const char* name, GradReduction reduction) {
     o.reduction = reduction;
     o.bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024.0 * 1024.0);
     o.precision.reduce = dtype_of(c.reduce_dtype);
+    o.find_unused_parameters = c.find_unused_parameters;
     return std::make_shared<DataParallel>(o);
   };
 }
