@@ -1,7 +1,8 @@
 // The compute plane on a GPU. Built always; each test skips with a message where there is no GPU
 // (CI has none): run them on a machine with one (docs/benchmarks.md says when they last ran).
 //   - a training step makes no host synchronisation in steady state: steps run under LibTorch's
-//     CUDA sync-debug mode set to error (any synchronising call throws);
+//     CUDA sync-debug mode set to error (any synchronising call throws), and a step returns
+//     while the device still runs it (no wait on an event either);
 //   - bf16 training on the GPU: fused AdamW, prefetched pinned batches, chunked loss, activation
 //     checkpointing, the metrics read a step later;
 //   - fsdp with NCCL and the bf16 mixed-precision policy trains on one GPU like the local run;
@@ -20,6 +21,7 @@
 #include <vector>
 
 #ifdef TESSERA_WITH_CUDA
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
@@ -67,7 +69,8 @@ std::string spec(const std::string& data, const std::string& parallel = "",
 }
 
 std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, const std::string& yaml,
-                                                std::shared_ptr<Communicator> comm, bool cuda_graph = false) {
+                                                std::shared_ptr<Communicator> comm, bool cuda_graph = false,
+                                                std::vector<std::shared_ptr<Callback>> callbacks = {}) {
   RunContext context;
   context.seed = 3;
   context.device = "cuda:0";
@@ -76,6 +79,7 @@ std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, co
   core::seed_everything(context.seed, context.device);
   built = testing::build_components(yaml, context);
   core::TrainerParts parts = testing::trainer_parts(built);
+  for (auto& cb : callbacks) parts.callbacks.push_back(std::move(cb));
   core::TrainerSettings settings;
   settings.micro_batch_size = 8;
   settings.grad_accum = 2;
@@ -87,11 +91,9 @@ std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, co
 }
 
 // Runs `body` with LibTorch's CUDA sync-debug mode set to error: any synchronising call throws.
-// What the mode cannot see, by its design: waits on a CUDA event (the step reads the non-finite
-// flag's copy with one, after the update is queued: the host waits for backward, the device runs
-// the update meanwhile; docs/robustness.md) and NCCL's blocking wait, which polls the work's
-// events (TORCH_NCCL_BLOCKING_WAIT, docs/distributed.md). Those are waits for queued work, not
-// synchronising copies, and a profile shows them as such.
+// What the mode cannot see, by its design: waits on a CUDA event (a test below checks that a
+// step makes none) and NCCL's blocking wait, which polls the work's events
+// (TORCH_NCCL_BLOCKING_WAIT, docs/distributed.md).
 template <class Body>
 void without_host_synchronisation(Body&& body) {
 #ifdef TESSERA_WITH_CUDA
@@ -125,6 +127,41 @@ TEST(CudaStep, SteadyStateStepsMakeNoHostSynchronisation) {
     EXPECT_GT(m.grad_norm.value(), 0);
   }
   EXPECT_LT(steps.back().loss.value(), std::log(128.0));
+#endif
+}
+
+// Keeps the device busy for about a second before each optimizer step (a kernel that spins),
+// so that a host that waited for anything the step queued would return after it.
+class DeviceDelay final : public Callback {
+ public:
+  void on_before_optimizer_step(CallbackContext&, const BeforeOptimizerStep&) override {
+#ifdef TESSERA_WITH_CUDA
+    if (enabled) at::cuda::sleep(2'000'000'000);  // cycles: about a second at GPU clocks
+#endif
+  }
+  bool enabled = false;
+};
+
+// A step waits for nothing it queued, not even with an event (which sync-debug cannot see): its
+// loss, gradient norm and non-finite flag are still on their way when step() returns, while the
+// device still spins before the update. The values land later, and they are right.
+TEST(CudaStep, AStepReturnsWhileTheDeviceStillRunsIt) {
+  SKIP_WITHOUT_GPU();
+#ifdef TESSERA_WITH_CUDA
+  TempDir dir;
+  core::BuiltComponents built;
+  auto delay = std::make_shared<DeviceDelay>();
+  auto trainer = make_gpu_trainer(built, spec(token_file(dir)), core::make_local_communicator(), false, {delay});
+  for (int i = 0; i < 3; ++i) trainer->step();
+  delay->enabled = true;
+  const StepMetrics m = trainer->step();
+  EXPECT_FALSE(m.skipped.ready()) << "the step waited for its non-finite flag";
+  EXPECT_FALSE(m.loss.ready()) << "the step waited for its loss";
+  delay->enabled = false;
+  const StepMetrics next = trainer->step();
+  EXPECT_FALSE(next.skipped);  // waits for the copy: the flag of a healthy step is 0
+  EXPECT_TRUE(std::isfinite(m.loss.value()));
+  EXPECT_EQ(next.extra.count("nonfinite_steps"), 0u);
 #endif
 }
 

@@ -128,6 +128,8 @@ void Trainer::enable_checkpoints(CheckpointContext context) {
 }
 
 void Trainer::save(bool checkpoint, bool export_model, const char* why) {
+  // A checkpoint's copy waits for the device anyway: the saved step's flag is judged first.
+  settle_pending_nonfinite();
   const auto start = Clock::now();
   CheckpointState captured = capture();
   if (export_model && context_.rank == 0 && checkpoint_.settings.export_format == "hf") {
@@ -293,6 +295,8 @@ TrainResult Trainer::fit() {
     while (true) {
       bool save_requested = false;
       result.stop_reason = agree_on_stop_and_save(save_requested);
+      // The last step's non-finite flag, if left to travel, is judged before the run ends.
+      if (!result.stop_reason.empty()) settle_pending_nonfinite();
       save_if_due(!result.stop_reason.empty(), save_requested);
       announce_saved_checkpoints(ctx);
       if (faulted_rank_ >= 0) end_after_fault();

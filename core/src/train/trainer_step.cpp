@@ -9,6 +9,7 @@
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <cmath>
@@ -67,16 +68,15 @@ StepMetrics Trainer::step() {
   const at::Tensor loss_sum = forward_backward(inputs, ctx);
   clock.backward = Clock::now();
   const LossAndGradNorm reduced = reduce(loss_sum, inputs);
-  SkipDecision decision = agree_on_skip(ctx, reduced);
+  const SkipDecision decision = agree_on_skip(ctx, reduced);
   const double lr = update(reduced.grad_norm, decision.skip);
   clock.optimizer = Clock::now();
-  if (decision.nonfinite_on_device) {
-    // The device runs the update meanwhile: this waits for the flag, not for the update.
-    decision.nonfinite = decision.nonfinite_on_device->at(SkipDecision::kFlag) != 0;
-    decision.skip = decision.nonfinite;
+  if (decision.judged_later) {
+    pending_nonfinite_ = PendingNonfinite{progress_.step + 1, decision.values};
+  } else {
+    judge_nonfinite(progress_.step + 1, decision.nonfinite, *decision.values);
   }
-  judge_nonfinite(decision.nonfinite, reduced);
-  StepMetrics m = record(ctx, inputs, reduced, lr, decision, clock);
+  StepMetrics m = record(ctx, inputs, lr, decision, clock);
   if (nonfinite_total_ > 0) m.extra["nonfinite_steps"] = static_cast<double>(nonfinite_total_);
   return m;
 }
@@ -180,13 +180,16 @@ LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& in
 // Unless trainer.nonfinite is ignore, a NaN/Inf loss or gradient norm skips it too. The two
 // values are global already, so every rank computes the same flag. Where the optimizer can skip
 // on the device (fused AdamW), it gets the flag as a device scalar and the update is launched at
-// once; the flag travels to the host meanwhile (read in step()). Otherwise the flag is read here
-// and agreed with the requests, a wait for the device before the update.
+// once; nobody waits for the flag: it is judged at the next step (settle_pending_nonfinite).
+// Otherwise the flag is read here and agreed with the requests, a wait for the device before the
+// update. A run that the previous step's flag ends (trainer.nonfinite) applies no further update.
 Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced) {
+  settle_pending_nonfinite();
   if (!parts_.callbacks.empty()) {
     const BeforeOptimizerStep before{reduced.grad_norm, reduced.loss_sum};
     for_each_callback("on_before_optimizer_step", progress_.step + 1, [&](Callback& cb) { cb.on_before_optimizer_step(ctx, before); });
   }
+  const at::Tensor loss = reduced.loss_sum.to(at::kFloat);
   at::Tensor found_inf;  // float32 0/1 on the device
   if (settings_.nonfinite != "ignore") {
     found_inf = at::isfinite(reduced.loss_sum).logical_and(at::isfinite(reduced.grad_norm)).logical_not().to(at::kFloat);
@@ -199,34 +202,39 @@ Trainer::SkipDecision Trainer::agree_on_skip(CallbackContext& ctx, const LossAnd
   context_.communicator->all_reduce(flags, ReduceOp::max);
   SkipDecision decision;
   decision.nonfinite = flags[1].item<std::int64_t>() != 0;
-  decision.skip = flags[0].item<std::int64_t>() != 0 || decision.nonfinite;
-  if (on_device) {
-    if (decision.skip) {
-      decision.nonfinite = found_inf.item<float>() != 0;  // asked to skip: no update; counted all the same
-    } else {
-      in_component(parts_.names.optimizer, "skip_next_step_if", progress_.step + 1,
-                   [&] { parts_.optimizer->skip_next_step_if(found_inf); });
-      decision.nonfinite_on_device = AsyncValues::copy_of(at::stack(
-          {found_inf, reduced.loss_sum.to(at::kFloat), reduced.grad_norm.to(reduced.loss_sum.device(), at::kFloat)}));
-    }
+  // nonfinite_failure_ is the same on every rank: it comes from global values.
+  decision.skip = flags[0].item<std::int64_t>() != 0 || decision.nonfinite || !nonfinite_failure_.empty();
+  decision.values = AsyncValues::copy_of(at::stack({found_inf.defined() ? found_inf : at::zeros_like(loss), loss,
+                                                    reduced.grad_norm.to(loss.device(), at::kFloat)}));
+  decision.judged_later = on_device;
+  if (on_device && !decision.skip) {
+    in_component(parts_.names.optimizer, "skip_next_step_if", progress_.step + 1,
+                 [&] { parts_.optimizer->skip_next_step_if(found_inf); });
   }
   return decision;
 }
 
-void Trainer::judge_nonfinite(bool nonfinite, const LossAndGradNorm& reduced) {
+void Trainer::settle_pending_nonfinite() {
+  if (!pending_nonfinite_) return;
+  const PendingNonfinite pending = std::move(*pending_nonfinite_);
+  pending_nonfinite_.reset();
+  judge_nonfinite(pending.step, pending.values->at(SkipDecision::kFlag) != 0, *pending.values);
+}
+
+void Trainer::judge_nonfinite(std::int64_t step, bool nonfinite, const AsyncValues& values) {
   if (!nonfinite) {
     nonfinite_in_a_row_ = 0;
     return;
   }
   ++nonfinite_in_a_row_;
   ++nonfinite_total_;
-  const std::int64_t step = progress_.step + 1;
-  const double loss = reduced.loss_sum.item<double>(), norm = reduced.grad_norm.item<double>();
+  const double loss = values.at(SkipDecision::kLoss), norm = values.at(SkipDecision::kGradNorm);
   const std::string what = "step " + std::to_string(step) + " has a non-finite " +
                            (std::isfinite(loss) ? "gradient norm (" + human::format("%g", norm) + ")"
                                                 : "loss (" + human::format("%g", loss) + ")");
+  if (!nonfinite_failure_.empty()) return;  // the run ends already
   if (settings_.nonfinite == "stop") {
-    nonfinite_failure_ = what + "; the update was not applied and trainer.nonfinite is stop";
+    nonfinite_failure_ = what + "; its update was not applied, nor any later one, and trainer.nonfinite is stop";
   } else if (nonfinite_in_a_row_ >= settings_.nonfinite_max_consecutive) {
     nonfinite_failure_ = what + "; that is " + std::to_string(nonfinite_in_a_row_) +
                          " non-finite steps in a row (trainer.nonfinite_max_consecutive " +
@@ -267,7 +275,7 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
 
 // Progress, the step's metrics (the loss and norm copied to the host without waiting), the time
 // breakdown, memory, rates and ETA, then every callback's own metrics.
-StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
+StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, double lr,
                             const SkipDecision& decision, const StepClock& clock) {
   progress_.step += 1;
   progress_.tokens += inputs.input_tokens;
@@ -275,17 +283,12 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
 
   StepMetrics m;
   m.step = progress_.step;
-  // The loss and the norm leave the device without the step waiting for them: read where needed.
-  // Where the non-finite flag's copy carries them already, from that copy.
-  if (decision.nonfinite_on_device) {
-    m.loss = MetricValue(decision.nonfinite_on_device, SkipDecision::kLoss);
-    m.grad_norm = MetricValue(decision.nonfinite_on_device, SkipDecision::kGradNorm);
-  } else {
-    const auto logged = AsyncValues::copy_of(
-        at::stack({reduced.loss_sum.to(at::kFloat), reduced.grad_norm.to(reduced.loss_sum.device(), at::kFloat)}));
-    m.loss = MetricValue(logged, 0);
-    m.grad_norm = MetricValue(logged, 1);
-  }
+  // The loss, the norm and (where the optimizer skipped on the device) whether the update was
+  // applied leave the device without the step waiting for them: read where needed.
+  m.loss = MetricValue(decision.values, SkipDecision::kLoss);
+  m.grad_norm = MetricValue(decision.values, SkipDecision::kGradNorm);
+  m.skipped = decision.skip ? MetricValue(1.0)
+                            : decision.judged_later ? MetricValue(decision.values, SkipDecision::kFlag) : MetricValue(0.0);
   const auto end = Clock::now();
   m.lr = lr;
   m.tokens = progress_.tokens;
@@ -294,7 +297,6 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, cons
   m.step_time_s = seconds_between(clock.begin, end);
   progress_.elapsed_s = elapsed_s();
   m.elapsed_s = progress_.elapsed_s;
-  m.skipped = decision.skip;
   m.time_data_s = seconds_between(clock.begin, clock.data);
   m.time_forward_backward_s = seconds_between(clock.data, clock.backward);
   m.time_optimizer_s = seconds_between(clock.backward, clock.optimizer);

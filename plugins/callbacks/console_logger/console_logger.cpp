@@ -73,7 +73,7 @@ class ConsoleLogger final : public tessera::Callback {
     if (m.memory_peak_bytes > 0) line += " | mem " + human::count(static_cast<double>(m.memory_peak_bytes)) + "B";
     line += " | elapsed " + human::duration(m.elapsed_s);
     if (m.eta_s) line += " | eta " + human::duration(*m.eta_s);
-    if (m.skipped) line += " | skipped";
+    if (m.skipped.value() != 0) line += " | skipped";
     tessera::log::info(line);
     window_time_s_ = 0;
     window_tokens_ = 0;

@@ -103,7 +103,7 @@ class JsonlMetrics final : public tessera::Callback {
         {"memory_peak_bytes", m.memory_peak_bytes},
         {"memory_reserved_bytes", m.memory_reserved_bytes},
         {"elapsed_s", number(m.elapsed_s)},
-        {"skipped", m.skipped},
+        {"skipped", m.skipped.value() != 0},
     };
     if (m.mfu) line["mfu"] = number(*m.mfu);
     if (m.eta_s) line["eta_s"] = number(*m.eta_s);

@@ -19,10 +19,11 @@ namespace tessera {
 
 class Model;
 
-// What happened in one optimizer step. Everything is known on the host except the loss and the
-// gradient norm, which arrive from the device without the step waiting for them
-// (tessera/metric_value.hpp): read them where needed; a sink that reads them every step can
-// read the previous step's, which have landed, and spare the device a synchronisation.
+// What happened in one optimizer step. Everything is known on the host except the loss, the
+// gradient norm and whether a non-finite step was skipped, which arrive from the device without
+// the step waiting for them (tessera/metric_value.hpp): read them where needed; a sink that
+// reads them every step can read the previous step's, which have landed, and spare the device a
+// synchronisation.
 struct StepMetrics {
   std::int64_t step = 0;        // optimizer steps done, this one included (1-based)
   MetricValue loss;             // summed loss / target tokens of the whole step
@@ -51,7 +52,10 @@ struct StepMetrics {
   double elapsed_s = 0;
   // Estimated seconds to the nearest of max_steps / max_tokens / max_time_s; absent without one.
   std::optional<double> eta_s;
-  bool skipped = false;         // the optimizer step was skipped on a callback's request
+  // 1 when the optimizer step was not applied: a callback asked, or the loss or the gradient
+  // norm was NaN/Inf (trainer.nonfinite); else 0. Where the optimizer skips on the device (fused
+  // AdamW) it arrives from the device like the loss: `if (m.skipped)` reads it.
+  MetricValue skipped;
   std::map<std::string, double> extra;  // further named metrics, written by every sink
 };
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,20 +124,26 @@ class Trainer : private CallbackEvents {
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   struct SkipDecision {
-    bool skip = false;       // the optimizer step is not applied
-    bool nonfinite = false;  // because the loss or the gradient norm is NaN/Inf on some rank
-    // Where the optimizer skips on the device: the flag it was given, the step's loss and the
-    // gradient norm, on their way to the host in one copy (the flag is read after the update is
-    // launched, and skip and nonfinite are settled from it then; record() takes the loss and
-    // the norm from the same copy).
-    std::shared_ptr<const AsyncValues> nonfinite_on_device;
+    bool skip = false;       // the optimizer step is not applied (a request, a known non-finite step)
+    bool nonfinite = false;  // known on the host: the loss or the gradient norm is NaN/Inf on some rank
+    // The non-finite flag (0/1), the step's loss and the gradient norm, on their way to the host
+    // in one copy; record() takes the loss and the norm from it.
+    std::shared_ptr<const AsyncValues> values;
+    // The optimizer was given the flag on the device (fused AdamW): nobody waited for it, and it
+    // is judged at the next step's decision (settle_pending_nonfinite).
+    bool judged_later = false;
     static constexpr std::size_t kFlag = 0, kLoss = 1, kGradNorm = 2;
   };
   SkipDecision agree_on_skip(CallbackContext& ctx, const LossAndGradNorm& reduced);
-  // Counts a non-finite step, logs it, and decides whether the run must end (trainer.nonfinite).
-  void judge_nonfinite(bool nonfinite, const LossAndGradNorm& reduced);
+  // Counts a non-finite step, logs it, and decides whether the run must end (trainer.nonfinite);
+  // `values` as in SkipDecision, read only when the step was non-finite.
+  void judge_nonfinite(std::int64_t step, bool nonfinite, const AsyncValues& values);
+  // Judges the last step's flag where it was left to travel (SkipDecision::judged_later). Called
+  // from the next step's decision, when its forward and backward are queued and the flag has long
+  // landed, and before a save or the end of fit(): a step itself never waits for its flag.
+  void settle_pending_nonfinite();
   double update(const at::Tensor& grad_norm, bool skipped);
-  StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, const LossAndGradNorm& reduced, double lr,
+  StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, double lr,
                      const SkipDecision& decision, const StepClock& clock);
 
   void place_model();
@@ -185,6 +192,11 @@ class Trainer : private CallbackEvents {
   // trainer.nonfinite: steps skipped as NaN/Inf, in a row and in all; set when the run must end.
   std::int64_t nonfinite_in_a_row_ = 0, nonfinite_total_ = 0;
   std::string nonfinite_failure_;
+  struct PendingNonfinite {
+    std::int64_t step = 0;
+    std::shared_ptr<const AsyncValues> values;  // as SkipDecision::values
+  };
+  std::optional<PendingNonfinite> pending_nonfinite_;
   // A callback's fault at a step boundary on this rank, and the rank agreed to have one (-1: none).
   std::unique_ptr<ComponentFault> boundary_fault_;
   std::int64_t faulted_rank_ = -1;
