@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 
 #include "gloo_ranks.hpp"
 #include "parameter_poison.hpp"
@@ -159,6 +160,32 @@ TEST(NonfiniteGuard, TooManyNonFiniteStepsInARowEndTheRun) {
   // Steps 2 to 4 are non-finite; fused AdamW's flag of step 4 is judged in step 5, which applies
   // no update and is the last.
   EXPECT_EQ(run.trainer->progress().step, 5);
+}
+
+// Throws from on_step_begin of step `at`: the step fails before its skip decision.
+class FailAtStepBegin final : public Callback {
+ public:
+  explicit FailAtStepBegin(std::int64_t at) : at_(at) {}
+  void on_step_begin(CallbackContext& ctx) override {
+    if (ctx.progress.step + 1 == at_) throw std::runtime_error("planted failure");
+  }
+
+ private:
+  std::int64_t at_;
+};
+
+// Fused AdamW leaves step 3's flag to be judged at step 4's decision; step 4 fails before it.
+// The run's error is step 4's, and step 3 is still reported as non-finite.
+TEST(NonfiniteGuard, AStepFailingBeforeItsDecisionStillReportsTheNonFiniteStepBefore) {
+  TempDir dir;
+  auto poison = std::make_shared<testing::ParameterPoison>(3, kNaN);
+  auto failure = std::make_shared<FailAtStepBegin>(4);
+  auto run = testing::make_trainer(adamw_yaml(testing::uneven_token_file(dir)), testing::settings(1, 4, 10),
+                                   {poison, failure});
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(run.trainer->fit(), std::exception);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("step 3 has a non-finite loss"), std::string::npos) << log;
 }
 
 // The NaN is planted on rank 1 only: both ranks skip that step (under ddp the reduced loss and

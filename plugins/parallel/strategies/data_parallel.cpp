@@ -197,11 +197,12 @@ void DataParallel::complete_backward() {
 }
 
 void DataParallel::settle_unused_parameters() {
-  std::vector<std::int32_t> flags;
-  for (const auto& unit : used_) flags.insert(flags.end(), unit.begin(), unit.end());
-  const bool find_unused = options_.find_unused_parameters && !options_.shard_parameters;
-  if (find_unused) {
-    // Every rank takes part every step (which parameters a rank reached differs between ranks).
+  if (!options_.shard_parameters) {
+    // A parameter one rank reached has its right gradient in the reduced bucket (the others add
+    // zeros): only those no rank reached are wrong. Every rank takes part in this every step, so
+    // all ranks agree, and refuse or drop, alike.
+    std::vector<std::int32_t> flags;
+    for (const auto& unit : used_) flags.insert(flags.end(), unit.begin(), unit.end());
     at::Tensor reached = at::tensor(flags, at::kInt);
     comm_->all_reduce(reached, tessera::ReduceOp::max);
     const std::int32_t* any_rank = reached.data_ptr<std::int32_t>();
@@ -219,7 +220,7 @@ void DataParallel::settle_unused_parameters() {
     }
   }
   all_used_ = unused == 0;
-  if (all_used_ || find_unused) return;
+  if (all_used_ || (options_.find_unused_parameters && !options_.shard_parameters)) return;
   const std::string which = first + (unused > 1 ? " (and " + std::to_string(unused - 1) + " more)" : "");
   if (options_.shard_parameters) {
     throw tessera::Error("parallel/fsdp: parameter " + which + " got no gradient in this step on rank " +
@@ -227,11 +228,10 @@ void DataParallel::settle_unused_parameters() {
                          "; fsdp needs every parameter used in every step (use ddp, zero1 or zero2 with "
                          "find_unused_parameters: true for models that leave parameters unused)");
   }
-  throw tessera::Error("parallel/" + options_.name + ": parameter " + which + " got no gradient in this step on rank " +
-                       std::to_string(comm_->rank()) + "; " + options_.name +
-                       " would update it with a zero gradient (weight decay, moments) where one process leaves it "
-                       "as it is. For a model that leaves parameters unused, set "
-                       "components.parallel.config.find_unused_parameters: true (one small all-reduce per step)");
+  throw tessera::Error("parallel/" + options_.name + ": parameter " + which + " got no gradient in this step on any rank; " +
+                       options_.name + " would update it with a zero gradient (weight decay, moments) where one process "
+                       "leaves it as it is. For a model that leaves parameters unused, set "
+                       "components.parallel.config.find_unused_parameters: true");
 }
 
 void DataParallel::drop_unused_gradients() {

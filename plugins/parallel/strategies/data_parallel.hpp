@@ -16,9 +16,10 @@
 // A parameter that gets no gradient in a step (used by no micro-batch) takes no optimizer step
 // with one process: its .grad stays undefined. Buckets and shards give every parameter a
 // gradient, zero for an unused one, which AdamW would still decay and move by its moments. So
-// each rank records which parameters autograd reached in the step; by default one that was not
-// is an error, and with find_unused_parameters (ddp, zero1, zero2) the ranks agree on them with
-// one small all-reduce per step and those no rank used get no update, as with one process.
+// each rank records which parameters autograd reached in the step, and ddp, zero1 and zero2
+// agree on them with one small host all-reduce per step (one reached by some rank has its right
+// gradient). One that no rank reached is an error on every rank, or with find_unused_parameters
+// gets no update, as with one process. fsdp refuses one that a rank did not reach.
 #pragma once
 
 #include <cstdint>
@@ -80,8 +81,8 @@ class DataParallel final : public tessera::ParallelStrategy,
   void launch_ready_units();
   // Ends a backward: starts what never got ready (unused parameters) and waits for everything.
   void complete_backward();
-  // After the step's last backward: parameters no micro-batch used are refused, or agreed on over
-  // the ranks (find_unused_parameters), leaving used_ true for those some rank used.
+  // After the step's last backward: the ranks agree on which parameters some rank used (used_),
+  // and those none used are refused, or left for drop_unused_gradients (find_unused_parameters).
   void settle_unused_parameters();
   // Before the optimizer step: those no rank used lose their gradient, so they are not updated.
   void drop_unused_gradients();

@@ -32,9 +32,9 @@ struct BucketedConfig {
             "dtype gradients are reduced in: fp32, or bf16 (half the traffic; summed in bf16, kept in fp32)")
         .one_of({"fp32", "bf16"});
     f.field("find_unused_parameters", &BucketedConfig::find_unused_parameters,
-            "for models that leave parameters unused in a step: the ranks agree on them (one small all-reduce "
-            "per step) and those no rank used are not updated, as with one process; off, such a parameter "
-            "is an error");
+            "for models that leave parameters unused in a step: those no rank used are not updated, as with "
+            "one process; off, such a parameter is an error (the ranks agree on which parameters they used "
+            "with one small host all-reduce per step either way)");
   }
 };
 
