@@ -36,4 +36,8 @@ function(tessera_add_plugin name)
   set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS ${TESSERA_PLUGIN_VERSION_SCRIPT})
   install(TARGETS ${name} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
   set_property(GLOBAL APPEND PROPERTY TESSERA_PLUGINS ${name})
+  # In-tree only: the precompiled LibTorch headers of cmake/TesseraPch.cmake.
+  if(COMMAND tessera_use_pch)
+    tessera_use_pch(${name})
+  endif()
 endfunction()
