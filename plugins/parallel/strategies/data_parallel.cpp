@@ -256,9 +256,12 @@ std::vector<at::Tensor> DataParallel::gradients() {
 
 at::Tensor DataParallel::grad_norm_squared_share() {
   std::vector<at::Tensor> grads = gradients();
-  // ddp: every rank holds the same whole gradient, so rank 0 alone counts it.
-  if (grads.empty() || (options_.reduction == GradReduction::all_reduce && comm_->rank() != 0)) {
-    return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
+  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
+  // ddp: every rank holds the same whole gradient, so rank 0 alone counts it. The others' zero
+  // is made where the gradients are (ddp's options_.device is the host's default): a host zero
+  // would be copied to the GPU, a wait for it, every step.
+  if (options_.reduction == GradReduction::all_reduce && comm_->rank() != 0) {
+    return at::zeros({}, grads.front().options().dtype(at::kFloat));
   }
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
   for (auto& n : norms) n = n.to(at::kFloat);

@@ -4,7 +4,9 @@
 // per-step loss and grad norm, and the final weights.
 #include <gtest/gtest.h>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/ones.h>
 #include <c10/core/GradMode.h>
@@ -271,7 +273,7 @@ INSTANTIATE_TEST_SUITE_P(GlooRanks, Strategies,
 class CountingCommunicator final : public Communicator {
  public:
   explicit CountingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-  std::int64_t rank() const override { return inner_->rank(); }
+  std::int64_t rank() const override { return rank_ >= 0 ? rank_ : inner_->rank(); }
   std::int64_t world_size() const override { return inner_->world_size(); }
   std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& t, ReduceOp op) override {
     ++all_reduces;
@@ -289,6 +291,7 @@ class CountingCommunicator final : public Communicator {
   void broadcast(at::Tensor& t, std::int64_t root) override { inner_->broadcast(t, root); }
   void barrier() override { inner_->barrier(); }
   int all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
+  std::int64_t rank_ = -1;  // >= 0: the rank this communicator claims to be (the collectives stay the inner's)
 
  private:
   std::shared_ptr<Communicator> inner_;
@@ -303,15 +306,19 @@ struct Driven {
   void backward() { model->forward(batch).sum().backward(); }
 };
 
-Driven drive(const std::string& strategy) {
+Driven drive(const std::string& strategy, const std::string& device = "cpu", std::int64_t claimed_rank = -1) {
   TempDir dir;
   Driven d;
   d.comm = std::make_shared<CountingCommunicator>(core::make_local_communicator());
+  d.comm->rank_ = claimed_rank;
   RunContext context;
   context.communicator = d.comm;
-  core::seed_everything(42, "cpu");
+  context.device = device;
+  core::seed_everything(42, device);
   d.built = testing::build_components(components_yaml(uneven_token_file(dir), strategy), context);
   d.model = testing::built<Model>(d.built, "model");
+  d.model->to(c10::Device(device));
+  d.batch = d.batch.to(c10::Device(device));
   d.strategy = testing::built<ParallelStrategy>(d.built, "parallel");
   d.strategy->setup(*d.model, *testing::built<Optimizer>(d.built, "optimizer"), *d.comm);
   return d;
@@ -334,6 +341,21 @@ TEST(StrategyCommunication, DdpReducesOnlyOnTheLastMicroBatchAndDuringBackward) 
   d.strategy->finish_gradients();
   // One more, on the host: which parameters the step reached, agreed over the ranks.
   EXPECT_EQ(d.comm->all_reduces, buckets + 1);
+}
+
+// On a rank other than 0, ddp's share of the squared gradient norm is a zero (rank 0 counts the
+// replicated gradient): made on the gradients' device, not copied there every step.
+TEST(StrategyCommunication, DdpNormShareOfOtherRanksStaysOnTheCudaGradientsDevice) {
+  if (!at::globalContext().hasCUDA() || c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() == 0) {
+    GTEST_SKIP() << "no CUDA GPU on this machine: this test runs on a GPU machine only";
+  }
+  Driven d = drive("ddp", "cuda:0", /*claimed_rank=*/1);
+  d.strategy->begin_micro_batch(0, 1);
+  d.backward();
+  d.strategy->finish_gradients();
+  const at::Tensor share = d.strategy->grad_norm_squared_share();
+  EXPECT_TRUE(share.device().is_cuda()) << share.device();
+  EXPECT_EQ(share.item<float>(), 0.0f);
 }
 
 TEST(StrategyCommunication, Zero1ScattersOnceAndZero2EveryBackward) {
