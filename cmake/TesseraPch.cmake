@@ -13,6 +13,13 @@
 # Plugins built out of tree through find_package(Tessera) never see these targets.
 set(TESSERA_PCH_HEADERS <ATen/ATen.h> <torch/nn/module.h>)
 
+# GCC only: the plugins compile with -fvisibility=hidden and the carriers without it, which GCC
+# accepts and clang refuses ("default visibility ... differs in PCH file").
+if(TESSERA_PCH AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  message(STATUS "TESSERA_PCH: off with ${CMAKE_CXX_COMPILER_ID} (the precompiled headers are made for GCC)")
+  set(TESSERA_PCH OFF)
+endif()
+
 if(TESSERA_PCH)
   foreach(_kind library executable)
     add_library(tessera_pch_${_kind} OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch/carrier.cpp)

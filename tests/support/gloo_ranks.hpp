@@ -18,9 +18,20 @@
 #include <vector>
 
 #include "tessera/communicator.hpp"
+#include "tessera/context.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 
 namespace tessera::testing {
+
+// The RunContext of one rank: its communicator, rank and world size, and the run's seed.
+inline RunContext rank_context(const std::shared_ptr<Communicator>& comm, std::uint64_t seed) {
+  RunContext context;
+  context.seed = seed;
+  context.rank = comm->rank();
+  context.world_size = comm->world_size();
+  context.communicator = comm;
+  return context;
+}
 
 // A port free on the loopback interface now, drawn at random below Linux's ephemeral range
 // (32768 and up). A port the kernel hands out itself is back in that range once closed, and

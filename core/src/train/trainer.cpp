@@ -318,13 +318,12 @@ TrainResult Trainer::fit() {
     for_each_callback("on_train_end", progress_.step, [&](Callback& cb) { cb.on_train_end(ctx); });
   } catch (const std::exception& e) {
     // A step that failed before its decision leaves the previous step's flag unjudged: it is
-    // logged if it has landed (waiting on a failed device could hang).
-    if (pending_nonfinite_ && pending_nonfinite_->values->ready()) {
-      try {
-        settle_pending_nonfinite();
-      } catch (const std::exception& nested) {
-        log::error("the last step's non-finite flag could not be read: ", nested.what());
-      }
+    // logged if it has landed (waiting on a failed device could hang, and asking a device in a
+    // sticky error state throws: that must not replace the error being handled).
+    try {
+      if (pending_nonfinite_ && pending_nonfinite_->values->ready()) settle_pending_nonfinite();
+    } catch (const std::exception& nested) {
+      log::error("the last step's non-finite flag could not be read: ", nested.what());
     }
     for (auto& cb : parts_.callbacks) {
       try {

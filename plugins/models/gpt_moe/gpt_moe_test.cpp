@@ -275,12 +275,8 @@ std::mutex build_mutex;  // the global generator seeds each rank's build in turn
 std::vector<double> train(const std::string& yaml, std::shared_ptr<Communicator> comm, std::int64_t accum,
                           std::int64_t micro_batch, std::int64_t steps, StateDict* weights = nullptr,
                           const std::string& precision = "fp32") {
-  RunContext context;
-  context.seed = 42;
+  RunContext context = testing::rank_context(comm, 42);
   context.precision = precision;
-  context.rank = comm->rank();
-  context.world_size = comm->world_size();
-  context.communicator = comm;
   core::BuiltComponents components;
   {
     std::lock_guard<std::mutex> lock(build_mutex);

@@ -145,11 +145,7 @@ ThreadBytes rank_bytes[4];
 // Builds (deferred or whole), sets up the trainer, counts this thread's bytes meanwhile.
 void build_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, bool deferred, RankResult& out) {
   try {
-    RunContext context;
-    context.seed = 42;
-    context.rank = comm->rank();
-    context.world_size = comm->world_size();
-    context.communicator = comm;
+    RunContext context = testing::rank_context(comm, 42);
     ThreadBytes& bytes = rank_bytes[context.rank];
     bytes.reset();
     counted = &bytes;

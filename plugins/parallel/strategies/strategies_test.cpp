@@ -84,12 +84,8 @@ std::mutex build_mutex;  // the global RNG seeds each rank's build in turn
 void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std::int64_t accum, RankRun& out,
                 const std::string& precision) {
   try {
-    RunContext context;
-    context.seed = 42;
+    RunContext context = testing::rank_context(comm, 42);
     context.precision = precision;
-    context.rank = comm->rank();
-    context.world_size = comm->world_size();
-    context.communicator = comm;
     core::BuiltComponents built;
     {
       std::lock_guard<std::mutex> lock(build_mutex);

@@ -73,11 +73,7 @@ struct RankRun {
 
 void train_rank(const std::string& yaml, const std::shared_ptr<Communicator>& comm, std::int64_t accum, RankRun& out) {
   try {
-    RunContext context;
-    context.seed = 3;
-    context.rank = comm->rank();
-    context.world_size = comm->world_size();
-    context.communicator = comm;
+    RunContext context = testing::rank_context(comm, 3);
     core::BuiltComponents built;
     {
       // The global generator seeds each rank's build in turn; ranks other than 0 start from other
