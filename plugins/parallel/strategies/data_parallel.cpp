@@ -40,6 +40,12 @@ class GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
+std::map<const c10::TensorImpl*, std::string> parameter_names(tessera::Model& model) {
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  return names;
+}
+
 void DataParallel::check_setup(const char* what) const {
   if (!comm_) throw tessera::Error("parallel/" + options_.name + ": " + what + " before setup()");
 }
@@ -80,8 +86,7 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   }
   ready_.assign(units_.size(), false);
   optimized_ = params;
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
   names_.assign(units_.size(), {});
   used_.assign(units_.size(), {});
   for (std::size_t u = 0; u < units_.size(); ++u) {

@@ -45,6 +45,9 @@ struct DataParallelOptions {
   bool find_unused_parameters = false;  // ddp, zero: parameters unused in a step are agreed on, not refused
 };
 
+// The model's parameter names by tensor: how the strategies name the parameters of their units.
+std::map<const c10::TensorImpl*, std::string> parameter_names(tessera::Model& model);
+
 class DataParallel final : public tessera::ParallelStrategy,
                            public tessera::ForwardHooks,
                            public std::enable_shared_from_this<DataParallel> {

@@ -18,8 +18,7 @@ tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int
   // Whole parameters live on every rank except under fsdp: nothing to take part in.
   if (!keep && !options_.shard_parameters) return {};
   // One unit at a time, straight to host memory: never more than one extra unit on the device.
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
   tessera::StateDict state;
   for (auto& u : units_) {
     if (u->casts_parameters()) {
@@ -58,8 +57,7 @@ void DataParallel::load_full_parameters(tessera::Model& model, const tessera::St
     }
     return it->second;
   };
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
   // Check everything before changing anything: a bad checkpoint leaves the model as it was.
   for (const auto& item : model.named_parameters()) value_for(item.key(), item.value());
   for (auto& u : units_) {
