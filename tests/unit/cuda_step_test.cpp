@@ -23,8 +23,11 @@
 #ifdef TESSERA_WITH_CUDA
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 #endif
 
+#include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
 
 #include "tessera/core/distributed/distributed.hpp"
@@ -91,9 +94,9 @@ std::unique_ptr<core::Trainer> make_gpu_trainer(core::BuiltComponents& built, co
 }
 
 // Runs `body` with LibTorch's CUDA sync-debug mode set to error: any synchronising call throws.
-// What the mode cannot see, by its design: waits on a CUDA event (a test below checks that a
-// step makes none) and NCCL's blocking wait, which polls the work's events
-// (TORCH_NCCL_BLOCKING_WAIT, docs/distributed.md).
+// What the mode cannot see, by its design: waits on a CUDA event and NCCL's blocking wait, which
+// polls the work's events (TORCH_NCCL_BLOCKING_WAIT, docs/distributed.md); tests below check
+// that a step and a wait for an NCCL collective make neither.
 template <class Body>
 void without_host_synchronisation(Body&& body) {
 #ifdef TESSERA_WITH_CUDA
@@ -253,6 +256,70 @@ TEST(CudaStep, DdpOverNcclStepsMakeNoHostSynchronisation) {
   });
   for (const auto& m : steps) EXPECT_TRUE(std::isfinite(m.loss.value()));
   EXPECT_LT(steps.back().loss.value(), std::log(128.0));
+}
+
+// Waiting for an NCCL collective of device tensors orders the compute stream after it and
+// returns: the host does not wait for the GPU, as it would with TORCH_NCCL_BLOCKING_WAIT=1 (which
+// polls the work until it is done). What the stream runs next sees the result.
+TEST(CudaStep, WaitingForAnNcclCollectiveDoesNotHoldTheHost) {
+  SKIP_WITHOUT_GPU();
+  if (!core::nccl_available()) GTEST_SKIP() << "this LibTorch has no NCCL";
+#ifdef TESSERA_WITH_CUDA
+  core::DistributedEnv env;
+  env.world_size = 1;
+  env.master_port = testing::free_loopback_port();
+  auto nccl = core::make_nccl_communicator(env, std::chrono::seconds(60), c10::Device("cuda:0"));
+  at::Tensor x = at::full({1024}, 2.0, at::TensorOptions().device("cuda:0"));
+  nccl->all_reduce(x);  // the first collective sets NCCL's communicator up
+  c10::cuda::device_synchronize();
+  at::cuda::sleep(2'000'000'000);  // about a second of device time before the collective runs
+  auto pending = nccl->all_reduce_async(x);
+  pending->wait();
+  EXPECT_FALSE(c10::cuda::getCurrentCUDAStream().query()) << "wait() held the host until the GPU had done the collective";
+  EXPECT_TRUE(x.mul(3).cpu().equal(at::full({1024}, 6.0)));
+  core::shut_down(*nccl);
+#endif
+}
+
+#ifdef TESSERA_WITH_CUDA
+class WarningCollector final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  bool mentions(const std::string& text) const {
+    for (const auto& m : messages) {
+      if (m.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::vector<std::string> messages;
+};
+#endif
+
+// A run that ended shuts its NCCL group down (core::shut_down, called by TrainingRun): the group
+// destroys its communicators instead of its destructor aborting them with LibTorch's warning that
+// destroy_process_group() was not called. The second group, never shut down, shows that the
+// warning would have been seen (LibTorch gives it once per process, so the clean one goes first).
+TEST(CudaStep, AnNcclGroupShutDownAtTheEndIsNotAbortedByItsDestructor) {
+  SKIP_WITHOUT_GPU();
+  if (!core::nccl_available()) GTEST_SKIP() << "this LibTorch has no NCCL";
+#ifdef TESSERA_WITH_CUDA
+  WarningCollector warnings;
+  c10::WarningUtils::WarningHandlerGuard collecting(&warnings);
+  auto one_collective = [](bool shut) {
+    core::DistributedEnv env;
+    env.world_size = 1;
+    env.master_port = testing::free_loopback_port();
+    auto nccl = core::make_nccl_communicator(env, std::chrono::seconds(60), c10::Device("cuda:0"));
+    at::Tensor x = at::full({16}, 1.0, at::TensorOptions().device("cuda:0"));
+    nccl->all_reduce(x);
+    if (shut) core::shut_down(*nccl);
+  };
+  one_collective(/*shut=*/true);
+  EXPECT_FALSE(warnings.mentions("destroy_process_group")) << "the group shut down was still aborted at destruction";
+  one_collective(/*shut=*/false);
+  EXPECT_TRUE(warnings.mentions("destroy_process_group"))
+      << "LibTorch no longer warns about a group destroyed without a shut down: the check above sees nothing";
+#endif
 }
 
 }  // namespace

@@ -11,12 +11,14 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 #include <thread>
 
+#include "gloo_ranks.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::core {
@@ -176,6 +178,39 @@ TEST(Distributed, AsyncCollectivesCompleteInOrder) {
     ASSERT_EQ(errors[r], "");
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(results[r][i].equal(at::full({1000}, 3.0 * (i + 1)))) << r << " " << i;
   }
+}
+
+// A run that ended shuts its process groups down (an NCCL group then destroys its communicators
+// instead of aborting them at exit); a collective started afterwards is refused with an error
+// saying why, on every kind of collective, rather than reaching a group that is gone.
+TEST(Distributed, CollectivesAfterShutDownAreRefused) {
+  const auto errors = testing::run_on_gloo_ranks(2, [](std::int64_t rank, std::shared_ptr<Communicator> comm) {
+    at::Tensor t = at::full({2}, static_cast<double>(rank + 1));
+    comm->all_reduce(t);
+    EXPECT_TRUE(t.equal(at::full({2}, 3.0)));
+    comm->barrier();
+    shut_down(*comm);
+    shut_down(*comm);  // a second time does nothing
+    std::vector<at::Tensor> gathered = {at::zeros({2}), at::zeros({2})};
+    std::vector<at::Tensor> inputs = {t, t};
+    const std::vector<std::function<void()>> collectives = {
+        [&] { comm->all_reduce(t); },
+        [&] { comm->all_gather(gathered, t); },
+        [&] { comm->reduce_scatter(t, inputs); },
+        [&] { comm->broadcast(t, 0); },
+        [&] { comm->barrier(); },
+    };
+    for (std::size_t i = 0; i < collectives.size(); ++i) {
+      try {
+        collectives[i]();
+        ADD_FAILURE() << "collective " << i << " started after the shut down";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("after the run shut its process group down"), std::string::npos)
+            << e.what();
+      }
+    }
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
 }
 
 TEST(Distributed, LocalCommunicatorIsAWorldOfOne) {

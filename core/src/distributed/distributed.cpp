@@ -11,9 +11,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "tessera/error.hpp"
+#include "tessera/log.hpp"
 
 namespace tessera::core {
 namespace {
@@ -96,16 +98,26 @@ class WaitClock {
 
 // A c10d work item. NCCL only takes device tensors, so host tensors given to an NCCL group travel
 // through device copies (`staged`): copied back to the caller's tensors once the work is done.
+// How wait() waits: Gloo's work runs on the host, so waiting is the host blocking until it is
+// done. An NCCL work's plain wait() only orders the caller's current CUDA stream after it and
+// returns at once (a lost rank is then caught by the next host collective or NCCL's watchdog);
+// `host_wait` makes the host block until it is done, throwing after that long, which staged
+// results need before they are copied back.
 class C10dCollective final : public PendingCollective {
  public:
   C10dCollective(c10::intrusive_ptr<c10d::Work> work, std::int64_t rank, WaitClock* clock,
-                 std::vector<std::pair<at::Tensor, at::Tensor>> staged = {})
-      : work_(std::move(work)), rank_(rank), clock_(clock), staged_(std::move(staged)) {}
+                 std::vector<std::pair<at::Tensor, at::Tensor>> staged = {},
+                 std::optional<std::chrono::milliseconds> host_wait = std::nullopt)
+      : work_(std::move(work)), rank_(rank), clock_(clock), staged_(std::move(staged)), host_wait_(host_wait) {}
   void wait() override {
     if (!work_) return;
     try {
       const auto start = std::chrono::steady_clock::now();
-      work_->wait();
+      if (host_wait_) {
+        work_->wait(*host_wait_);
+      } else {
+        work_->wait();
+      }
       if (clock_) clock_->add(std::chrono::steady_clock::now() - start);
     } catch (const c10::Error& e) {
       throw Error(failure(e.what_without_backtrace()));
@@ -126,6 +138,7 @@ class C10dCollective final : public PendingCollective {
   std::int64_t rank_;
   WaitClock* clock_;  // the communicator's; it outlives its collectives
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
+  std::optional<std::chrono::milliseconds> host_wait_;
 };
 
 // A lost rank surfaces as an exception from wait() (the process group's timeout), not a hang.
@@ -136,34 +149,38 @@ class C10dCollective final : public PendingCollective {
 class C10dCommunicator final : public Communicator {
  public:
   // `device`: where an NCCL group needs its tensors; CPU for Gloo, which takes them as they are.
+  // `timeout`: how long the host waits for an NCCL collective whose result it reads.
   C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world, c10::Device device,
-                   c10::intrusive_ptr<c10d::Backend> host_backend = {})
+                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> host_backend = {})
       : backend_(std::move(backend)),
         host_backend_(std::move(host_backend)),
         rank_(rank),
         world_(world),
-        device_(device) {}
+        device_(device),
+        timeout_(timeout) {}
 
   std::int64_t rank() const override { return rank_; }
   std::int64_t world_size() const override { return world_; }
   double wait_seconds() const override { return clock_.seconds(); }
 
   std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    check_open();
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     if (on_host_group({tensor})) {
       std::vector<at::Tensor> tensors{tensor};
       return pending(host_backend_->allreduce(tensors, options));
     }
-    Staging staging(device_, rank_, &clock_);
+    Staging staging(device_, rank_, &clock_, timeout_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     return staging.pending(backend_->allreduce(tensors, options));
   }
   std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
+    check_open();
     std::vector<at::Tensor> all = outputs;
     all.push_back(input);
     const bool host = on_host_group(all);
-    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_);
+    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_, timeout_);
     std::vector<std::vector<at::Tensor>> out(1);
     for (auto& o : outputs) out[0].push_back(staging.in_out(o));
     std::vector<at::Tensor> in{staging.in(input)};
@@ -171,10 +188,11 @@ class C10dCommunicator final : public Communicator {
   }
   std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                                           ReduceOp op) override {
+    check_open();
     std::vector<at::Tensor> all = inputs;
     all.push_back(output);
     const bool host = on_host_group(all);
-    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_);
+    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_, timeout_);
     std::vector<at::Tensor> out{staging.in_out(output)};
     std::vector<std::vector<at::Tensor>> in(1);
     for (auto& i : inputs) in[0].push_back(staging.in(i));
@@ -183,8 +201,9 @@ class C10dCommunicator final : public Communicator {
     return staging.pending((host ? host_backend_ : backend_)->reduce_scatter(out, in, options));
   }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
+    check_open();
     const bool host = on_host_group({tensor});
-    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_);
+    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_, timeout_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -192,9 +211,31 @@ class C10dCommunicator final : public Communicator {
   }
   // On the host group where there is one: NCCL's barrier is a device all-reduce and a device
   // synchronisation.
-  void barrier() override { C10dCollective((host_backend_ ? host_backend_ : backend_)->barrier(), rank_, &clock_).wait(); }
+  void barrier() override {
+    check_open();
+    C10dCollective((host_backend_ ? host_backend_ : backend_)->barrier(), rank_, &clock_).wait();
+  }
+
+  // See shut_down() in distributed.hpp.
+  void shut_down() {
+    if (closed_) return;
+    closed_ = true;
+    // The run's results are saved by now: a failure here is reported, not made the run's.
+    try {
+      backend_->shutdown();
+      if (host_backend_) host_backend_->shutdown();
+    } catch (const std::exception& e) {
+      log::warn("rank ", rank_, ": shutting the process group down failed: ", e.what());
+    }
+  }
 
  private:
+  void check_open() const {
+    if (closed_) {
+      throw Error("rank " + std::to_string(rank_) +
+                  ": a collective was started after the run shut its process group down");
+    }
+  }
   bool on_host_group(const std::vector<at::Tensor>& tensors) const {
     return host_backend_ && travels_on_host_group(tensors);
   }
@@ -205,7 +246,8 @@ class C10dCommunicator final : public Communicator {
   // Moves host tensors to an NCCL group's device and remembers which to copy back.
   class Staging {
    public:
-    Staging(c10::Device device, std::int64_t rank, WaitClock* clock) : device_(device), rank_(rank), clock_(clock) {}
+    Staging(c10::Device device, std::int64_t rank, WaitClock* clock, std::chrono::milliseconds timeout)
+        : device_(device), rank_(rank), clock_(clock), timeout_(timeout) {}
     at::Tensor in(const at::Tensor& t) { return needs_copy(t) ? t.to(device_) : t; }
     at::Tensor in_out(const at::Tensor& t) {
       if (!needs_copy(t)) return t;
@@ -213,8 +255,11 @@ class C10dCommunicator final : public Communicator {
       staged_.emplace_back(t, d);
       return d;
     }
+    // The host reads staged results, so it waits for the device to finish them.
     std::shared_ptr<PendingCollective> pending(c10::intrusive_ptr<c10d::Work> work) {
-      return std::make_shared<C10dCollective>(std::move(work), rank_, clock_, std::move(staged_));
+      std::optional<std::chrono::milliseconds> host_wait;
+      if (!staged_.empty()) host_wait = timeout_;
+      return std::make_shared<C10dCollective>(std::move(work), rank_, clock_, std::move(staged_), host_wait);
     }
 
    private:
@@ -222,6 +267,7 @@ class C10dCommunicator final : public Communicator {
     c10::Device device_;
     std::int64_t rank_;
     WaitClock* clock_;
+    std::chrono::milliseconds timeout_;
     std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
   };
 
@@ -229,7 +275,9 @@ class C10dCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Backend> host_backend_;  // null: every collective on backend_
   std::int64_t rank_, world_;
   c10::Device device_;
+  std::chrono::milliseconds timeout_;
   WaitClock clock_;
+  bool closed_ = false;
 };
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const DistributedEnv& env, std::chrono::milliseconds timeout) {
@@ -314,7 +362,11 @@ std::shared_ptr<Communicator> make_local_communicator() { return std::make_share
 
 std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout) {
   return std::make_shared<C10dCommunicator>(gloo_group(rendezvous(env, timeout), env, timeout), env.rank,
-                                            env.world_size, c10::Device(c10::kCPU));
+                                            env.world_size, c10::Device(c10::kCPU), timeout);
+}
+
+void shut_down(Communicator& comm) {
+  if (auto* c10d = dynamic_cast<C10dCommunicator*>(&comm)) c10d->shut_down();
 }
 
 bool nccl_available() {
@@ -333,9 +385,10 @@ std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, 
   }
   // One device per local rank: the group's communicators and streams belong to this device.
   c10::cuda::set_device(device.index());
-  // Blocking wait: wait() then throws when the timeout expires (as with Gloo), instead of only
-  // making the stream wait and leaving a hang to the watchdog.
-  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
+  // Waits stay stream-ordered (TORCH_NCCL_BLOCKING_WAIT unset): waiting for a gradient bucket or
+  // a gather must not hold the host until the GPU has done it. A rank lost in a device collective
+  // is caught by the next step's host collective on the Gloo group, which has the timeout, or by
+  // NCCL's watchdog (docs/distributed.md).
   auto store = rendezvous(env, timeout);
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
@@ -343,7 +396,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, 
                                                              static_cast<int>(env.world_size), options);
   // The Gloo group for host tensors, on its own keys of the same store.
   auto host_backend = gloo_group(c10::make_intrusive<c10d::PrefixStore>("host_group", store), env, timeout);
-  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device, host_backend);
+  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device, timeout, host_backend);
 #else
   (void)env, (void)timeout;
   throw Error("this Tessera was built without NCCL (LibTorch without USE_C10D_NCCL); cannot use " + device.str());

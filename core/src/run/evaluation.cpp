@@ -2,6 +2,7 @@
 #include <string>
 
 #include "tessera/core/components/component_factory.hpp"
+#include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/log.hpp"
 
@@ -95,8 +96,10 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
       options.micro_batch_size > 0 ? options.micro_batch_size
       : data_spec.micro_batch_size > 0 ? data_spec.micro_batch_size
                                         : plan_.trainer.micro_batch_size;
-  return evaluate_loss(trainer->model(), trainer->loss(), *data, options.batches / world, micro_batch_size,
-                       trainer->context());
+  const EvalTotals totals = evaluate_loss(trainer->model(), trainer->loss(), *data, options.batches / world,
+                                          micro_batch_size, trainer->context());
+  shut_down(*communicator_);
+  return totals;
 }
 
 }  // namespace tessera::core

@@ -188,6 +188,8 @@ TrainResult TrainingRun::train() {
   log::info("run '", context.name, "': model has ", trainer->model().num_parameters(), " parameters; device ",
             context.device, "; run dir ", context.run_dir);
   TrainResult result = trainer->fit();
+  trainer.reset();
+  shut_down(*communicator_);
   log::info("trained ", result.steps, " steps, ", result.tokens, " tokens in ", result.elapsed_s, " s; loss ",
             result.first_loss, " -> ", result.last_loss);
   return result;

@@ -18,6 +18,9 @@ enum class ReduceOp { sum, max, min };
 
 // A collective that has been started. Its tensors must stay alive and untouched until wait()
 // returns; wait() throws when the collective failed or the run's collective timeout expired.
+// For GPU tensors under NCCL, wait() orders the current CUDA stream after the collective and
+// returns without waiting for the GPU: work queued on that stream afterwards sees the result (a
+// failure there is reported by the run's next host collective, docs/distributed.md).
 class TESSERA_API PendingCollective {
  public:
   virtual ~PendingCollective();

@@ -53,8 +53,16 @@ std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, 
 // this process's current device, and beside it a Gloo group on the same store for small host
 // tensors (travels_on_host_group): the trainer's per-step counts and flags never touch the
 // device. Larger host tensors are staged through the device for NCCL's bandwidth.
+// Waiting for a collective of device tensors orders the current CUDA stream after it and returns
+// without waiting for the GPU; waiting for staged host tensors blocks until they are back, and
+// throws once `timeout` passes.
 std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
                                                      c10::Device device);
+// Ends the process groups of a communicator made above, for a run that finished normally: NCCL
+// destroys its communicators once their queued work is done (without this, its destructor aborts
+// them and warns that the group was not destroyed). Collectives started later throw. Does nothing
+// to the local communicator; call it once every rank has started its last collective.
+void shut_down(Communicator& comm);
 // The collectives an NCCL run's communicator hands to its Gloo group: every tensor on the host
 // and kHostGroupMaxBytes or less in all. The same answer on every rank (a collective's tensors
 // have the same sizes everywhere), so all ranks pick the same group.
