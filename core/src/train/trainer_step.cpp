@@ -1,7 +1,6 @@
 // One optimizer step, phase by phase: fetch the micro-batches, forward and backward each, reduce
 // the loss and the gradient norm over ranks, let callbacks judge the step, update the weights,
 // record the metrics. Each phase is one function; step() shows them in order.
-#include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_zero.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/logical_and.h>
@@ -18,6 +17,7 @@
 #include "tessera/batch.hpp"
 #include "tessera/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
+#include "tessera/core/train/gradient_clipping.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
@@ -256,10 +256,7 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
                                      : base_lr;
   if (!skipped) {
     std::vector<at::Tensor> grads = strategy_.gradients();
-    if (settings_.clip_grad_norm > 0 && !grads.empty()) {
-      at::Tensor coef = (settings_.clip_grad_norm / (grad_norm + 1e-6)).clamp_max(1.0);
-      at::_foreach_mul_(grads, coef.to(grads.front().scalar_type()));
-    }
+    if (settings_.clip_grad_norm > 0) clip_gradients_by_norm(grads, grad_norm, settings_.clip_grad_norm);
     parts_.optimizer->set_lr(lr);
     in_component(parts_.names.optimizer, "step", progress_.step + 1, [&] { strategy_.optimizer_step(*parts_.optimizer); });
   }
