@@ -391,7 +391,9 @@ std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, 
   // NCCL's watchdog (docs/distributed.md).
   auto store = rendezvous(env, timeout);
   auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
+  // NCCL's watchdog aborts the process (SIGABRT) when a collective passes this. It is the last
+  // resort: a minute later than the Gloo group's timeout, whose error ends a run cleanly first.
+  options->timeout = timeout + std::chrono::minutes(1);
   auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(env.rank),
                                                              static_cast<int>(env.world_size), options);
   // The Gloo group for host tensors, on its own keys of the same store.

@@ -219,6 +219,11 @@ std::shared_ptr<tessera::PendingCollective> FlatUnit::start_gather() {
   return comm_.all_gather_async(outputs, gather_in_);
 }
 
+// The memory goes back to the allocator at once, past the hold c10d keeps on a collective's
+// tensors until it is waited for: the caller must have waited for any gather into it
+// (DataParallel::release does). That wait orders the compute stream after the gather, and the
+// allocator hands the block out again only to work on that same stream, so nothing reuses it
+// early; a gather on a side stream would need that stream recorded on the block first.
 void FlatUnit::free_full() {
   if (!shard_parameters_) return;
   c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
