@@ -301,6 +301,25 @@ TEST_F(Checkpoints, ASaveFailingOnOneRankEndsEveryRankPromptly) {
   EXPECT_NE(out.find("at step 2 "), std::string::npos) << out;
 }
 
+// A save that fails on rank 0 alone (its model export, which only rank 0 writes), written in
+// place: every rank learns it in the save itself and ends with an error naming where to look,
+// instead of the others running on into the next step's collectives with a rank that is gone.
+TEST_F(Checkpoints, AnExportFailingOnRankZeroAloneEndsEveryRankWithTheReason) {
+  std::string out;
+  const int rc = run_command("TESSERA_IO_FAULT=write TESSERA_IO_FAULT_RANK=0 TESSERA_IO_FAULT_PATH=step_00000002.tmp/"
+                             "model.safetensors " +
+                                 tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() + kShortWarmup +
+                                         " --set settings.collective_timeout_s=120 --set trainer.max_steps=6"
+                                         " --set checkpoint.every_steps=0 --set checkpoint.at_end=false"
+                                         " --set checkpoint.export_every_steps=2 --set checkpoint.export_at_end=false"
+                                         " --set checkpoint.async=false --run-dir " + dir_.file("run")),
+                             out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("the save of step 2 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  EXPECT_NE(out.find("the last checkpoint save failed on another rank"), std::string::npos) << out;
+}
+
 TEST_F(Checkpoints, ACorruptFileIsFoundByItsChecksumAndSkipped) {
   const std::string common = "--set checkpoint.every_steps=2 --set checkpoint.export_at_end=false --run-dir " + dir_.file("run");
   std::string out;

@@ -97,24 +97,31 @@ TEST(PrefetchingDataset, AnotherBatchSizeContinuesWhereTheTakenBatchesEnded) {
   expect_same_batch(prefetching.next_batch(2), reference->next_batch(2));
 }
 
-// The inner dataset fails on its third batch: the first two arrive, the third raises the
-// dataset's own error in the caller, and the dataset can be read again afterwards.
+// The inner dataset fails on its third batch, or on the third reading of its state (the reader
+// reads it before each batch): the first two batches arrive, the third raises the dataset's own
+// error in the caller, and the dataset can be read again afterwards.
 class FailingDataset final : public Dataset {
  public:
-  explicit FailingDataset(std::shared_ptr<Dataset> inner) : inner_(std::move(inner)) {}
+  enum class FailIn { next_batch, state_dict };
+  explicit FailingDataset(std::shared_ptr<Dataset> inner, FailIn where = FailIn::next_batch)
+      : inner_(std::move(inner)), where_(where) {}
   void set_shard(std::int64_t rank, std::int64_t world) override { inner_->set_shard(rank, world); }
   Batch next_batch(std::int64_t n) override {
-    if (++calls_ == 3) throw Error("disk on fire");
+    if (where_ == FailIn::next_batch && ++calls_ == 3) throw Error("disk on fire");
     return inner_->next_batch(n);
   }
   std::int64_t seq_len() const override { return inner_->seq_len(); }
   std::int64_t num_samples() const override { return inner_->num_samples(); }
-  StateDict state_dict() const override { return inner_->state_dict(); }
+  StateDict state_dict() const override {
+    if (where_ == FailIn::state_dict && ++calls_ == 3) throw Error("disk on fire");
+    return inner_->state_dict();
+  }
   void load_state_dict(const StateDict& s) override { inner_->load_state_dict(s); }
 
  private:
   std::shared_ptr<Dataset> inner_;
-  int calls_ = 0;
+  FailIn where_;
+  mutable int calls_ = 0;
 };
 
 TEST(PrefetchingDataset, AReadingErrorArrivesWithItsBatch) {
@@ -136,6 +143,29 @@ TEST(PrefetchingDataset, AReadingErrorArrivesWithItsBatch) {
         }
       },
       Error);
+  expect_same_batch(prefetching.next_batch(2), reference->next_batch(2));
+}
+
+// The reader could not even read the inner state before a batch: the caller gets that error (not
+// one from rewinding to a state that was never read), and the dataset neither hangs when asked
+// for its state nor loses its place: the next batch is the third.
+TEST(PrefetchingDataset, AStateThatCannotBeReadArrivesAsTheErrorAndTheDatasetGoesOn) {
+  TempDir dir;
+  const std::string path = token_file(dir);
+  auto reference = tokens_dataset(path);
+  reference->set_shard(0, 1);
+  PrefetchingDataset prefetching(
+      std::make_shared<FailingDataset>(tokens_dataset(path), FailingDataset::FailIn::state_dict), 2, false);
+  prefetching.set_shard(0, 1);
+  expect_same_batch(prefetching.next_batch(2), reference->next_batch(2));
+  expect_same_batch(prefetching.next_batch(2), reference->next_batch(2));
+  try {
+    prefetching.next_batch(2);
+    ADD_FAILURE() << "expected the reading error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "disk on fire");
+  }
+  expect_same_state(prefetching.state_dict(), reference->state_dict());
   expect_same_batch(prefetching.next_batch(2), reference->next_batch(2));
 }
 

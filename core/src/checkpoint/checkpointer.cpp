@@ -17,6 +17,8 @@ Checkpointer::~Checkpointer() {
     wait();
   } catch (const std::exception& e) {
     log::error("checkpoint: ", e.what());
+  } catch (...) {
+    log::error("checkpoint: the last save failed");
   }
 }
 
@@ -60,18 +62,22 @@ std::vector<std::int64_t> Checkpointer::take_completed() {
 void Checkpointer::save(std::shared_ptr<const CheckpointState> state, bool checkpoint, bool export_model) {
   wait();
   if (!settings_.async) {
-    write(*state, checkpoint, export_model);
+    write_or_keep_failure(*state, checkpoint, export_model);
     return;
   }
-  writer_ = std::thread([this, state, checkpoint, export_model] {
-    try {
-      write(*state, checkpoint, export_model);
-    } catch (const std::exception& e) {
-      failure_ = std::make_exception_ptr(
-          Error("the save of step " + std::to_string(state->step) + " failed: " + e.what()));
-      failed_ = true;
-    }
-  });
+  writer_ = std::thread([this, state, checkpoint, export_model] { write_or_keep_failure(*state, checkpoint, export_model); });
+}
+
+void Checkpointer::write_or_keep_failure(const CheckpointState& state, bool checkpoint, bool export_model) {
+  try {
+    write(state, checkpoint, export_model);
+  } catch (const std::exception& e) {
+    failure_ = std::make_exception_ptr(Error("the save of step " + std::to_string(state.step) + " failed: " + e.what()));
+    failed_ = true;
+  } catch (...) {
+    failure_ = std::make_exception_ptr(Error("the save of step " + std::to_string(state.step) + " failed"));
+    failed_ = true;
+  }
 }
 
 }  // namespace tessera::core

@@ -1,6 +1,7 @@
 #include "tessera/core/train/prefetching_dataset.hpp"
 
 #include "tessera/error.hpp"
+#include "tessera/log.hpp"
 
 namespace tessera::core {
 
@@ -18,9 +19,9 @@ void PrefetchingDataset::set_shard(std::int64_t rank, std::int64_t world_size) {
 }
 
 void PrefetchingDataset::start(std::int64_t batch_size) {
-  batch_size_ = batch_size;
   stopping_ = false;
   reader_ = std::thread([this, batch_size] { read_ahead(batch_size); });
+  batch_size_ = batch_size;  // only once a reader runs: state_dict() waits on it
 }
 
 void PrefetchingDataset::join_reader() {
@@ -34,13 +35,18 @@ void PrefetchingDataset::join_reader() {
 
 void PrefetchingDataset::stop() {
   join_reader();
+  batch_size_ = 0;  // first: no reader runs from here on, even if the rewind below throws
   // What was read ahead is dropped: the inner dataset rewinds to the first batch not taken.
   if (!queue_.empty()) {
-    StateDict rewind = queue_.front().state_before;
+    Ready first = std::move(queue_.front());
     queue_.clear();
-    inner_->load_state_dict(rewind);
+    rewind(first);
   }
-  batch_size_ = 0;
+}
+
+void PrefetchingDataset::rewind(const Ready& first_not_taken) {
+  // An empty state: reading the state itself failed, before the inner dataset read anything.
+  if (!first_not_taken.state_before.empty()) inner_->load_state_dict(first_not_taken.state_before);
 }
 
 void PrefetchingDataset::read_ahead(std::int64_t batch_size) {
@@ -89,8 +95,13 @@ Batch PrefetchingDataset::next_batch(std::int64_t batch_size) {
   if (ready.error) {
     // The reader has exited; the next call starts it again from the state before the failure.
     if (reader_.joinable()) reader_.join();
-    inner_->load_state_dict(ready.state_before);
     batch_size_ = 0;
+    try {
+      rewind(ready);
+    } catch (const std::exception& e) {
+      // The reading error is the one to report; this one only means the position may be off.
+      log::warn("prefetch: after a reading error, rewinding the dataset failed too: ", e.what());
+    }
     std::rethrow_exception(ready.error);
   }
   return std::move(ready.batch);

@@ -128,6 +128,10 @@ void Trainer::enable_checkpoints(CheckpointContext context) {
 }
 
 void Trainer::save(bool checkpoint, bool export_model, const char* why) {
+  // Every rank saves at the same step. The save before may have failed on one rank after the
+  // last step boundary looked (or on rank 0 alone, in its export): all ranks learn it here,
+  // before any starts this save (whose capture may be collective) alone.
+  wait_for_last_save();
   // A checkpoint's copy waits for the device anyway: the saved step's flag is judged first.
   settle_pending_nonfinite();
   const auto start = Clock::now();
@@ -141,6 +145,8 @@ void Trainer::save(bool checkpoint, bool export_model, const char* why) {
   }
   auto state = std::make_shared<const CheckpointState>(std::move(captured));
   checkpointer_->save(state, checkpoint, export_model);
+  // Written already: every rank learns now whether that failed anywhere.
+  if (!checkpointer_->settings().async) wait_for_last_save();
   pause_s_ = std::chrono::duration<double>(Clock::now() - start).count();
   if (checkpoint) last_checkpoint_step_ = progress_.step;
   if (export_model) last_export_step_ = progress_.step;

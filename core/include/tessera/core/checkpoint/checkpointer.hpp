@@ -27,11 +27,13 @@ class Checkpointer {
 
   const CheckpointSettings& settings() const { return settings_; }
   const CheckpointStore& store() const { return store_; }
-  // Writes `state` as a checkpoint and/or a model export; waits for the previous save first.
+  // Writes `state` as a checkpoint and/or a model export (in the background when async); waits
+  // for the previous save first, rethrowing its failure. A failure of this save's writing is
+  // kept for wait() and failed(), in both modes, so that the ranks can agree on it.
   void save(std::shared_ptr<const CheckpointState> state, bool checkpoint, bool export_model);
   // Waits for the save in flight; rethrows its failure.
   void wait();
-  // Whether the last background save failed (without waiting for one in flight).
+  // Whether the last save failed (without waiting for one in flight).
   bool failed() const { return failed_.load(); }
   // Checkpoints whose files this rank finished writing since the last call (for the
   // checkpoint-saved event): their steps, oldest first.
@@ -39,6 +41,7 @@ class Checkpointer {
 
  private:
   void write(const CheckpointState& state, bool checkpoint, bool export_model);
+  void write_or_keep_failure(const CheckpointState& state, bool checkpoint, bool export_model);
 
   CheckpointSettings settings_;
   CheckpointStore store_;

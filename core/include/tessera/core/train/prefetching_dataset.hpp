@@ -49,6 +49,8 @@ class PrefetchingDataset final : public Dataset {
   void join_reader();  // the reader finishes its batch and exits
   void stop();         // join_reader(), then the inner dataset rewinds past what was read ahead
   void read_ahead(std::int64_t batch_size);
+  // The inner dataset back to the state before `first_not_taken` (the reader stopped).
+  void rewind(const Ready& first_not_taken);
 
   std::shared_ptr<Dataset> inner_;
   std::int64_t depth_;
