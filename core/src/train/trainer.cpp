@@ -63,6 +63,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   }
   if (!context_.communicator) throw Error("trainer: the run context has no communicator");
   hidden_loss_ = parts_.loss->takes_hidden_states();
+  vocab_size_ = parts_.model->vocab_size();
   if (hidden_loss_ && !parts_.model->has_output_head()) {
     throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
                 "hidden states and output head; set the loss's chunk_size to 0");

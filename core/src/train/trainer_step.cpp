@@ -18,6 +18,7 @@
 #include "tessera/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
 #include "tessera/core/train/gradient_clipping.hpp"
+#include "tessera/core/train/token_check.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
@@ -87,8 +88,11 @@ Trainer::StepInputs Trainer::fetch() {
   StepInputs in;
   in.micro_batches.reserve(static_cast<std::size_t>(settings_.grad_accum));
   for (std::int64_t i = 0; i < settings_.grad_accum; ++i) {
-    in.micro_batches.push_back(in_component(parts_.names.train_data, "next_batch", progress_.step + 1,
-                                            [&] { return parts_.train_data->next_batch(settings_.micro_batch_size); }));
+    in.micro_batches.push_back(in_component(parts_.names.train_data, "next_batch", progress_.step + 1, [&] {
+      Batch batch = parts_.train_data->next_batch(settings_.micro_batch_size);
+      check_token_ids(batch, vocab_size_);
+      return batch;
+    }));
     const Batch& batch = in.micro_batches.back();
     in.target_tokens += batch.num_target_tokens;
     in.input_tokens += batch.input_ids.numel();

@@ -188,6 +188,7 @@ class Trainer : private CallbackEvents {
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
+  std::int64_t vocab_size_ = 0;   // the model's: every batch's token ids are checked against it
   bool warned_unmasked_documents_ = false;
   // trainer.nonfinite: steps skipped as NaN/Inf, in a row and in all; set when the run must end.
   std::int64_t nonfinite_in_a_row_ = 0, nonfinite_total_ = 0;

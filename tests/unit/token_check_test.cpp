@@ -1,0 +1,67 @@
+// Token ids against the model's vocabulary, on the host, before the batch reaches the device; and
+// the trainer's use of it: a token file written for a larger vocabulary ends the step with one
+// error naming the dataset, the step and the id, instead of an index error inside the model.
+#include "tessera/core/train/token_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
+
+#include "small_trainer.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera {
+namespace {
+
+Batch batch_of(std::vector<std::int64_t> inputs, std::vector<std::int64_t> labels) {
+  Batch b;
+  b.input_ids = at::tensor(inputs, at::kLong).view({2, -1});
+  b.labels = at::tensor(labels, at::kLong).view({2, -1});
+  return b;
+}
+
+std::string error_of(const Batch& b, std::int64_t vocab) {
+  try {
+    core::check_token_ids(b, vocab);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TokenCheck, IdsInsideTheVocabularyAndIgnoredLabelsPass) {
+  EXPECT_EQ(error_of(batch_of({0, 1, 2, 3}, {1, 2, 3, kIgnoreIndex}), 4), "");
+  EXPECT_EQ(error_of(batch_of({0, 1, 2, 9}, {1, 2, 3, 9}), 0), "") << "vocab 0: not checked";
+}
+
+TEST(TokenCheck, AnIdPastTheVocabularyIsNamedWithItsPlace) {
+  const std::string input_error = error_of(batch_of({0, 1, 2, 4}, {1, 2, 3, 0}), 4);
+  EXPECT_NE(input_error.find("input_ids holds token id 4 (row 1, position 1)"), std::string::npos) << input_error;
+  EXPECT_NE(input_error.find("vocabulary of 4 ids"), std::string::npos) << input_error;
+  const std::string label_error = error_of(batch_of({0, 1, 2, 3}, {1, -1, 3, 0}), 4);
+  EXPECT_NE(label_error.find("labels holds token id -1 (row 0, position 1)"), std::string::npos) << label_error;
+  EXPECT_NE(error_of(batch_of({-100, 1, 2, 3}, {1, 2, 3, 0}), 4), "") << "kIgnoreIndex is for labels only";
+}
+
+TEST(TokenCheck, TheTrainerRefusesATokenFileWrittenForALargerVocabulary) {
+  testing::TempDir dir;
+  std::vector<std::uint16_t> tokens(400, 5);
+  tokens[250] = 40;  // the model of components_yaml has 32 ids
+  const std::string path = dir.file("tokens.bin");
+  testing::write_token_file(path, tokens);
+  auto run = testing::make_trainer(testing::components_yaml(path), testing::settings(1, 4, 10));
+  try {
+    for (int i = 0; i < 10; ++i) run.trainer->step();
+    ADD_FAILURE() << "no error for token id 40";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train_data"), std::string::npos) << what;
+    EXPECT_NE(what.find("next_batch"), std::string::npos) << what;
+    EXPECT_NE(what.find("holds token id 40"), std::string::npos) << what;
+    EXPECT_NE(what.find("vocabulary of 32 ids"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
