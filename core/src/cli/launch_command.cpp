@@ -2,8 +2,11 @@
 //  -- COMMAND ARGS...`: starts N ranks of this binary on this node with torchrun's variables,
 // prefixes every line they print with their rank, forwards SIGINT/SIGTERM, and when one rank
 // fails stops the others (SIGTERM, then SIGKILL after a grace period) and exits non-zero.
+// A rank gets SIGTERM when the launcher dies (killed, or its output closed), so none outlives it.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,15 +108,44 @@ int launch_command(const Args& all_args) {
   const std::string self = boost::dll::program_location().string();
   const int world = nproc * nnodes;
 
+  // A signal that comes while the ranks are being started waits (blocked) until every rank runs,
+  // then is forwarded like any other; the ranks unblock it before they exec.
+  sigset_t stop_signals, previous_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &stop_signals, &previous_mask);
+  std::signal(SIGINT, remember_signal);
+  std::signal(SIGTERM, remember_signal);
+  const pid_t launcher = ::getpid();
+
   std::vector<Rank> ranks(static_cast<size_t>(nproc));
+  // Ranks already started when starting another fails are killed, not left waiting for it.
+  auto abandon_started = [&](const std::string& what) {
+    const int error = errno;
+    for (auto& started : ranks) {
+      if (started.pid <= 0) continue;
+      ::kill(started.pid, SIGKILL);
+      ::waitpid(started.pid, nullptr, 0);
+    }
+    throw Error("launch: " + what + " failed: " + std::strerror(error));
+  };
   for (int local = 0; local < nproc; ++local) {
     Rank& r = ranks[static_cast<size_t>(local)];
     r.rank = node_rank * nproc + local;
     int pipe_fds[2];
-    if (::pipe(pipe_fds) != 0) throw Error(std::string("launch: pipe failed: ") + std::strerror(errno));
-    r.pid = ::fork();
-    if (r.pid < 0) throw Error(std::string("launch: fork failed: ") + std::strerror(errno));
+    // Close-on-exec: a rank must not hold the other ranks' pipes (dup2 below clears it on 1 and 2).
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) abandon_started("pipe");
+    const pid_t pid = ::fork();
+    if (pid < 0) abandon_started("fork");
+    r.pid = pid;
     if (r.pid == 0) {
+      // SIGTERM when the launcher dies; and it may have died before this line.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(128 + SIGTERM);
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+      ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
       ::dup2(pipe_fds[1], STDOUT_FILENO);
       ::dup2(pipe_fds[1], STDERR_FILENO);
       ::close(pipe_fds[0]);
@@ -141,9 +173,8 @@ int launch_command(const Args& all_args) {
     r.out = pipe_fds[0];
   }
   if (store_fd >= 0) ::close(store_fd);  // rank 0 holds it now
+  ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
 
-  std::signal(SIGINT, remember_signal);
-  std::signal(SIGTERM, remember_signal);
   int first_failure = 0;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();

@@ -1,5 +1,7 @@
 // SIGINT/SIGTERM ask the trainer to stop after the current step (e.g. cluster preemption).
-// A second signal gets the default action, so a stuck process can still be killed.
+// Another signal within two seconds of the first is the same request arriving twice (a Ctrl-C
+// reaches the launcher and its ranks, and the launcher forwards it too) and is ignored; a later
+// one gets the default action, so a stuck process can still be killed.
 #pragma once
 
 namespace tessera::core {
