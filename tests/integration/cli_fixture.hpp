@@ -38,6 +38,18 @@ class Cli : public ::testing::Test {
   std::string tiny() const { return testing::source_dir() + "/tests/integration/configs/tiny.yaml"; }
   std::string data_set() const { return " --set components.train_data.config.path=" + data_; }
 
+  // A shell script that starts `tessera launch` of two ranks training without end in the
+  // background (`prefix` before the command, e.g. setsid; its output to `output`), keeps the
+  // launcher's pid in $p, waits until three steps are in RUN_DIR/metrics.jsonl, then runs `then`.
+  std::string endless_launch_then(const std::string& prefix, const std::string& run_dir, const std::string& extra,
+                                  const std::string& output, const std::string& then) const {
+    const std::string metrics = run_dir + "/metrics.jsonl";
+    return prefix + tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() +
+                            " --set trainer.max_steps=100000 " + extra + " --run-dir " + run_dir) +
+           " > " + output + " 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " +
+           metrics + ") -ge 3 ] && break; sleep 0.1; done; " + then;
+  }
+
   TempDir dir_;
   std::string data_;
 };

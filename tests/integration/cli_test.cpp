@@ -259,62 +259,48 @@ TEST_F(Cli, ARankWhosePeerNeverComesFailsWithinTheTimeout) {
   EXPECT_NE(out.find("rendezvous at 127.0.0.1:" + port + " failed"), std::string::npos) << out;
 }
 
-TEST_F(Cli, LaunchStartsRanksPrefixesOutputAndForwardsSigterm) {
-  const std::string run_dir = dir_.file("launched");
-  const std::string metrics = run_dir + "/metrics.jsonl";
-  // SIGTERM to the launcher reaches both ranks; they agree on the step to stop after and exit 0.
-  const std::string script =
-      tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() +
-              " --set trainer.max_steps=100000 --run-dir " + run_dir) + " > " + dir_.file("launch.log") +
-      " 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
-      ") -ge 3 ] && break; sleep 0.1; done; kill -TERM $p; wait $p; echo rc=$?";
+// Runs `script` (from endless_launch_then, ending in "wait $p; echo rc=$?" with the launch's
+// output in `log_file`): both ranks printed, took `signal_name` as a stop and exited 0.
+void expect_ranks_stopped_cleanly(const std::string& script, const std::string& log_file, const char* signal_name) {
   std::string out;
   ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
   std::string log;
-  run_command("cat " + dir_.file("launch.log"), log);
+  run_command("cat " + log_file, log);
   EXPECT_NE(out.find("rc=0"), std::string::npos) << out << log;
   EXPECT_NE(log.find("[rank 0] "), std::string::npos) << log;
   EXPECT_NE(log.find("[rank 1] "), std::string::npos) << log;
-  EXPECT_NE(log.find("received SIGTERM"), std::string::npos) << log;
+  EXPECT_NE(log.find(std::string("received ") + signal_name), std::string::npos) << log;
+}
+
+TEST_F(Cli, LaunchStartsRanksPrefixesOutputAndForwardsSigterm) {
+  // SIGTERM to the launcher reaches both ranks; they agree on the step to stop after and exit 0.
+  const std::string log = dir_.file("launch.log");
+  expect_ranks_stopped_cleanly(endless_launch_then("", dir_.file("launched"), "", log, "kill -TERM $p; wait $p; echo rc=$?"),
+                               log, "SIGTERM");
 }
 
 // Ctrl-C in a terminal signals the whole process group: the launcher and its ranks get SIGINT,
 // and the launcher forwards it as well. Each rank takes the two as one request, stops after an
 // agreed step and exits 0 (a second signal within two seconds would otherwise kill it).
 TEST_F(Cli, LaunchStopsCleanlyWhenTheWholeProcessGroupGetsSigint) {
-  const std::string run_dir = dir_.file("interrupted");
-  const std::string metrics = run_dir + "/metrics.jsonl";
   // setsid: the launcher leads its own process group, as a terminal's foreground job does.
-  const std::string script =
-      "setsid " + tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() +
-                          " --set trainer.max_steps=100000 --run-dir " + run_dir) + " > " + dir_.file("launch.log") +
-      " 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
-      ") -ge 3 ] && break; sleep 0.1; done; /bin/kill -INT -- -$p; wait $p; echo rc=$?";
-  std::string out;
-  ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
-  std::string log;
-  run_command("cat " + dir_.file("launch.log"), log);
-  EXPECT_NE(out.find("rc=0"), std::string::npos) << out << log;
-  EXPECT_NE(log.find("[rank 0] "), std::string::npos) << log;
-  EXPECT_NE(log.find("[rank 1] "), std::string::npos) << log;
-  EXPECT_NE(log.find("received SIGINT"), std::string::npos) << log;
+  const std::string log = dir_.file("launch.log");
+  expect_ranks_stopped_cleanly(
+      endless_launch_then("setsid ", dir_.file("interrupted"), "", log, "/bin/kill -INT -- -$p; wait $p; echo rc=$?"),
+      log, "SIGINT");
 }
 
 // A launcher that dies (SIGKILL, the OOM killer) takes its ranks with it: each gets SIGTERM and
 // stops, instead of training on unwatched. The ranks print nothing here (no callbacks), so no
 // broken pipe would end them either.
 TEST_F(Cli, RanksStopWhenTheLauncherIsKilled) {
-  const std::string run_dir = dir_.file("orphaned");
-  const std::string metrics = run_dir + "/metrics.jsonl";
-  const std::string script =
-      tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() +
-              " --set trainer.max_steps=100000 --set components.callbacks=[] --run-dir " + run_dir) +
-      " > /dev/null 2>&1 & p=$!; for i in $(seq 600); do [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
-      ") -ge 3 ] && break; sleep 0.1; done; ranks=$(pgrep -P $p); kill -KILL $p; "
+  const std::string script = endless_launch_then(
+      "", dir_.file("orphaned"), "--set components.callbacks=[]", "/dev/null",
+      "ranks=$(pgrep -P $p); kill -KILL $p; "
       "for i in $(seq 300); do alive=; for r in $ranks; do "
       "[ -d /proc/$r ] && ! grep -q \"^State:.*Z\" /proc/$r/status 2>/dev/null && alive=\"$alive $r\"; done; "
       "[ -z \"$alive\" ] && break; sleep 0.1; done; echo ranks=[$ranks] alive=[$alive]; "
-      "[ -n \"$alive\" ] && kill -KILL $alive; true";
+      "[ -n \"$alive\" ] && kill -KILL $alive; true");
   std::string out;
   ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
   EXPECT_EQ(out.find("ranks=[]"), std::string::npos) << "no ranks found: " << out;
