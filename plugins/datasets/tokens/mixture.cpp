@@ -84,7 +84,12 @@ class Mixture final : public Dataset {
                   std::to_string(members_.size()) + " members (were paths changed?)");
     }
     std::int64_t total = 0;
-    for (std::int64_t i = 0; i < counts.numel(); ++i) total += counts[i].item<std::int64_t>();
+    for (std::int64_t i = 0; i < counts.numel(); ++i) {
+      const std::int64_t count = counts[i].item<std::int64_t>();
+      // A negative count would index a member's order before its start.
+      if (count < 0) throw Error("dataset/mixture state: member " + std::to_string(i) + " has a negative count");
+      total += count;
+    }
     if (total != position->second.item<std::int64_t>()) {
       throw Error("dataset/mixture state: the member counts do not add up to the position");
     }

@@ -128,6 +128,13 @@ TEST(Mixture, BadConfigsAndStatesAreRefused) {
   EXPECT_THROW(data->load_state_dict({{"position", at::scalar_tensor(5, at::kLong)},
                                       {"drawn", at::tensor({1, 1, 1}, at::kLong)}}),
                Error);
+  // Counts that add up to the position but one is negative: refused, not read before the start.
+  try {
+    data->load_state_dict({{"position", at::scalar_tensor(0, at::kLong)}, {"drawn", at::tensor({-1, 1, 0}, at::kLong)}});
+    ADD_FAILURE() << "a negative count was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("member 0 has a negative count"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
