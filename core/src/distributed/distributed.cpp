@@ -143,7 +143,7 @@ class C10dCommunicator final : public Communicator {
       std::vector<at::Tensor> tensors{tensor};
       return pending(host_backend_->allreduce(tensors, options));
     }
-    Staging staging(device_, rank_, &clock_, timeout_);
+    Staging staging = staging_on(device_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     return staging.pending(backend_->allreduce(tensors, options));
   }
@@ -152,7 +152,7 @@ class C10dCommunicator final : public Communicator {
     std::vector<at::Tensor> all = outputs;
     all.push_back(input);
     const bool host = on_host_group(all);
-    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_, timeout_);
+    Staging staging = staging_on(host ? c10::Device(c10::kCPU) : device_);
     std::vector<std::vector<at::Tensor>> out(1);
     for (auto& o : outputs) out[0].push_back(staging.in_out(o));
     std::vector<at::Tensor> in{staging.in(input)};
@@ -164,7 +164,7 @@ class C10dCommunicator final : public Communicator {
     std::vector<at::Tensor> all = inputs;
     all.push_back(output);
     const bool host = on_host_group(all);
-    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_, timeout_);
+    Staging staging = staging_on(host ? c10::Device(c10::kCPU) : device_);
     std::vector<at::Tensor> out{staging.in_out(output)};
     std::vector<std::vector<at::Tensor>> in(1);
     for (auto& i : inputs) in[0].push_back(staging.in(i));
@@ -175,7 +175,7 @@ class C10dCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
     check_open();
     const bool host = on_host_group({tensor});
-    Staging staging(host ? c10::Device(c10::kCPU) : device_, rank_, &clock_, timeout_);
+    Staging staging = staging_on(host ? c10::Device(c10::kCPU) : device_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -242,6 +242,8 @@ class C10dCommunicator final : public Communicator {
     std::chrono::milliseconds timeout_;
     std::vector<std::pair<at::Tensor, at::Tensor>> staged_;
   };
+  // A collective's staging on `device` (the host for the Gloo group).
+  Staging staging_on(c10::Device device) { return Staging(device, rank_, &clock_, timeout_); }
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   c10::intrusive_ptr<c10d::Backend> host_backend_;  // null: every collective on backend_
