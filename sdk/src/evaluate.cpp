@@ -9,6 +9,7 @@
 #include "tessera/communicator.hpp"
 #include "tessera/error.hpp"
 #include "tessera/precision.hpp"
+#include "tessera/token_check.hpp"
 
 namespace tessera {
 
@@ -24,8 +25,10 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     // Summed on the device: no host synchronisation until the loop is done.
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     std::int64_t targets = 0, inputs = 0;
+    const std::int64_t vocab_size = model.vocab_size();
     for (std::int64_t i = 0; i < batches; ++i) {
       Batch batch = data.next_batch(micro_batch_size);
+      check_token_ids(batch, vocab_size);
       const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
       const at::Tensor documents = batch.document_ids.defined() ? batch.document_ids.to(device) : at::Tensor();
       const LossSum part = from_hidden ? loss.compute_from_hidden(model.forward_hidden(input_ids, documents),

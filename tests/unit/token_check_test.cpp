@@ -1,7 +1,7 @@
 // Token ids against the model's vocabulary, on the host, before the batch reaches the device; and
 // the trainer's use of it: a token file written for a larger vocabulary ends the step with one
 // error naming the dataset, the step and the id, instead of an index error inside the model.
-#include "tessera/core/train/token_check.hpp"
+#include "tessera/token_check.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 
 #include "small_trainer.hpp"
 #include "tessera/error.hpp"
+#include "tessera/evaluate.hpp"
 
 namespace tessera {
 namespace {
@@ -23,7 +24,7 @@ Batch batch_of(std::vector<std::int64_t> inputs, std::vector<std::int64_t> label
 
 std::string error_of(const Batch& b, std::int64_t vocab) {
   try {
-    core::check_token_ids(b, vocab);
+    check_token_ids(b, vocab);
   } catch (const Error& e) {
     return e.what();
   }
@@ -61,6 +62,26 @@ TEST(TokenCheck, TheTrainerRefusesATokenFileWrittenForALargerVocabulary) {
     EXPECT_NE(what.find("holds token id 40"), std::string::npos) << what;
     EXPECT_NE(what.find("vocabulary of 32 ids"), std::string::npos) << what;
   }
+}
+
+TEST(TokenCheck, EvaluateLossRefusesATokenFileWrittenForALargerVocabulary) {
+  // What the evaluation callback and `tessera eval` run: the batch is checked before the model.
+  testing::TempDir dir;
+  std::vector<std::uint16_t> tokens(400, 5);
+  tokens[250] = 40;  // past the 32 ids of components_yaml's model
+  const std::string path = dir.file("tokens.bin");
+  testing::write_token_file(path, tokens);
+  auto run = testing::make_trainer(testing::components_yaml(path), testing::settings(1, 4, 10));
+  auto data = testing::built<Dataset>(run.components, "train_data");
+  try {
+    evaluate_loss(run.trainer->model(), run.trainer->loss(), *data, 10, 4, run.trainer->context());
+    ADD_FAILURE() << "no error for token id 40";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("holds token id 40"), std::string::npos) << what;
+    EXPECT_NE(what.find("vocabulary of 32 ids"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(run.trainer->model().is_training()) << "the model is left in training mode after the error";
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 #include "tessera/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
 #include "tessera/core/train/gradient_clipping.hpp"
-#include "tessera/core/train/token_check.hpp"
+#include "tessera/token_check.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/human_format.hpp"
 #include "tessera/log.hpp"

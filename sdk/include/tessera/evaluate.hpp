@@ -30,8 +30,9 @@ struct EvalTotals {
 // Runs `batches` micro-batches of `micro_batch_size` from `data` (read from where it stands;
 // every rank reads its own shard) through `model` and `loss` on run.device in run.precision,
 // then all-reduces the sums over run.communicator when there are several ranks. Every rank must
-// call it with the same `batches`: under fsdp each forward pass is a collective. The model is
-// left in training mode.
+// call it with the same `batches`: under fsdp each forward pass is a collective. Every batch's
+// token ids are checked against model.vocab_size() first (check_token_ids). The model is left in
+// training mode.
 TESSERA_API EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t batches,
                                      std::int64_t micro_batch_size, const RunContext& run);
 

@@ -1,10 +1,10 @@
-#include "tessera/core/train/token_check.hpp"
+#include "tessera/token_check.hpp"
 
 #include <string>
 
 #include "tessera/error.hpp"
 
-namespace tessera::core {
+namespace tessera {
 namespace {
 
 void check_ids(const at::Tensor& tensor, const char* name, std::int64_t vocab_size, bool ignore_allowed) {
@@ -31,4 +31,4 @@ void check_token_ids(const Batch& batch, std::int64_t vocab_size) {
   check_ids(batch.labels, "labels", vocab_size, /*ignore_allowed=*/true);
 }
 
-}  // namespace tessera::core
+}  // namespace tessera
