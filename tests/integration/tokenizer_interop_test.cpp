@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/batch.hpp"
+#include "tessera/dataset.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "test_support.hpp"
 
@@ -113,6 +115,46 @@ TEST_F(TokenizerInterop, SentencePieceGivesTheIdsOfPythonsSentencepiece) {
     EXPECT_EQ(ids.front(), with_bos->bos_id());
     EXPECT_EQ(ids.back(), with_bos->eos_id());
   }
+}
+
+// dataset/sft_jsonl encodes prompt and response apart; with a tokenizer that adds BOS and EOS to
+// every encode(), an example must still hold one BOS (first) and one EOS (after the response, a
+// target), as Python's tokenizers give for the whole example, not a BOS and EOS around each part.
+TEST_F(TokenizerInterop, SftExamplesHoldTheTokenizersBosOnceAndEosOnlyAfterTheResponse) {
+  const std::string prefix = dir_.file("sp-sft");
+  reference("train-sp " + prefix + " --type unigram --corpus " + corpus_);
+  const std::string tokenizer_yaml =
+      "{component_key: tokenizer, variant_key: sentencepiece, config: {path: " + prefix + ".model, add_bos: true, add_eos: true}}";
+  auto tok = tokenizer(tokenizer_yaml);
+  const std::string data_path = dir_.file("sft.jsonl");
+  std::ofstream(data_path) << R"({"prompt": "the lazy dog", "response": "jumps over"})" << "\n";
+  core::BuiltComponents built = testing::build_components(
+      "data: {component_key: dataset, variant_key: sft_jsonl, config: {path: " + data_path + ", tokenizer: " +
+      tokenizer_yaml + ", seq_len: 32, pack: false, shuffle: false}}\n");
+  auto data = testing::built<Dataset>(built, "data");
+  data->set_shard(0, 1);
+  const Batch batch = data->next_batch(1);
+
+  const auto inner = [&](const std::string& text) {  // the ids without the BOS and EOS added around them
+    std::vector<std::int64_t> ids = tok->encode(text);
+    EXPECT_EQ(ids.front(), tok->bos_id());
+    EXPECT_EQ(ids.back(), tok->eos_id());
+    return std::vector<std::int64_t>(ids.begin() + 1, ids.end() - 1);
+  };
+  std::vector<std::int64_t> tokens{tok->bos_id()};
+  std::vector<bool> target{false};
+  for (std::int64_t id : inner("the lazy dog")) tokens.push_back(id), target.push_back(false);
+  for (std::int64_t id : inner("jumps over")) tokens.push_back(id), target.push_back(true);
+  tokens.push_back(tok->eos_id()), target.push_back(true);
+  std::vector<std::int64_t> inputs(32, tok->eos_id()), labels(32, kIgnoreIndex);  // padding: EOS, no loss
+  for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
+    inputs[i] = tokens[i];
+    labels[i] = target[i + 1] ? tokens[i + 1] : kIgnoreIndex;
+  }
+  const at::Tensor in = batch.input_ids[0].contiguous(), out = batch.labels[0].contiguous();
+  EXPECT_EQ(std::vector<std::int64_t>(in.data_ptr<std::int64_t>(), in.data_ptr<std::int64_t>() + 32), inputs);
+  EXPECT_EQ(std::vector<std::int64_t>(out.data_ptr<std::int64_t>(), out.data_ptr<std::int64_t>() + 32), labels);
+  EXPECT_EQ(batch.num_target_tokens, static_cast<std::int64_t>(inner("jumps over").size() + 1));
 }
 
 }  // namespace

@@ -4,12 +4,16 @@
 // kIgnoreIndex, so the loss and the trainer's global token normalisation count response tokens
 // only. Examples are packed into rows of seq_len (whole examples, greedily, in file order) or
 // given a row each; the rows are read in a seeded order per epoch, shared across ranks like
-// dataset/tokens.
+// dataset/tokens. A tokenizer that adds BOS or EOS to every encode() (sentencepiece's add_bos,
+// add_eos) gives them once per example: its BOS first, its EOS where the dataset places one.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -20,6 +24,7 @@
 
 #include "tessera/batch.hpp"
 #include "tessera/config_fields.hpp"
+#include "tessera/crc32c.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
@@ -84,6 +89,7 @@ class SftDataset final : public tessera::Dataset {
     const tessera::kinds::Tokenizer& tok = *c.tokenizer;
     eos_ = tok.eos_id();
     pad_ = eos_ >= 0 ? eos_ : 0;
+    find_added_specials(tok);
     std::ifstream in(c.path);
     if (!in) throw tessera::ConfigError("cannot read " + c.path, "path");
     std::size_t number = 0;
@@ -94,12 +100,13 @@ class SftDataset final : public tessera::Dataset {
       nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!row.is_object()) throw tessera::ConfigError(where + ": not a JSON object", "path");
       Example ex;
+      ex.add(prefix_, false);
       try {
         if (row.contains(c.messages_field)) {
           render_chat(row[c.messages_field], tok, where, ex);
         } else {
-          ex.add(tok.encode(string_field(row, c.prompt_field, where)), false);
-          ex.add(tok.encode(string_field(row, c.response_field, where)), true);
+          ex.add(encode(tok, string_field(row, c.prompt_field, where)), false);
+          ex.add(encode(tok, string_field(row, c.response_field, where)), true);
           if (eos_ >= 0) ex.add({eos_}, true);
         }
       } catch (const tessera::ConfigError&) {
@@ -111,6 +118,12 @@ class SftDataset final : public tessera::Dataset {
     }
     flush_row();
     if (rows_.empty()) throw tessera::ConfigError(c.path + " holds no examples", "path");
+    std::uint32_t crc = 0;
+    for (const Row& r : rows_) {
+      crc = tessera::crc32c(r.inputs.data(), r.inputs.size() * sizeof(std::int64_t), crc);
+      crc = tessera::crc32c(r.labels.data(), r.labels.size() * sizeof(std::int64_t), crc);
+    }
+    layout_ = {num_samples(), seq_len_, shuffle_ ? 1 : 0, static_cast<std::int64_t>(seed_), static_cast<std::int64_t>(crc)};
   }
 
   void set_shard(std::int64_t rank, std::int64_t world_size) override {
@@ -147,14 +160,28 @@ class SftDataset final : public tessera::Dataset {
   std::int64_t seq_len() const override { return seq_len_; }
   std::int64_t num_samples() const override { return static_cast<std::int64_t>(rows_.size()); }
 
+  // With the position, what it is a position in (layout_): a resume over other rows is refused.
   tessera::StateDict state_dict() const override {
     return {{"epoch", at::scalar_tensor(cursor_ / num_samples(), at::kLong)},
-            {"position", at::scalar_tensor(cursor_ % num_samples(), at::kLong)}};
+            {"position", at::scalar_tensor(cursor_ % num_samples(), at::kLong)},
+            {"layout", at::tensor(layout_, at::kLong)}};
   }
   void load_state_dict(const tessera::StateDict& state) override {
-    const auto epoch = state.find("epoch"), position = state.find("position");
-    if (epoch == state.end() || position == state.end() || state.size() != 2) {
-      throw tessera::Error("dataset/sft_jsonl state: expected exactly the keys epoch and position");
+    const auto epoch = state.find("epoch"), position = state.find("position"), layout = state.find("layout");
+    const std::size_t keys = layout == state.end() ? 2 : 3;  // a state from before layouts were saved has none
+    if (epoch == state.end() || position == state.end() || state.size() != keys) {
+      throw tessera::Error("dataset/sft_jsonl state: expected exactly the keys epoch, position and layout");
+    }
+    if (layout != state.end()) {
+      const at::Tensor saved = layout->second.to(at::kLong).contiguous();
+      const std::vector<std::int64_t> was(saved.const_data_ptr<std::int64_t>(), saved.const_data_ptr<std::int64_t>() + saved.numel());
+      if (was != layout_) {
+        throw tessera::Error("dataset/sft_jsonl state was saved reading " + describe(was) + "; this run reads " +
+                             describe(layout_) +
+                             ". Its position would pick other rows than the run has seen: resume with the file, "
+                             "tokenizer and config it was saved with, or start a new run from the checkpoint's "
+                             "weights (an export and the model's init_from)");
+      }
     }
     const auto p = position->second.item<std::int64_t>(), e = epoch->second.item<std::int64_t>();
     if (e < 0 || p < 0 || p >= num_samples()) throw tessera::Error("dataset/sft_jsonl state: position outside an epoch");
@@ -177,14 +204,47 @@ class SftDataset final : public tessera::Dataset {
       if (!m.is_object()) throw tessera::ConfigError(where + ": a message is not an object", "path");
       const std::string role = string_field(m, "role", where), content = string_field(m, "content", where);
       if (role == "assistant") {
-        ex.add(tok.encode(role + ": "), false);
-        ex.add(tok.encode(content), true);
+        ex.add(encode(tok, role + ": "), false);
+        ex.add(encode(tok, content), true);
         if (eos_ >= 0) ex.add({eos_}, true);
-        ex.add(tok.encode("\n"), false);
+        ex.add(encode(tok, "\n"), false);
       } else {
-        ex.add(tok.encode(role + ": " + content + "\n"), false);
+        ex.add(encode(tok, role + ": " + content + "\n"), false);
       }
     }
+  }
+
+  // The layout as words: {rows, seq_len, shuffle, seed, checksum of the rows' tokens and labels}.
+  static std::string describe(const std::vector<std::int64_t>& v) {
+    if (v.size() != 5) return "a layout of " + std::to_string(v.size()) + " values (not 5)";
+    char checksum_hex[16];
+    std::snprintf(checksum_hex, sizeof checksum_hex, "%08x", static_cast<unsigned>(v[4]));
+    return std::to_string(v[0]) + " rows of " + std::to_string(v[1]) + " tokens (checksum " + checksum_hex + "), " +
+           (v[2] ? "shuffled with seed " + std::to_string(v[3]) : "in file order");
+  }
+
+  // What the tokenizer adds to every text, seen on the empty one: the leading BOS ids become the
+  // prefix of each example, and the rest (its EOS) is left to where this dataset places EOS.
+  void find_added_specials(const tessera::kinds::Tokenizer& tok) {
+    const std::vector<std::int64_t> added = tok.encode("");
+    std::size_t leading = 0;
+    while (leading < added.size() && tok.bos_id() >= 0 && added[leading] == tok.bos_id()) ++leading;
+    prefix_.assign(added.begin(), added.begin() + static_cast<std::ptrdiff_t>(leading));
+    suffix_.assign(added.begin() + static_cast<std::ptrdiff_t>(leading), added.end());
+  }
+
+  // One piece of an example, without what the tokenizer adds to every text: encoded alone,
+  // prompt and response would otherwise each carry a BOS and an EOS inside the example.
+  std::vector<std::int64_t> encode(const tessera::kinds::Tokenizer& tok, const std::string& text) const {
+    std::vector<std::int64_t> ids = tok.encode(text);
+    const auto ends_with_suffix = [&] {
+      return ids.size() >= suffix_.size() && std::equal(suffix_.begin(), suffix_.end(), ids.end() - static_cast<std::ptrdiff_t>(suffix_.size()));
+    };
+    if (!suffix_.empty() && ends_with_suffix()) ids.erase(ids.end() - static_cast<std::ptrdiff_t>(suffix_.size()), ids.end());
+    if (!prefix_.empty() && ids.size() >= prefix_.size() && std::equal(prefix_.begin(), prefix_.end(), ids.begin())) {
+      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(prefix_.size()));
+    }
+    return ids;
   }
 
   // Inputs are tokens[0..n-2]; label i is token i+1 where that token is a target.
@@ -235,6 +295,8 @@ class SftDataset final : public tessera::Dataset {
   bool shuffle_;
   std::uint64_t seed_;
   std::int64_t eos_ = -1, pad_ = 0;
+  std::vector<std::int64_t> layout_;  // what a saved position is a position in (describe())
+  std::vector<std::int64_t> prefix_, suffix_;  // what the tokenizer adds to every encode(): BOS, and after
   std::vector<Row> rows_;
   Row open_;
   std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0, order_epoch_ = -1;

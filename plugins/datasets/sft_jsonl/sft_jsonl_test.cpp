@@ -86,6 +86,29 @@ TEST(SftJsonl, PackingKeepsExamplesWhole) {
   EXPECT_EQ(make_sft(dir.file("p.jsonl"), ", seq_len: 8, pack: false")->num_samples(), 6);
 }
 
+// A state records the rows it is a position in: a resume over another file of as many rows is
+// refused; a state saved before layouts were (epoch and position only) is still read.
+TEST(SftJsonl, AStateOverOtherRowsIsRefused) {
+  testing::TempDir dir;
+  const std::string a = dir.write("a.jsonl", R"({"prompt": "ab", "response": "cd"})" "\n" R"({"prompt": "ef", "response": "gh"})" "\n");
+  const std::string b = dir.write("b.jsonl", R"({"prompt": "ab", "response": "xy"})" "\n" R"({"prompt": "ef", "response": "gh"})" "\n");
+  auto saved = make_sft(a, ", seq_len: 5, pack: false");
+  saved->next_batch(1);
+  const StateDict state = saved->state_dict();
+  EXPECT_NO_THROW(make_sft(a, ", seq_len: 5, pack: false")->load_state_dict(state));
+  try {
+    make_sft(b, ", seq_len: 5, pack: false")->load_state_dict(state);
+    ADD_FAILURE() << "a state over other rows was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("saved reading 2 rows of 5 tokens (checksum"), std::string::npos) << what;
+    EXPECT_NE(what.find("resume with the file, tokenizer and config"), std::string::npos) << what;
+  }
+  auto old_state = make_sft(b, ", seq_len: 5, pack: false");
+  EXPECT_NO_THROW(old_state->load_state_dict({{"epoch", state.at("epoch")}, {"position", state.at("position")}}));
+  EXPECT_TRUE(old_state->state_dict().at("position").equal(state.at("position")));
+}
+
 TEST(SftJsonl, BadLinesArePositionedErrors) {
   testing::TempDir dir;
   auto message = [&](const std::string& text) {

@@ -31,7 +31,8 @@ class Mixture final : public Dataset {
         throw ConfigError(std::string(e.what()), "paths");
       }
       weights_.push_back(c.weights[i] / sum);
-      num_samples_ += members_.back()->num_samples();
+      // A member of weight 0 is never drawn: its samples are not the mixture's.
+      if (c.weights[i] > 0) num_samples_ += members_.back()->num_samples();
     }
     drawn_.assign(members_.size(), 0);
   }
@@ -69,19 +70,39 @@ class Mixture final : public Dataset {
   std::int64_t num_samples() const override { return num_samples_; }
 
   StateDict state_dict() const override {
-    return {{"position", at::scalar_tensor(position_, at::kLong)}, {"drawn", at::tensor(drawn_, at::kLong)}};
+    std::vector<std::int64_t> layouts;
+    for (const auto& member : members_) {
+      const auto values = member->layout().values();
+      layouts.insert(layouts.end(), values.begin(), values.end());
+    }
+    return {{"position", at::scalar_tensor(position_, at::kLong)},
+            {"drawn", at::tensor(drawn_, at::kLong)},
+            {"layouts", at::tensor(layouts, at::kLong).view({-1, WindowLayout::kValues})}};
   }
 
   void load_state_dict(const StateDict& state) override {
     const auto position = state.find("position");
     const auto drawn = state.find("drawn");
-    if (position == state.end() || drawn == state.end() || state.size() != 2) {
-      throw Error("dataset/mixture state: expected exactly the keys position and drawn");
+    const auto layouts = state.find("layouts");
+    const std::size_t keys = layouts == state.end() ? 2 : 3;  // a state from before layouts were saved has none
+    if (position == state.end() || drawn == state.end() || state.size() != keys) {
+      throw Error("dataset/mixture state: expected exactly the keys position, drawn and layouts");
     }
     const at::Tensor counts = drawn->second.to(at::kLong).contiguous();
     if (counts.dim() != 1 || counts.numel() != static_cast<std::int64_t>(members_.size())) {
       throw Error("dataset/mixture state: " + std::to_string(counts.numel()) + " member counts for " +
                   std::to_string(members_.size()) + " members (were paths changed?)");
+    }
+    if (layouts != state.end()) {
+      const at::Tensor saved = layouts->second.to(at::kLong).contiguous();
+      if (saved.dim() != 2 || saved.size(0) != counts.numel() || saved.size(1) != WindowLayout::kValues) {
+        throw Error("dataset/mixture state: the layouts are not one row of " + std::to_string(WindowLayout::kValues) +
+                    " values per member");
+      }
+      for (std::size_t i = 0; i < members_.size(); ++i) {
+        check_saved_layout({{"layout", saved[static_cast<std::int64_t>(i)]}}, members_[i]->layout(),
+                           "dataset/mixture member " + std::to_string(i) + " (" + members_[i]->path() + ")");
+      }
     }
     std::int64_t total = 0;
     for (std::int64_t i = 0; i < counts.numel(); ++i) {

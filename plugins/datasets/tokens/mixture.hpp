@@ -2,9 +2,13 @@
 // weight. The member of every global sample follows a deterministic schedule that keeps each
 // member's count within one sample of weight x samples at every point, so the proportions hold
 // exactly at any length, on any number of ranks; each member reads its own seeded order. The
-// state is the global position and how many samples each member has given: resume is exact.
+// state is the global position, how many samples each member has given and each member's
+// layout (token_windows.hpp): resume is exact, and a resume with other files is refused. The
+// weights may change between a save and a resume (a data schedule): the schedule goes on from
+// the saved counts toward the new shares.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,7 +53,7 @@ struct MixtureConfig {
       }
       double sum = 0;
       for (double w : c.weights) {
-        if (!(w >= 0)) throw ConfigError("weights must not be negative", "weights");
+        if (!std::isfinite(w) || w < 0) throw ConfigError("weights must be finite and not negative", "weights");
         sum += w;
       }
       if (!(sum > 0)) throw ConfigError("weights must not all be zero", "weights");

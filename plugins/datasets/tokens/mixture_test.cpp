@@ -108,6 +108,44 @@ TEST(Mixture, ResumeMidMixtureIsExact) {
   EXPECT_EQ(joined, expected);
 }
 
+// Weights may change between a save and a resume (a data schedule): the saved counts go on
+// toward the new shares. A member file written again is refused, naming the member.
+TEST(Mixture, AResumeMayChangeTheWeightsButNotTheFiles) {
+  TempDir dir;
+  auto first = make_mixture(dir, "[1, 1, 0]");
+  first->set_shard(0, 1);
+  firsts(*first, 10, 3);  // 30 samples: 15 and 15
+  const StateDict state = first->state_dict();
+  auto reweighted = make_mixture(dir, "[1, 1, 2]");  // writes the same member files again
+  reweighted->load_state_dict(state);
+  reweighted->set_shard(0, 1);
+  std::map<int, std::int64_t> count;
+  for (auto s : firsts(*reweighted, 10, 3)) ++count[static_cast<int>(s / 1000)];
+  // After 60 samples the shares are 15, 15, 30: the 30 new ones all come from member 2.
+  EXPECT_EQ(count[2], 30);
+
+  std::vector<std::uint16_t> other(300, 9);  // member 1 written again, same length
+  testing::write_token_file(dir.file("member1.bin"), other);
+  auto changed = testing::build_components(
+      "data: {component_key: dataset, variant_key: mixture, config: {paths: [" + dir.file("member0.bin") + ", " +
+      dir.file("member1.bin") + ", " + dir.file("member2.bin") + "], weights: [1, 1, 0], seq_len: 4}}\n");
+  try {
+    testing::built<Dataset>(changed, "data")->load_state_dict(state);
+    ADD_FAILURE() << "a state over another member file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dataset/mixture member 1 (" + dir.file("member1.bin") + ") state was saved reading"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Mixture, ZeroWeightMembersAreNotCountedInItsSamples) {
+  TempDir dir;
+  // Windows of 4 tokens: 400 tokens -> 99, 300 -> 74, 200 -> 49.
+  EXPECT_EQ(make_mixture(dir, "[1, 1, 1]")->num_samples(), 99 + 74 + 49);
+  EXPECT_EQ(make_mixture(dir, "[1, 0, 1]")->num_samples(), 99 + 49);
+}
+
 TEST(Mixture, BadConfigsAndStatesAreRefused) {
   TempDir dir;
   auto message = [&](const std::string& weights) {
@@ -121,6 +159,7 @@ TEST(Mixture, BadConfigsAndStatesAreRefused) {
   EXPECT_NE(message("[1, 1]").find("weights has 2 entries for 3 paths"), std::string::npos);
   EXPECT_NE(message("[1, -1, 1]").find("negative"), std::string::npos);
   EXPECT_NE(message("[0, 0, 0]").find("all be zero"), std::string::npos);
+  EXPECT_NE(message("[1, .inf, 1]").find("finite"), std::string::npos) << message("[1, .inf, 1]");
   auto data = make_mixture(dir, "[1, 1, 1]");
   EXPECT_THROW(data->load_state_dict({{"position", at::scalar_tensor(3, at::kLong)},
                                       {"drawn", at::tensor({1, 1}, at::kLong)}}),

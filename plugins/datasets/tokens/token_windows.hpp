@@ -4,13 +4,16 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +26,7 @@
 
 #include "tessera/batch.hpp"
 #include "tessera/config_fields.hpp"
+#include "tessera/crc32c.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/plugin.hpp"
@@ -216,6 +220,57 @@ struct TokensConfig {
   }
 };
 
+// What a saved position of a token dataset is a position in: the file (its token count and a
+// checksum of its first and last 64 KiB, so a file written again is told apart without reading
+// all of it) and the windows over it (seq_len, stride, order). Saved with the position; a resume
+// from another layout would read other samples than the run has seen, silently.
+struct WindowLayout {
+  std::int64_t num_tokens = 0, seq_len = 0, stride = 0, shuffle = 0, seed = 0, checksum = 0;
+
+  std::vector<std::int64_t> values() const { return {num_tokens, seq_len, stride, shuffle, seed, checksum}; }
+  static constexpr std::int64_t kValues = 6;
+
+  static WindowLayout of(const std::vector<std::int64_t>& v) {
+    return {v.at(0), v.at(1), v.at(2), v.at(3), v.at(4), v.at(5)};
+  }
+  bool operator==(const WindowLayout& o) const { return values() == o.values(); }
+
+  std::string describe() const {
+    char checksum_hex[16];
+    std::snprintf(checksum_hex, sizeof checksum_hex, "%08x", static_cast<unsigned>(checksum));
+    return std::to_string(num_tokens) + " tokens (checksum " + checksum_hex + "), seq_len " + std::to_string(seq_len) +
+           ", stride " + std::to_string(stride) + ", " + (shuffle ? "shuffled with seed " + std::to_string(seed) : "in file order");
+  }
+};
+
+// The checksum of WindowLayout: CRC-32C of the first and the last 64 KiB of the file.
+inline std::int64_t edge_checksum(const void* data, std::size_t size) {
+  const std::size_t edge = std::min<std::size_t>(size, 64 * 1024);
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::uint32_t crc = tessera::crc32c(bytes, edge);
+  crc = tessera::crc32c(bytes + (size - edge), edge, crc);
+  return static_cast<std::int64_t>(crc);
+}
+
+// The layout saved in a state under "layout" (a state from before layouts were saved has none:
+// accepted as it is); throws naming both layouts when they differ.
+inline void check_saved_layout(const tessera::StateDict& state, const WindowLayout& current, const std::string& what) {
+  const auto saved = state.find("layout");
+  if (saved == state.end()) return;
+  const at::Tensor values = saved->second.to(at::kLong).contiguous();
+  if (values.dim() != 1 || values.numel() != WindowLayout::kValues) {
+    throw tessera::Error(what + " state: the layout holds " + std::to_string(values.numel()) + " values, not " +
+                         std::to_string(WindowLayout::kValues));
+  }
+  const WindowLayout was = WindowLayout::of(
+      std::vector<std::int64_t>(values.const_data_ptr<std::int64_t>(), values.const_data_ptr<std::int64_t>() + WindowLayout::kValues));
+  if (was == current) return;
+  throw tessera::Error(what + " state was saved reading " + was.describe() + "; this run reads " + current.describe() +
+                       ". Its position would pick other samples than the run has seen: resume with the file and "
+                       "config it was saved with, or start a new run from the checkpoint's weights (an export and "
+                       "the model's init_from)");
+}
+
 class TokenWindowDataset final : public tessera::Dataset {
  public:
   TokenWindowDataset(const TokensConfig& config, std::uint64_t run_seed)
@@ -229,6 +284,8 @@ class TokenWindowDataset final : public tessera::Dataset {
         seed_(config.seed < 0 ? run_seed : static_cast<std::uint64_t>(config.seed)) {
     num_tokens_ = checked_token_count(file_.size(), path_, config.dtype, seq_len_, "path");
     num_samples_ = (num_tokens_ - seq_len_ - 1) / stride_ + 1;
+    layout_ = {num_tokens_, seq_len_, stride_, shuffle_ ? 1 : 0, static_cast<std::int64_t>(seed_),
+               edge_checksum(file_.data(), file_.size())};
     if (config.document_mask) {
       eos_ = config.eos_id >= 0 ? config.eos_id : read_index(path_).eos_id;
       if (eos_ < 0) {
@@ -298,20 +355,25 @@ class TokenWindowDataset final : public tessera::Dataset {
 
   std::int64_t seq_len() const override { return seq_len_; }
   std::int64_t num_samples() const override { return num_samples_; }
+  const WindowLayout& layout() const { return layout_; }
+  const std::string& path() const { return path_; }
 
   // The cursor is shared by all ranks (rank r reads cursor + r), so any rank's state resumes
   // every rank, and set_shard may come before or after load_state_dict.
   tessera::StateDict state_dict() const override {
     return {{"epoch", at::scalar_tensor(cursor_ / num_samples_, at::kLong)},
-            {"position", at::scalar_tensor(cursor_ % num_samples_, at::kLong)}};
+            {"position", at::scalar_tensor(cursor_ % num_samples_, at::kLong)},
+            {"layout", at::tensor(layout_.values(), at::kLong)}};
   }
 
   void load_state_dict(const tessera::StateDict& state) override {
     const auto epoch = state.find("epoch");
     const auto position = state.find("position");
-    if (epoch == state.end() || position == state.end() || state.size() != 2) {
-      throw tessera::Error("dataset/tokens state: expected exactly the keys epoch and position");
+    const std::size_t keys = 2 + state.count("layout");
+    if (epoch == state.end() || position == state.end() || state.size() != keys) {
+      throw tessera::Error("dataset/tokens state: expected exactly the keys epoch, position and layout");
     }
+    check_saved_layout(state, layout_, "dataset/tokens (" + path_ + ")");
     const auto e = epoch->second.item<std::int64_t>();
     const auto p = position->second.item<std::int64_t>();
     if (e < 0 || p < 0 || p >= num_samples_) {
@@ -340,6 +402,7 @@ class TokenWindowDataset final : public tessera::Dataset {
   std::int64_t eos_ = -1;  // with document_mask: the id that ends a document
   std::int64_t num_tokens_ = 0;
   std::int64_t num_samples_ = 0;
+  WindowLayout layout_;
 
   std::int64_t rank_ = 0;
   std::int64_t world_size_ = 1;

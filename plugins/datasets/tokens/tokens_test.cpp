@@ -226,7 +226,7 @@ TEST(TokensDataset, ResumeFromStateDictReadsWhatAnUninterruptedRunReads) {
   first->next_batch(3);
   first->next_batch(3);
   const StateDict state = first->state_dict();
-  EXPECT_EQ(state.size(), 2u);
+  EXPECT_EQ(state.size(), 3u);  // epoch, position and the layout they are a position in
   EXPECT_EQ(state.at("position").item<std::int64_t>(), 6);
 
   auto resumed = make_dataset(path, "seq_len: 4, seed: 2");
@@ -262,6 +262,45 @@ TEST(TokensDataset, RejectsForeignState) {
                                       {"position", at::scalar_tensor(1, at::kLong)},
                                       {"extra", at::scalar_tensor(1, at::kLong)}}),
                Error);
+}
+
+// A state records the layout it is a position in: a resume over another file (even one of the
+// same size), other windows or another order is refused, naming what was saved and what is read.
+TEST(TokensDataset, AStateOfAnotherFileOrLayoutIsRefusedNamingBoth) {
+  TempDir dir;
+  const std::string path = counting_file(dir, 41);
+  auto saved = make_dataset(path, "seq_len: 4, seed: 2");
+  saved->set_shard(0, 1);
+  saved->next_batch(3);
+  const StateDict state = saved->state_dict();
+  EXPECT_NO_THROW(make_dataset(path, "seq_len: 4, seed: 2")->load_state_dict(state));
+
+  auto refusal = [&](const std::string& other_path, const std::string& config) {
+    try {
+      make_dataset(other_path, config)->load_state_dict(state);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string windows = refusal(path, "seq_len: 2, seed: 2");
+  EXPECT_NE(windows.find("saved reading 41 tokens"), std::string::npos) << windows;
+  EXPECT_NE(windows.find("seq_len 4, stride 4, shuffled with seed 2; this run reads"), std::string::npos) << windows;
+  EXPECT_NE(windows.find("seq_len 2, stride 2"), std::string::npos) << windows;
+  EXPECT_NE(windows.find("resume with the file and config it was saved with"), std::string::npos) << windows;
+  EXPECT_NE(refusal(path, "seq_len: 4, seed: 3").find("shuffled with seed 3"), std::string::npos);
+  EXPECT_NE(refusal(path, "seq_len: 4, seed: 2, shuffle: false").find("in file order"), std::string::npos);
+  EXPECT_NE(refusal(path, "seq_len: 4, seed: 2, stride: 2").find("stride 2"), std::string::npos);
+  // The same number of tokens written again with other ids: told apart by the checksum.
+  std::vector<std::uint16_t> rewritten(41, 7);
+  const std::string other = dir.file("rewritten.bin");
+  testing::write_token_file(other, rewritten);
+  EXPECT_NE(refusal(other, "seq_len: 4, seed: 2").find("saved reading 41 tokens (checksum"), std::string::npos);
+
+  // A state saved before layouts were (epoch and position only) is still read.
+  auto old_state = make_dataset(path, "seq_len: 4, seed: 2");
+  EXPECT_NO_THROW(old_state->load_state_dict({{"epoch", state.at("epoch")}, {"position", state.at("position")}}));
+  EXPECT_TRUE(old_state->state_dict().at("position").equal(state.at("position")));
 }
 
 TEST(TokensDataset, InvalidShardOrBatchSizeThrows) {
