@@ -128,7 +128,7 @@ TEST_F(Cli, ValidateAcceptsAGoodSpecAndRejectsMistakesWithPositions) {
   EXPECT_EQ(run_command(tessera("validate " + tiny() + data_set()), out), 0) << out;
   EXPECT_EQ(run_command(tessera("validate " + tiny() + data_set() + " --set components.optimizer.config.lr=fast"),
                         out), 2);
-  EXPECT_NE(out.find("components.optimizer.config.lr: expected a number (> 0), got \"fast\""), std::string::npos)
+  EXPECT_NE(out.find("components.optimizer.config.lr: expected a finite number (> 0), got \"fast\""), std::string::npos)
       << out;
 
   const std::string bad = dir_.write("bad.yaml",
@@ -305,6 +305,25 @@ TEST_F(Cli, RanksStopWhenTheLauncherIsKilled) {
   ASSERT_EQ(run_command("sh -c '" + script + "'", out), 0) << out;
   EXPECT_EQ(out.find("ranks=[]"), std::string::npos) << "no ranks found: " << out;
   EXPECT_NE(out.find("alive=[]"), std::string::npos) << "ranks outlived the launcher: " << out;
+}
+
+TEST_F(Cli, LaunchRefusesOptionsOutOfRangeBeforeStartingRanks) {
+  struct Case {
+    std::string options, says;
+  } cases[] = {
+      {"--master-port 70000", "--master-port 70000 is not a port"},
+      {"--master-port -1", "--master-port -1 is not a port"},
+      {"--grace-s -1", "--grace-s must be between 0 and 3600"},
+      {"--grace-s nan", "--grace-s must be between 0 and 3600"},
+      {"--nproc-per-node 0", "need --nproc-per-node >= 1"},
+  };
+  for (const Case& c : cases) {
+    std::string out;
+    const std::string options = c.options.rfind("--nproc", 0) == 0 ? c.options : "--nproc-per-node 2 " + c.options;
+    EXPECT_EQ(run_command(tessera("launch " + options + " -- train " + tiny() + data_set()), out), 2) << out;
+    EXPECT_NE(out.find(c.says), std::string::npos) << out;
+    EXPECT_EQ(out.find("[rank "), std::string::npos) << "a rank was started: " << out;
+  }
 }
 
 TEST_F(Cli, LaunchStopsEveryRankWhenOneFails) {

@@ -88,6 +88,11 @@ TEST_F(EvalCommand, EvaluatesTheCheckpointsModelWithTheEvaluationCallbacksLoss) 
   const nlohmann::json by_path =
       eval(spec + " --batches 4 --resume " + run_dir + "/checkpoints/step_00000010 --set settings.run_dir=" + run_dir);
   EXPECT_EQ(by_path.at("loss"), trained.at("loss"));
+  // On other data than it trained on (here other windows of train_data): the checkpoint's data
+  // position belongs to the training run and is not read.
+  const nlohmann::json other_windows = eval(spec + " --split train --batches 2 --resume auto --set settings.run_dir=" +
+                                            run_dir + " --set components.train_data.config.seq_len=16");
+  EXPECT_EQ(other_windows.at("tokens").get<std::int64_t>(), 2 * 8 * 16);
   // Evaluating writes nothing into the run: its metrics stay as training left them.
   EXPECT_EQ(read_file(run_dir + "/metrics.jsonl"), metrics_before);
 }
@@ -95,12 +100,19 @@ TEST_F(EvalCommand, EvaluatesTheCheckpointsModelWithTheEvaluationCallbacksLoss) 
 TEST_F(EvalCommand, TwoRanksGiveTheOneRankLoss) {
   const std::string spec = with_evaluation();
   const nlohmann::json one = eval(spec + " --batches 4");
-  std::string out;
-  ASSERT_EQ(run_command("(" + tessera("launch --nproc-per-node 2 -- eval " + spec + " --batches 4") + " 2>/dev/null)", out), 0)
+  std::string out, err;
+  ASSERT_EQ(run_command("(" + tessera("launch --nproc-per-node 2 -- eval " + spec + " --batches 4") + " 2>" +
+                            dir_.file("launch.err") + ")",
+                        out),
+            0)
       << out;
-  const auto brace = out.find('{');
-  ASSERT_NE(brace, std::string::npos) << out;
-  const nlohmann::json two = nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
+  run_command("cat " + dir_.file("launch.err"), err);
+  // The launcher keeps the ranks' stdout and stderr apart: stdout is rank 0's result line alone,
+  // the logs of both ranks are on stderr.
+  ASSERT_EQ(out.rfind("[rank 0] {", 0), 0u) << out;
+  ASSERT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(err.find("[rank 1] "), std::string::npos) << err;
+  const nlohmann::json two = nlohmann::json::parse(out.substr(9));
   EXPECT_EQ(two.at("tokens"), one.at("tokens"));
   EXPECT_EQ(two.at("batches"), one.at("batches"));
   EXPECT_NEAR(two.at("loss").get<double>(), one.at("loss").get<double>(), 1e-6);

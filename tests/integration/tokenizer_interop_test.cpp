@@ -3,6 +3,7 @@
 // a corpus the test makes (ASCII, accents, CJK, emoji, whitespace runs, digits, <|endoftext|>
 // inline), then every line of it encoded by both: the ids must be equal, line for line; byte-level
 // BPE must also decode back to the very text.
+#include <ATen/ops/scalar_tensor.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 
 #include "tessera/batch.hpp"
 #include "tessera/dataset.hpp"
+#include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "test_support.hpp"
 
@@ -155,6 +157,21 @@ TEST_F(TokenizerInterop, SftExamplesHoldTheTokenizersBosOnceAndEosOnlyAfterTheRe
   EXPECT_EQ(std::vector<std::int64_t>(in.data_ptr<std::int64_t>(), in.data_ptr<std::int64_t>() + 32), inputs);
   EXPECT_EQ(std::vector<std::int64_t>(out.data_ptr<std::int64_t>(), out.data_ptr<std::int64_t>() + 32), labels);
   EXPECT_EQ(batch.num_target_tokens, static_cast<std::int64_t>(inner("jumps over").size() + 1));
+
+  // Packed, such rows differ from what earlier versions packed (a BOS and EOS around every part):
+  // a state saved by them (no layout) is refused rather than resumed among other rows.
+  core::BuiltComponents packed_built = testing::build_components(
+      "data: {component_key: dataset, variant_key: sft_jsonl, config: {path: " + data_path + ", tokenizer: " +
+      tokenizer_yaml + ", seq_len: 32, pack: true}}\n");
+  auto packed = testing::built<Dataset>(packed_built, "data");
+  try {
+    packed->load_state_dict({{"epoch", at::scalar_tensor(0, at::kLong)}, {"position", at::scalar_tensor(0, at::kLong)}});
+    ADD_FAILURE() << "a state without a layout was accepted over changed rows";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no layout and was saved by an earlier Tessera"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(packed->load_state_dict(packed->state_dict()));
 }
 
 }  // namespace

@@ -78,9 +78,21 @@ TEST(ComponentFactory, WrongValueTypeSaysWhatWasExpected) {
       std::string(kModel) +
       "optimizer: {component_key: optimizer, variant_key: adamw,\n"
       "            config: {lr: fast, model: {instance_key: model}}}\n");
-  EXPECT_NE(error.find("test.yaml:3:26: components.optimizer.config.lr: expected a number (> 0), got \"fast\""),
+  EXPECT_NE(error.find("test.yaml:3:26: components.optimizer.config.lr: expected a finite number (> 0), got \"fast\""),
             std::string::npos)
       << error;
+}
+
+// Infinity (written .inf, or a number past double's range) is no value for any field: durations
+// and counts made from it overflow.
+TEST(ComponentFactory, NumbersMustBeFinite) {
+  for (const std::string lr : {".inf", "1e400"}) {
+    const std::string error = validation_error(
+        std::string(kModel) + "optimizer: {component_key: optimizer, variant_key: adamw,\n" +
+        "            config: {lr: " + lr + ", model: {instance_key: model}}}\n");
+    EXPECT_NE(error.find("components.optimizer.config.lr: expected a finite number (> 0), got \"" + lr + "\""), std::string::npos)
+        << error;
+  }
 }
 
 TEST(ComponentFactory, ConstraintViolationIsReported) {

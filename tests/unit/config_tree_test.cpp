@@ -47,6 +47,22 @@ TEST(ConfigTree, InvalidYamlNamesFileLineAndColumn) {
   EXPECT_NE(error.find("invalid YAML"), std::string::npos) << error;
 }
 
+TEST(ConfigTree, ASecondYamlDocumentIsAnErrorNotDropped) {
+  const std::string error = error_of([] { parse_config_string("name: x\n---\ncheckpoint: {every_steps: 100}\n", "two.yaml"); });
+  EXPECT_NE(error.find("two.yaml:3:1"), std::string::npos) << error;
+  EXPECT_NE(error.find("a run spec is one YAML document; this text holds 2"), std::string::npos) << error;
+  EXPECT_NO_THROW(parse_config_string("---\nname: x\n", "one.yaml")) << "one document after --- is fine";
+}
+
+TEST(ConfigTree, IncludingAFolderIsAnError) {
+  TempDir dir;
+  dir.write("shared/base.yaml", "name: base\n");
+  const std::string top = dir.write("top.yaml", "include: shared\n");
+  const std::string error = error_of([&] { load_config_file(top); });
+  EXPECT_NE(error.find("top.yaml:1:10"), std::string::npos) << error;
+  EXPECT_NE(error.find("it is a folder"), std::string::npos) << error;
+}
+
 TEST(ConfigTree, DuplicateKeysAreErrors) {
   const std::string error = error_of([] { parse_config_string("a: 1\na: 2\n", "d.yaml"); });
   EXPECT_NE(error.find("d.yaml:2:1"), std::string::npos) << error;
@@ -98,6 +114,12 @@ TEST(ConfigTree, BadOverridesAreErrors) {
   EXPECT_NE(error_of([&] { apply_override(root, "a.b=1"); }).find("cannot set a key inside a scalar"),
             std::string::npos);
   EXPECT_NE(error_of([&] { apply_override(root, "list.5=1"); }).find("past the end"), std::string::npos);
+  // An index of more digits than any size: past the end too, not an overflow.
+  EXPECT_NE(error_of([&] { apply_override(root, "list.99999999999999999999=1"); }).find("past the end"),
+            std::string::npos);
+  ConfigNode huge = parse_config_string("list: [1]\na: ${list.99999999999999999999}\n", "h.yaml");
+  EXPECT_NE(error_of([&] { resolve_interpolations(huge); }).find("h.yaml:2:4: a: ${list.99999999999999999999}: list has no element"),
+            std::string::npos);
 }
 
 TEST(ConfigTree, InterpolatesPathsAndEnvironment) {
@@ -115,6 +137,28 @@ TEST(ConfigTree, InterpolatesPathsAndEnvironment) {
   EXPECT_EQ(root.find("sched")->find("total")->scalar(), "300");
   EXPECT_TRUE(root.find("sched")->find("total")->plain());
   EXPECT_EQ(root.find("sched")->find("chain")->scalar(), "300");
+}
+
+// A whole value of one ${env:...} reads as if written unquoted: quoted (as flow style needs) it
+// is still a number for a number field. Inside a longer string it stays text.
+TEST(ConfigTree, AWholeEnvironmentValueIsPlain) {
+  ::setenv("TESSERA_TEST_SEED", "42", 1);
+  ConfigNode root = parse_config_string("settings: {seed: '${env:TESSERA_TEST_SEED}', name: 'run${env:TESSERA_TEST_SEED}'}\n", "p.yaml");
+  resolve_interpolations(root);
+  EXPECT_EQ(root.find("settings")->find("seed")->scalar(), "42");
+  EXPECT_TRUE(root.find("settings")->find("seed")->plain());
+  EXPECT_FALSE(root.find("settings")->find("name")->plain());
+}
+
+// A reference through a value that is itself one ${...} resolves whatever the order of keys.
+TEST(ConfigTree, AReferenceThroughAnotherReferenceDoesNotDependOnKeyOrder) {
+  for (const std::string text : {"a: ${c.x}\nc: ${d}\nd: {x: 1}\n", "c: ${d}\nd: {x: 1}\na: ${c.x}\n"}) {
+    ConfigNode root = parse_config_string(text, "o.yaml");
+    resolve_interpolations(root);
+    EXPECT_EQ(root.find("a")->scalar(), "1") << text;
+  }
+  ConfigNode cycle = parse_config_string("a: ${c.x}\nc: ${c.x}\n", "c.yaml");
+  EXPECT_NE(error_of([&] { resolve_interpolations(cycle); }).find("interpolation cycle"), std::string::npos);
 }
 
 TEST(ConfigTree, InterpolationErrorsNameThePlace) {

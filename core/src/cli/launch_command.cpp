@@ -1,6 +1,7 @@
 // `tessera launch --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
 //  -- COMMAND ARGS...`: starts N ranks of this binary on this node with torchrun's variables,
-// prefixes every line they print with their rank, forwards SIGINT/SIGTERM, and when one rank
+// prefixes every line they print with their rank (their stdout to its stdout, their stderr to its
+// stderr, so a rank's result lines can be read apart from its log), forwards SIGINT/SIGTERM, and when one rank
 // fails stops the others (SIGTERM, then SIGKILL after a grace period) and exits non-zero.
 // A rank gets SIGTERM when the launcher dies (killed, or its output closed), so none outlives it.
 #include <fcntl.h>
@@ -13,8 +14,11 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -30,11 +34,17 @@ namespace {
 std::atomic<int> g_forward_signal{0};
 extern "C" void remember_signal(int sig) { g_forward_signal.store(sig); }
 
+// One of a rank's output streams: the read end of its pipe and the launcher's stream it goes to.
+struct Output {
+  int fd = -1;
+  std::ostream* sink = nullptr;
+  std::string pending;  // a line not yet finished
+};
+
 struct Rank {
   int rank = 0;
   pid_t pid = -1;
-  int out = -1;          // read end of the rank's stdout+stderr
-  std::string pending;   // a line not yet finished
+  std::array<Output, 2> outputs;  // the rank's stdout, then its stderr
   bool running = true;
   int exit_code = 0;
 };
@@ -60,17 +70,17 @@ int listening_socket(int& port) {
   return fd;
 }
 
-void flush_lines(Rank& r, bool all) {
+void flush_lines(int rank, Output& o, bool all) {
   size_t start = 0;
-  for (size_t nl; (nl = r.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    std::cout << "[rank " << r.rank << "] " << r.pending.substr(start, nl - start) << "\n";
+  for (size_t nl; (nl = o.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    *o.sink << "[rank " << rank << "] " << o.pending.substr(start, nl - start) << "\n";
   }
-  r.pending.erase(0, start);
-  if (all && !r.pending.empty()) {
-    std::cout << "[rank " << r.rank << "] " << r.pending << "\n";
-    r.pending.clear();
+  o.pending.erase(0, start);
+  if (all && !o.pending.empty()) {
+    *o.sink << "[rank " << rank << "] " << o.pending << "\n";
+    o.pending.clear();
   }
-  std::cout.flush();
+  o.sink->flush();
 }
 
 }  // namespace
@@ -100,6 +110,12 @@ int launch_command(const Args& all_args) {
   if (nproc < 1 || nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
     throw UsageError("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes");
   }
+  if (master_port < 0 || master_port > 65535) {
+    throw UsageError("--master-port " + std::to_string(master_port) + " is not a port (1 to 65535)");
+  }
+  if (!std::isfinite(grace_s) || grace_s < 0 || grace_s > 3600) {
+    throw UsageError("--grace-s must be between 0 and 3600 seconds");
+  }
   int store_fd = -1;  // the store's listening socket, handed to rank 0; -1 when a port was given
   if (master_port == 0) {
     if (nnodes > 1) throw UsageError("--master-port is required with --nnodes > 1");
@@ -127,17 +143,32 @@ int launch_command(const Args& all_args) {
       if (started.pid <= 0) continue;
       ::kill(started.pid, SIGKILL);
       ::waitpid(started.pid, nullptr, 0);
+      for (auto& o : started.outputs) {
+        if (o.fd >= 0) ::close(o.fd);
+      }
     }
     throw Error("launch: " + what + " failed: " + std::strerror(error));
   };
   for (int local = 0; local < nproc; ++local) {
     Rank& r = ranks[static_cast<size_t>(local)];
     r.rank = node_rank * nproc + local;
-    int pipe_fds[2];
+    int out_fds[2], err_fds[2];
     // Close-on-exec: a rank must not hold the other ranks' pipes (dup2 below clears it on 1 and 2).
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) abandon_started("pipe");
+    if (::pipe2(out_fds, O_CLOEXEC) != 0) abandon_started("pipe");
+    if (::pipe2(err_fds, O_CLOEXEC) != 0) {
+      const int error = errno;
+      ::close(out_fds[0]);
+      ::close(out_fds[1]);
+      errno = error;
+      abandon_started("pipe");
+    }
     const pid_t pid = ::fork();
-    if (pid < 0) abandon_started("fork");
+    if (pid < 0) {
+      const int error = errno;
+      for (int fd : {out_fds[0], out_fds[1], err_fds[0], err_fds[1]}) ::close(fd);
+      errno = error;
+      abandon_started("fork");
+    }
     r.pid = pid;
     if (r.pid == 0) {
       // SIGTERM when the launcher dies; and it may have died before this line.
@@ -146,10 +177,8 @@ int launch_command(const Args& all_args) {
       std::signal(SIGINT, SIG_DFL);
       std::signal(SIGTERM, SIG_DFL);
       ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
-      ::dup2(pipe_fds[1], STDOUT_FILENO);
-      ::dup2(pipe_fds[1], STDERR_FILENO);
-      ::close(pipe_fds[0]);
-      ::close(pipe_fds[1]);
+      ::dup2(out_fds[1], STDOUT_FILENO);
+      ::dup2(err_fds[1], STDERR_FILENO);
       ::setenv("RANK", std::to_string(r.rank).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
@@ -169,8 +198,10 @@ int launch_command(const Args& all_args) {
       std::perror("launch: exec");
       ::_exit(127);
     }
-    ::close(pipe_fds[1]);
-    r.out = pipe_fds[0];
+    ::close(out_fds[1]);
+    ::close(err_fds[1]);
+    r.outputs[0] = Output{out_fds[0], &std::cout, {}};
+    r.outputs[1] = Output{err_fds[0], &std::cerr, {}};
   }
   if (store_fd >= 0) ::close(store_fd);  // rank 0 holds it now
   ::sigprocmask(SIG_SETMASK, &previous_mask, nullptr);
@@ -184,32 +215,38 @@ int launch_command(const Args& all_args) {
     }
   };
 
-  size_t open_pipes = ranks.size();
+  size_t open_pipes = 2 * ranks.size();
   while (open_pipes > 0 || std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; })) {
     if (int sig = g_forward_signal.exchange(0)) {
       std::cerr << "launch: forwarding signal " << sig << " to every rank\n";
       signal_all(sig);
     }
     std::vector<pollfd> fds;
+    std::vector<std::pair<int, Output*>> polled;  // the rank and output of each entry of fds
     for (auto& r : ranks) {
-      if (r.out >= 0) fds.push_back({r.out, POLLIN, 0});
+      for (auto& o : r.outputs) {
+        if (o.fd < 0) continue;
+        fds.push_back({o.fd, POLLIN, 0});
+        polled.emplace_back(r.rank, &o);
+      }
     }
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    else ::usleep(100 * 1000);
-    for (auto& r : ranks) {
-      if (r.out < 0) continue;
-      pollfd p{r.out, POLLIN, 0};
-      if (::poll(&p, 1, 0) <= 0) continue;
-      char buffer[4096];
-      const ssize_t n = ::read(r.out, buffer, sizeof buffer);
-      if (n > 0) {
-        r.pending.append(buffer, static_cast<size_t>(n));
-        flush_lines(r, false);
-      } else {
-        flush_lines(r, true);
-        ::close(r.out);
-        r.out = -1;
-        --open_pipes;
+    if (fds.empty()) {
+      ::usleep(100 * 1000);
+    } else if (::poll(fds.data(), fds.size(), 100) > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        Output& o = *polled[i].second;
+        char buffer[4096];
+        const ssize_t n = ::read(o.fd, buffer, sizeof buffer);
+        if (n > 0) {
+          o.pending.append(buffer, static_cast<size_t>(n));
+          flush_lines(polled[i].first, o, false);
+        } else if (n == 0 || errno != EINTR) {
+          flush_lines(polled[i].first, o, true);
+          ::close(o.fd);
+          o.fd = -1;
+          --open_pipes;
+        }
       }
     }
     for (auto& r : ranks) {

@@ -67,7 +67,14 @@ ConfigNode parse_yaml(const std::string& text, const std::string& source_name) {
   }
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // Every document, so that a second one (after ---) is an error rather than silently dropped.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1) {
+      throw ConfigIssue(pos_of(documents[1].Mark(), source_name), "",
+                        "a run spec is one YAML document; this text holds " + std::to_string(documents.size()) +
+                            " (a --- starts another): join them, or put the second in a file of its own and include it");
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw ConfigIssue(pos_of(e.mark, source_name), "", "invalid YAML: " + e.msg);
   } catch (const YAML::Exception& e) {
@@ -112,12 +119,16 @@ ConfigNode load_with_includes(const fs::path& path, std::vector<fs::path>& stack
     }
   }
   std::ifstream in(path);
-  if (!in) {
+  if (!in || fs::is_directory(path, ec)) {
     throw ConfigIssue(included_from, included_from.file.empty() ? "" : "include",
-                      "cannot read config file " + path.string());
+                      "cannot read config file " + path.string() + (fs::is_directory(path, ec) ? ": it is a folder" : ""));
   }
   std::stringstream text;
   text << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigIssue(included_from, included_from.file.empty() ? "" : "include",
+                      "reading config file " + path.string() + " failed");
+  }
   ConfigNode node = parse_yaml(text.str(), path.string());
   if (node.is_null()) node = ConfigNode::make_map(SourcePos{path.string(), 1, 1});
   if (!node.is_map()) {

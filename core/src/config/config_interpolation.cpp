@@ -2,8 +2,10 @@
 #include "tessera/core/config/config_interpolation.hpp"
 
 #include <cstdlib>
+#include <deque>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tessera/core/config/config_file.hpp"
 #include "tessera/core/config/suggest.hpp"
@@ -53,6 +55,11 @@ class Interpolator {
                             "environment variable " + var + " is not set (used as ${env:" + var +
                                 "}); export it or change the value");
         }
+        // A whole value that is one ${env:...} reads as if written there unquoted (a number is
+        // a number), as a whole ${path} keeps its target's type; flow style must quote it.
+        if (open == 0 && close + 1 == text.size() && *value != '\0') {
+          return ConfigNode::make_scalar(value, /*plain=*/true, node.pos());
+        }
         out += value;
       } else {
         ConfigNode target = lookup(expr, node, path);
@@ -95,7 +102,10 @@ class Interpolator {
     }
     const ConfigNode* node = &root_;
     std::string walked;
-    for (const auto& part : split_path(expr)) {
+    std::deque<ConfigNode> resolved;  // the parts on the way that were themselves one ${...}
+    const std::vector<std::string> parts = split_path(expr);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const std::string& part = parts[k];
       size_t index = 0;
       const ConfigNode* next = nullptr;
       if (node->is_map()) {
@@ -113,6 +123,18 @@ class Interpolator {
       }
       node = next;
       walked = join_path(walked, part);
+      // A part on the way that is a whole ${...} (not yet replaced: it comes later in the spec)
+      // is resolved here, so the result does not depend on the order of keys.
+      if (k + 1 < parts.size() && node->is_scalar() && node->scalar().find("${") != std::string::npos) {
+        if (active_.count(walked)) {
+          throw ConfigIssue(at.pos(), path, "interpolation cycle through ${" + walked + "}");
+        }
+        active_.insert(walked);
+        resolved.push_back(*node);
+        resolve(resolved.back(), walked);
+        active_.erase(walked);
+        node = &resolved.back();
+      }
     }
     // The target may itself hold interpolations: resolve a copy of it first.
     active_.insert(expr);

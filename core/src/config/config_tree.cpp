@@ -4,6 +4,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <limits>
+
 namespace tessera::core {
 
 std::string SourcePos::to_string() const {
@@ -50,7 +52,8 @@ std::vector<std::string> split_path(const std::string& path) {
 
 bool parse_index(const std::string& s, size_t& out) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
-  out = std::stoul(s);
+  // Digits beyond what an index can be are an index past any list's end, not an overflow.
+  out = s.size() > 18 ? std::numeric_limits<size_t>::max() : static_cast<size_t>(std::stoull(s));
   return true;
 }
 

@@ -56,13 +56,11 @@ bool parse_int(const std::string& s, std::int64_t& out) {
 
 bool parse_double(const std::string& s, double& out) {
   if (s.empty()) return false;
-  if (s == ".inf" || s == ".Inf" || s == "inf") {
-    out = HUGE_VAL;
-    return true;
-  }
+  // Finite numbers only: no field has a use for infinity, and 1e400 (out of range) or .inf
+  // overflow the durations and counts made from them.
   char* end = nullptr;
   out = std::strtod(s.c_str(), &end);
-  return *end == '\0';
+  return *end == '\0' && std::isfinite(out);
 }
 
 bool parse_bool(const std::string& s, bool& out) {
@@ -111,7 +109,7 @@ Value read_scalar(const FieldSpec& f, FieldType type, const ConfigNode& node, co
     case FieldType::numbers: {
       double v = 0;
       if (!node.plain() || !parse_double(s, v)) {
-        throw ConfigIssue(node.pos(), path, expected_number(f, "a number") + ", got " + shown(node));
+        throw ConfigIssue(node.pos(), path, expected_number(f, "a finite number") + ", got " + shown(node));
       }
       if (std::string why = f.check_range(v); !why.empty()) throw ConfigIssue(node.pos(), path, why);
       return v;

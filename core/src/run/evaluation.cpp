@@ -81,7 +81,7 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
     if (path.empty()) {
       log::info("--resume auto: no valid checkpoint under ", plan_.checkpoints.dir(), "; evaluating the model as built");
     } else {
-      trainer->restore(path);
+      trainer->restore_model(path);
       log::info("evaluating the model of checkpoint ", path);
     }
   }

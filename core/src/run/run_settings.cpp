@@ -22,9 +22,11 @@ void RunSettings::declare(ConfigFields<RunSettings>& f) {
           "optimizer state stay float32")
       .one_of({"fp32", "bf16"});
   f.field("tf32", &S::tf32, "let float32 matrix products and convolutions on GPUs use TF32 tensor cores");
-  f.field("num_threads", &S::num_threads, "intra-op CPU threads (0: LibTorch's default)").at_least(0);
+  f.field("num_threads", &S::num_threads, "intra-op CPU threads (0: LibTorch's default)").at_least(0).at_most(4096);
+  // At most a week: the timeout becomes milliseconds on a steady clock and in c10d's options.
   f.field("collective_timeout_s", &S::collective_timeout_s, "a collective waiting longer for another rank fails the run")
-      .greater_than(0);
+      .greater_than(0)
+      .at_most(7 * 24 * 3600);
   f.field("peak_flops", &S::peak_flops,
           "one device's peak FLOP/s for MFU (0: from the table of known GPUs: H100, H200, A100)")
       .at_least(0);

@@ -67,8 +67,7 @@ CheckpointState Trainer::capture() {
   return st;
 }
 
-void Trainer::restore(const std::string& checkpoint_path) {
-  LoadedCheckpoint ck = read_checkpoint(checkpoint_path, context_.rank);
+void Trainer::load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path) {
   Model& model = *parts_.model;
   c10::NoGradGuard no_grad;
   try {
@@ -82,6 +81,16 @@ void Trainer::restore(const std::string& checkpoint_path) {
     auto it = ck.model.find(item.key());
     if (it != ck.model.end()) item.value().copy_(it->second);
   }
+}
+
+void Trainer::restore_model(const std::string& checkpoint_path) {
+  load_model_state(read_checkpoint(checkpoint_path, context_.rank), checkpoint_path);
+}
+
+void Trainer::restore(const std::string& checkpoint_path) {
+  LoadedCheckpoint ck = read_checkpoint(checkpoint_path, context_.rank);
+  load_model_state(ck, checkpoint_path);
+  c10::NoGradGuard no_grad;
   const auto params = parts_.optimizer->parameters();
   if (strategy_.shards_optimizer_state()) {
     const auto ranges = owned_ranges_of(strategy_, params.size());

@@ -90,6 +90,7 @@ class SftDataset final : public tessera::Dataset {
     eos_ = tok.eos_id();
     pad_ = eos_ >= 0 ? eos_ : 0;
     find_added_specials(tok);
+    packs_added_specials_ = c.pack && !(prefix_.empty() && suffix_.empty());
     std::ifstream in(c.path);
     if (!in) throw tessera::ConfigError("cannot read " + c.path, "path");
     std::size_t number = 0;
@@ -123,7 +124,9 @@ class SftDataset final : public tessera::Dataset {
       crc = tessera::crc32c(r.inputs.data(), r.inputs.size() * sizeof(std::int64_t), crc);
       crc = tessera::crc32c(r.labels.data(), r.labels.size() * sizeof(std::int64_t), crc);
     }
-    layout_ = {num_samples(), seq_len_, shuffle_ ? 1 : 0, static_cast<std::int64_t>(seed_), static_cast<std::int64_t>(crc)};
+    // The seed only when it orders the rows: file order is the same under any seed.
+    layout_ = {num_samples(), seq_len_, shuffle_ ? 1 : 0, shuffle_ ? static_cast<std::int64_t>(seed_) : 0,
+               static_cast<std::int64_t>(crc)};
   }
 
   void set_shard(std::int64_t rank, std::int64_t world_size) override {
@@ -171,6 +174,14 @@ class SftDataset final : public tessera::Dataset {
     const std::size_t keys = layout == state.end() ? 2 : 3;  // a state from before layouts were saved has none
     if (epoch == state.end() || position == state.end() || state.size() != keys) {
       throw tessera::Error("dataset/sft_jsonl state: expected exactly the keys epoch, position and layout");
+    }
+    if (layout == state.end() && packs_added_specials_) {
+      // Saved before layouts, by a version that gave each part of an example its own BOS/EOS:
+      // the packed rows were others, so the position would pick other rows.
+      throw tessera::Error(
+          "dataset/sft_jsonl state has no layout and was saved by an earlier Tessera, which packed this "
+          "tokenizer's BOS/EOS around every part of an example: the rows differ now. Start a new run from the "
+          "checkpoint's weights (an export and the model's init_from)");
     }
     if (layout != state.end()) {
       const at::Tensor saved = layout->second.to(at::kLong).contiguous();
@@ -296,7 +307,8 @@ class SftDataset final : public tessera::Dataset {
   std::uint64_t seed_;
   std::int64_t eos_ = -1, pad_ = 0;
   std::vector<std::int64_t> layout_;  // what a saved position is a position in (describe())
-  std::vector<std::int64_t> prefix_, suffix_;  // what the tokenizer adds to every encode(): BOS, and after
+  std::vector<std::int64_t> prefix_, suffix_;
+  bool packs_added_specials_ = false;  // rows of such examples changed when BOS/EOS came to be given once  // what the tokenizer adds to every encode(): BOS, and after
   std::vector<Row> rows_;
   Row open_;
   std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0, order_epoch_ = -1;

@@ -59,6 +59,7 @@ struct MixtureConfig {
       if (!(sum > 0)) throw ConfigError("weights must not all be zero", "weights");
       for (const auto& path : c.paths) {
         check_index(path, c.dtype, c.vocab_size);
+        check_unindexed_width(path, c.dtype, "paths");
         check_token_file_size(path, c.dtype, c.seq_len, "paths");
       }
     });

@@ -150,6 +150,33 @@ inline void check_index(const std::string& path, const std::string& dtype, std::
   }
 }
 
+// A file without an index is read as `dtype` on trust, and uint32 ids read as uint16 are still
+// ids (each followed by a 0, the high half): a run would train on them without an error. So when
+// the first 64 KiB, read as uint16, hold a 0 at every odd place and something else at an even one,
+// the file is refused as uint32 ids. Text never looks like this; ids below 65536 written as uint32
+// always do.
+inline void check_unindexed_width(const std::string& path, const std::string& dtype, const std::string& field) {
+  if (dtype != "uint16" || read_index(path).present) return;
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::uint16_t> head(32 * 1024);
+  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size() * sizeof(std::uint16_t)));
+  const auto values = static_cast<std::size_t>(in.gcount()) / sizeof(std::uint16_t) / 2 * 2;
+  if (values < 64) return;  // too few to tell
+  bool odd_all_zero = true, even_any_set = false;
+  for (std::size_t i = 0; i < values; i += 2) {
+    even_any_set = even_any_set || head[i] != 0;
+    odd_all_zero = odd_all_zero && head[i + 1] == 0;
+  }
+  if (odd_all_zero && even_any_set) {
+    throw ConfigError(path + " looks like uint32 token ids (every second 16-bit value of its first " +
+                          std::to_string(values) + " is 0) and has no index saying its dtype: set dtype: uint32, "
+                          "or write it with tessera prepare-data (its FILE.json names the dtype). If it does hold "
+                          "uint16 ids, say so in an index beside it: " + path +
+                          ".json with {\"format\": \"tessera-tokens\", \"dtype\": \"uint16\"}",
+                      field);
+  }
+}
+
 inline std::int64_t token_bytes(const std::string& dtype) { return dtype == "uint32" ? 4 : dtype == "uint8" ? 1 : 2; }
 
 // The number of tokens in a file of `bytes` bytes, which must be whole tokens of `dtype` and at
@@ -215,6 +242,7 @@ struct TokensConfig {
         .at_least(-1);
     f.check([](const C& c) {
       check_index(c.path, c.dtype, c.vocab_size);  // first: a dtype mismatch explains a size that does not fit
+      check_unindexed_width(c.path, c.dtype, "path");
       check_token_file_size(c.path, c.dtype, c.seq_len, "path");
     });
   }
@@ -284,7 +312,8 @@ class TokenWindowDataset final : public tessera::Dataset {
         seed_(config.seed < 0 ? run_seed : static_cast<std::uint64_t>(config.seed)) {
     num_tokens_ = checked_token_count(file_.size(), path_, config.dtype, seq_len_, "path");
     num_samples_ = (num_tokens_ - seq_len_ - 1) / stride_ + 1;
-    layout_ = {num_tokens_, seq_len_, stride_, shuffle_ ? 1 : 0, static_cast<std::int64_t>(seed_),
+    // The seed only when it orders the windows: file order is the same under any seed.
+    layout_ = {num_tokens_, seq_len_, stride_, shuffle_ ? 1 : 0, shuffle_ ? static_cast<std::int64_t>(seed_) : 0,
                edge_checksum(file_.data(), file_.size())};
     if (config.document_mask) {
       eos_ = config.eos_id >= 0 ? config.eos_id : read_index(path_).eos_id;

@@ -291,6 +291,11 @@ TEST(TokensDataset, AStateOfAnotherFileOrLayoutIsRefusedNamingBoth) {
   EXPECT_NE(refusal(path, "seq_len: 4, seed: 3").find("shuffled with seed 3"), std::string::npos);
   EXPECT_NE(refusal(path, "seq_len: 4, seed: 2, shuffle: false").find("in file order"), std::string::npos);
   EXPECT_NE(refusal(path, "seq_len: 4, seed: 2, stride: 2").find("stride 2"), std::string::npos);
+  // In file order the seed orders nothing: a state saved under one seed resumes under another.
+  auto in_order = make_dataset(path, "seq_len: 4, seed: 2, shuffle: false");
+  in_order->set_shard(0, 1);
+  in_order->next_batch(3);
+  EXPECT_NO_THROW(make_dataset(path, "seq_len: 4, seed: 5, shuffle: false")->load_state_dict(in_order->state_dict()));
   // The same number of tokens written again with other ids: told apart by the checksum.
   std::vector<std::uint16_t> rewritten(41, 7);
   const std::string other = dir.file("rewritten.bin");
@@ -346,6 +351,29 @@ TEST(TokensDataset, BadFilesAreConfigIssuesOnPath) {
   }
   // The same file is fine as uint16 (3 tokens).
   EXPECT_NO_THROW(make_dataset(six, "seq_len: 2"));
+}
+
+// uint32 ids below 65536 read as uint16 are ids too (each followed by its 0 high half): without
+// an index naming the dtype, such a file is refused as uint16, and read as uint32.
+TEST(TokensDataset, AnUnindexedFileOfUint32IdsIsNotReadAsUint16) {
+  TempDir dir;
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t i = 0; i < 100; ++i) ids.push_back(1 + i * 7 % 500);
+  const std::string path = dir.file("wide.bin");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
+  }
+  core::ConfigIssue issue = build_issue(path, "seq_len: 4");
+  EXPECT_EQ(issue.path(), "components.data.config.path");
+  EXPECT_NE(issue.message().find("looks like uint32 token ids"), std::string::npos) << issue.what();
+  EXPECT_NE(issue.message().find("set dtype: uint32"), std::string::npos) << issue.what();
+  EXPECT_EQ(make_dataset(path, "seq_len: 4, dtype: uint32")->num_samples(), 24);
+  // A real uint16 file with many zeros (padding) is not taken for one.
+  std::vector<std::uint16_t> padded(200, 0);
+  for (std::size_t i = 0; i < padded.size(); i += 3) padded[i] = 5;
+  testing::write_token_file(dir.file("padded.bin"), padded);
+  EXPECT_NO_THROW(make_dataset(dir.file("padded.bin"), "seq_len: 4"));
 }
 
 // document_mask: each position's document is the number of EOS before it in the window.

@@ -94,6 +94,10 @@ class Trainer : private CallbackEvents {
   // Continues from a checkpoint: model, optimizer (resharded to this run's ranks and strategy),
   // data position, generators, step, tokens, samples and time. Call before fit().
   void restore(const std::string& checkpoint_path);
+  // The checkpoint's model weights alone (placed and sharded as restore() places them): what
+  // `tessera eval` evaluates. The training data's position is not read, so a checkpoint can be
+  // evaluated on other data than it was trained on.
+  void restore_model(const std::string& checkpoint_path);
   // This rank's state as host copies (a collective under fsdp: every rank calls it).
   CheckpointState capture();
 
@@ -147,6 +151,8 @@ class Trainer : private CallbackEvents {
                      const SkipDecision& decision, const StepClock& clock);
 
   void place_model();
+  // The model's parameters and buffers from a read checkpoint (restore and restore_model).
+  void load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path);
   std::string stop_reason() const;
   // stop_reason() and the save requests, agreed by all ranks in one collective: if one stops,
   // all stop after this step; if a callback on one asked for a checkpoint, all save.
