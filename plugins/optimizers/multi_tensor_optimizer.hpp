@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -217,11 +218,15 @@ class MultiTensorOptimizer : public tessera::Optimizer {
     return out;
   }
 
-  // The trainable parameters of the model; a model with none is a config error.
+  // The trainable parameters of the model, each once; a model with none is a config error.
+  // LibTorch's Module::parameters() lists a parameter once per name it is registered under (a
+  // block shared by two layers, ALBERT-style): kept twice, it would get two states and two
+  // updates a step, and count twice in the gradient norm. PyTorch's optimizers see it once.
   std::vector<at::Tensor> trainable_parameters() const {
     std::vector<at::Tensor> trainable;
+    std::unordered_set<const void*> seen;
     for (const at::Tensor& p : model_->parameters()) {
-      if (p.requires_grad()) trainable.push_back(p);
+      if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) trainable.push_back(p);
     }
     if (trainable.empty()) throw tessera::ConfigError("the model has no trainable parameters", "model");
     return trainable;

@@ -7,6 +7,7 @@
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
+#include "tessera/registry.hpp"
 #include "../multi_tensor_optimizer.hpp"
 #include "../optimizer_test_rig.hpp"
 #include "test_support.hpp"
@@ -130,6 +132,35 @@ TEST(AdamWOptimizer, NormsAndBiasesAreNotDecayedByDefault) {
     // LayerNorm weights start at 1: decayed they are 0.95.
     const at::Tensor ln = s.model->named_parameters()["ln_f.weight"].detach();
     EXPECT_NEAR(ln[0].item<double>(), decay_all ? 0.95 : 1.0, 1e-6);
+  }
+}
+
+// A block registered under two names (shared layers) is listed twice by Module::parameters():
+// the optimizer still holds each parameter once and steps it once, as a model without the second
+// name would be stepped.
+TEST(AdamWOptimizer, AParameterTheModelHoldsTwiceIsOptimisedOnce) {
+  Rig shared = make("lr: 0.01");
+  Rig plain = make("lr: 0.01");
+  const std::size_t unique = shared.model->parameters().size();
+  const auto first_block = shared.model->named_children().begin()->value();
+  shared.model->register_module("same_block_again", first_block);
+  ASSERT_GT(shared.model->parameters().size(), unique) << "the model now lists some parameters twice";
+
+  const ComponentInfo* adamw = testing::bundled_plugins().registry().find("optimizer", "adamw");
+  ASSERT_NE(adamw, nullptr);
+  std::map<std::string, Value> values;
+  for (const FieldSpec& field : adamw->schema.fields()) values[field.name] = field.default_value;
+  values["lr"] = 0.01;
+  values["model"] = ComponentHandle{"model", "gpt", shared.model};
+  auto optimizer = std::static_pointer_cast<Optimizer>(adamw->make(ComponentConfig("components.optimizer.config", values, {})));
+  EXPECT_EQ(optimizer->parameters().size(), unique);
+
+  set_gradients(shared.model->parameters(), 0);
+  optimizer->step();
+  run_steps(plain, 0, 1);
+  const auto stepped = shared.model->named_parameters();
+  for (const auto& expected : plain.model->named_parameters()) {
+    EXPECT_TRUE(stepped[expected.key()].equal(expected.value())) << expected.key() << " moved otherwise than one step moves it";
   }
 }
 
