@@ -48,6 +48,31 @@ TEST(ConfigLimits, NestedAliasesStopAtTheNodeBudgetQuickly) {
   EXPECT_EQ(small.find("x")->find("lr")->scalar(), "0.1");
 }
 
+// Few values, long ones: an alias of a 1 MiB scalar, 100 times (100 MiB once copied), and the
+// same through ${...} references. Both stop at a byte budget; a long unknown key gets no
+// did-you-mean (whose edit distance grows with the product of the lengths).
+TEST(ConfigLimits, AliasesAndReferencesOfALongValueStopAtTheByteBudget) {
+  const std::string long_value(1u << 20, 'x');
+  std::string aliases = "a: &a " + long_value + "\nb: [*a";
+  for (int i = 1; i < 100; ++i) aliases += ", *a";
+  aliases += "]\n";
+  const std::string issue = issue_of([&] { parse_config_string(aliases, "long.yaml"); });
+  EXPECT_NE(issue.find("long.yaml:"), std::string::npos) << issue.substr(0, 200);
+  EXPECT_NE(issue.find("expand to more than 67108864 bytes"), std::string::npos) << issue.substr(0, 200);
+
+  std::string references = "a: " + long_value + "\nb: [";
+  for (int i = 0; i < 100; ++i) references += std::string(i ? ", " : "") + "'${a}'";
+  references += "]\n";
+  ConfigNode root = parse_config_string(references, "refs.yaml");
+  const std::string copied = issue_of([&] { resolve_interpolations(root); });
+  EXPECT_NE(copied.find("copy more than 67108864 bytes"), std::string::npos) << copied.substr(0, 200);
+
+  ConfigNode keys = parse_config_string("trainer: {max_steps: 1}\na: ${trainer." + std::string(100000, 'k') + "}\n", "k.yaml");
+  const std::string missing = issue_of([&] { resolve_interpolations(keys); });
+  EXPECT_NE(missing.find("no key"), std::string::npos) << missing.substr(0, 200);
+  EXPECT_EQ(missing.find("did you mean"), std::string::npos);
+}
+
 TEST(ConfigLimits, DeepNestingAndHugeTextsAreRefused) {
   const std::string deep = std::string(5000, '[') + std::string(5000, ']');
   EXPECT_NE(issue_of([&] { parse_config_string(deep, "deep.yaml"); }).find("deep.yaml:"), std::string::npos);

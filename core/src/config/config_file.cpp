@@ -22,6 +22,7 @@ SourcePos pos_of(const YAML::Mark& mark, const std::string& file) {
 // billions of nodes. Real specs are far below these.
 struct Budget {
   std::int64_t nodes = 0;
+  std::size_t scalar_bytes = 0;  // an alias of a long scalar copies its bytes again
 };
 
 ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& budget, int depth) {
@@ -37,6 +38,12 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& bu
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return ConfigNode::make_null(pos);
     case YAML::NodeType::Scalar:
+      budget.scalar_bytes += node.Scalar().size();
+      if (budget.scalar_bytes > config_limits::kMaxExpandedTreeBytes) {
+        throw ConfigIssue(pos, "", "the YAML's values expand to more than " +
+                                       std::to_string(config_limits::kMaxExpandedTreeBytes) +
+                                       " bytes (aliases of a long value?); a run spec is far smaller");
+      }
       // yaml-cpp tags plain scalars "?" and quoted ones "!".
       return ConfigNode::make_scalar(node.Scalar(), node.Tag() != "!", pos);
     case YAML::NodeType::Sequence: {

@@ -64,10 +64,16 @@ class Interpolator {
       } else {
         ConfigNode target = lookup(expr, node, path);
         copied_ += count_nodes(target);
+        copied_bytes_ += count_bytes(target);
         if (copied_ > config_limits::kMaxInterpolatedNodes) {
           throw ConfigIssue(node.pos(), path, "${...} references copy more than " +
                                                   std::to_string(config_limits::kMaxInterpolatedNodes) +
                                                   " values in all (references of references?)");
+        }
+        if (copied_bytes_ > config_limits::kMaxExpandedTreeBytes) {
+          throw ConfigIssue(node.pos(), path, "${...} references copy more than " +
+                                                  std::to_string(config_limits::kMaxExpandedTreeBytes) +
+                                                  " bytes in all (references of a long value?)");
         }
         if (open == 0 && close + 1 == text.size()) return target;
         if (!target.is_scalar()) {
@@ -83,6 +89,13 @@ class Interpolator {
       }
     }
     return ConfigNode::make_scalar(out, node.plain(), node.pos());
+  }
+
+  static std::size_t count_bytes(const ConfigNode& node) {
+    std::size_t n = node.is_scalar() ? node.scalar().size() : 0;
+    for (const auto& e : node.entries()) n += e.key.size() + count_bytes(e.value);
+    for (const auto& item : node.items()) n += count_bytes(item);
+    return n;
   }
 
   static std::int64_t count_nodes(const ConfigNode& node) {
@@ -145,7 +158,8 @@ class Interpolator {
   }
 
   ConfigNode& root_;
-  std::int64_t copied_ = 0;  // values copied by ${...} so far
+  std::int64_t copied_ = 0;        // values copied by ${...} so far
+  std::size_t copied_bytes_ = 0;   // and their bytes
   std::set<std::string> active_;
 };
 

@@ -23,9 +23,14 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  // Names are short; a long word or candidate (a pasted blob, hostile input) is no typo of one,
+  // and the edit distance grows with the product of the lengths.
+  constexpr size_t kLongest = 256;
   std::string best;
+  if (word.size() > kLongest) return best;
   size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
   for (const auto& c : candidates) {
+    if (c.size() > kLongest) continue;
     size_t d = edit_distance(word, c);
     if (d < best_distance) {
       best_distance = d;

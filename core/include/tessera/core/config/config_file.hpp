@@ -14,6 +14,7 @@ namespace tessera::core {
 namespace config_limits {
 inline constexpr std::size_t kMaxBytes = 16u << 20;        // one file or --set value
 inline constexpr std::int64_t kMaxNodes = 100'000;         // values after alias expansion, per text
+inline constexpr std::size_t kMaxExpandedTreeBytes = 64u << 20;  // their scalars' bytes, per text
 inline constexpr int kMaxDepth = 128;                      // nesting of maps and lists
 inline constexpr std::size_t kMaxIncludeDepth = 16;        // include chains
 inline constexpr int kMaxIncludes = 256;                   // files included in all
