@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
@@ -53,6 +54,13 @@ template <class T>
 void settle(T& field, const std::string& yaml_key, const std::set<std::string>& given, const std::optional<T>& from_json,
             const std::string& json_key, const HfConfig& config, const std::string& as_written = "") {
   if (!from_json) return;
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    // Every count config.json gives is a size (layers, heads, widths, the vocabulary): 0 or less
+    // would divide by zero below, where the YAML's own values were checked to be at least 1.
+    if (*from_json < 1) {
+      throw ConfigError(config.file() + " says " + json_key + ": " + show(*from_json) + "; it must be at least 1", "init_from");
+    }
+  }
   if (!given.count(yaml_key)) {
     field = *from_json;
   } else if (!same(field, *from_json)) {

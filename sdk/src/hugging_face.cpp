@@ -111,6 +111,7 @@ std::string HfConfig::dump() const { return static_cast<const Json*>(json_.get()
 const std::vector<std::string>& hf_tokenizer_file_names() {
   static const std::vector<std::string> names = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
                                                  "tokenizer.model", "vocab.json",            "merges.txt",
+                                                 "chat_template.jinja", "chat_template.json",
                                                  "generation_config.json"};
   return names;
 }

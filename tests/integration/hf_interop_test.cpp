@@ -418,6 +418,17 @@ TEST_F(HfBadFolders, AnUnknownModelTypeIsNamed) {
   expect_error(folder, "model_type 'bert'");
 }
 
+// A count of 0 in config.json (a head count, here) is an error at init_from, not a division by
+// zero while the model is built.
+TEST_F(HfBadFolders, AZeroHeadCountIsNamed) {
+  const std::string folder = good_folder("zero_heads");
+  nlohmann::json config = nlohmann::json::parse(read(folder + "/config.json"));
+  config["num_attention_heads"] = 0;
+  config.erase("head_dim");
+  write(folder + "/config.json", config.dump());
+  expect_error(folder, "config.json says num_attention_heads: 0; it must be at least 1");
+}
+
 TEST_F(HfBadFolders, AnExtraTensorIsNamed) {
   const std::string folder = good_folder("extra");
   const std::string file = shards(folder).back();

@@ -124,6 +124,14 @@ TEST(CheckpointStore, SupersedingSetsAsideLaterExportsAndMovesLatest) {
   EXPECT_TRUE(fs::exists(dir.file("exports/step_00000002.superseded")));
   EXPECT_FALSE(fs::exists(dir.file("checkpoints/latest")));
   EXPECT_EQ(store.newest_valid(), "");
+  // Another history at step 2 set aside again: the first one set aside keeps its folder.
+  save(store, 2);
+  fs::create_directories(dir.file("checkpoints/step_00000002/first_history_marker"));
+  fs::create_directories(dir.file("checkpoints/step_00000002.superseded/older_history_marker"));
+  store.supersede_after(0);
+  EXPECT_TRUE(fs::exists(dir.file("checkpoints/step_00000002.superseded/older_history_marker")));
+  EXPECT_TRUE(fs::exists(dir.file("checkpoints/step_00000002.superseded.2/first_history_marker")));
+  EXPECT_EQ(store.newest_valid(), "") << "no folder set aside is taken for this run's";
   // Nothing to set aside: nothing changes, and folders that are not there are no error.
   const CheckpointStore empty(dir.file("none/checkpoints"), dir.file("none/exports"));
   empty.supersede_after(0);

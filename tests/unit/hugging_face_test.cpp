@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <string>
 
 #include "tessera/error.hpp"
@@ -92,6 +93,19 @@ TEST(HfCheckpoint, ShardsGreedilyInNameOrderWithAnIndex) {
   EXPECT_EQ(fs::path(ck.tensor_file.at("b.weight")).filename(), "model-00002-of-00002.safetensors");
   ASSERT_EQ(ck.tokenizer_files.size(), 1u);
   EXPECT_EQ(fs::path(ck.tokenizer_files[0]).filename(), "tokenizer.json");
+}
+
+// transformers 5 keeps a chat model's template in chat_template.jinja alone (earlier versions in
+// chat_template.json): it travels with the tokenizer, or an exported Instruct model loses it.
+TEST(HfCheckpoint, TheChatTemplateTravelsWithTheTokenizerFiles) {
+  testing::TempDir dir;
+  write_hf_checkpoint(dir.path().string(), three_tensors(), 1'000'000);
+  dir.write("tokenizer.json", R"({"version": "1.0"})");
+  dir.write("chat_template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}");
+  dir.write("chat_template.json", R"({"chat_template": "x"})");
+  std::set<std::string> names;
+  for (const auto& file : read_hf_checkpoint(dir.path().string()).tokenizer_files) names.insert(fs::path(file).filename());
+  EXPECT_EQ(names, (std::set<std::string>{"tokenizer.json", "chat_template.jinja", "chat_template.json"}));
 }
 
 TEST(HfCheckpoint, TensorsReadBackAreWritableWithoutChangingTheFile) {

@@ -151,9 +151,10 @@ void CheckpointStore::supersede_after(std::int64_t step) const {
   for (const std::string& dir : {dir_, exports_dir_}) {
     for (const auto& [later, path] : step_folders(dir)) {
       if (later <= step) continue;
-      const fs::path aside = path.string() + ".superseded";
+      // A history set aside before keeps its name: this one takes the next free .superseded.N.
+      fs::path aside = path.string() + ".superseded";
       std::error_code rename_ec;
-      fs::remove_all(aside, rename_ec);
+      for (int n = 2; fs::exists(aside, rename_ec); ++n) aside = path.string() + ".superseded." + std::to_string(n);
       fs::rename(path, aside, rename_ec);
       if (rename_ec) {
         log::warn("checkpoint: could not set aside ", path.string(), ": ", rename_ec.message());

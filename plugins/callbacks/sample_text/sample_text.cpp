@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -144,6 +145,9 @@ class SampleText final : public tessera::Callback {
                   static_cast<std::size_t>(length) * sizeof(std::int64_t));
       at::Tensor logits = model.forward(context.to(device)).select(0, 0).select(0, -1);
       logits = logits.to(at::kCPU, at::kFloat) / config_.temperature;
+      // A model's vocabulary may be padded past the tokenizer's (e.g. to a multiple of 64): ids
+      // the tokenizer has no text for are never drawn.
+      logits = logits.narrow(0, 0, std::min(logits.size(0), config_.tokenizer->vocab_size()));
       if (config_.top_k > 0 && config_.top_k < logits.size(0)) {
         const at::Tensor kth_largest = std::get<0>(logits.topk(config_.top_k)).select(0, -1);
         logits =

@@ -123,6 +123,19 @@ TEST(SampleText, SameSeedAndStepGiveTheSameSample) {
   EXPECT_EQ(read_file(from_run.samples_path()), read_file(explicit_seed.samples_path()));
 }
 
+// A model vocabulary padded past the tokenizer's (512 ids for 256 bytes): only the tokenizer's
+// ids are drawn, each one byte of text (the bytes tokenizer writes any other id as "<id>").
+TEST(SampleText, IdsPastTheTokenizersVocabularyAreNotDrawn) {
+  core::seed_everything(5, "cpu");
+  core::BuiltComponents keep = testing::build_components(
+      "model: {component_key: model, variant_key: gpt, config: {vocab_size: 512, n_layer: 1, n_head: 2, n_embd: 16, "
+      "max_seq_len: 8, init_std: 0.5}}\n");
+  auto model = testing::built<Model>(keep, "model");
+  Sampler r("{prompt: ab, max_new_tokens: 64}");
+  r.train_end(*model, 1);
+  EXPECT_EQ(only_sample(read_file(r.samples_path()), 1).size(), 2u + 64u);
+}
+
 TEST(SampleText, TopKOneIsGreedy) {
   core::BuiltComponents keep;
   auto model = make_model(keep);
