@@ -6,12 +6,41 @@
 #include <c10/core/Device.h>
 #include <c10/core/GradMode.h>
 
+#include <exception>
+
 #include "tessera/communicator.hpp"
 #include "tessera/error.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/token_check.hpp"
 
 namespace tessera {
+namespace {
+
+// The next batch, checked, with every rank's word on whether drawing it worked: a rank whose
+// data fails (a read error, a token id past the vocabulary) must not leave the others waiting in
+// the next forward pass's collective (fsdp) or pairing the result's all-reduce with some other
+// collective of the failed rank. Each rank throws: its own error, or one naming the other rank.
+Batch draw_agreed(Dataset& data, std::int64_t micro_batch_size, std::int64_t vocab_size, const RunContext& run) {
+  Batch batch;
+  std::exception_ptr failure;
+  try {
+    batch = data.next_batch(micro_batch_size);
+    check_token_ids(batch, vocab_size);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (run.communicator && run.communicator->world_size() > 1) {
+    at::Tensor failed = at::scalar_tensor(failure ? 1 : 0, at::kLong);
+    run.communicator->all_reduce(failed, ReduceOp::max);
+    if (!failure && failed.item<std::int64_t>() != 0) {
+      throw Error("the evaluation data failed on another rank (its log says why); no rank went on evaluating");
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return batch;
+}
+
+}  // namespace
 
 EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t batches,
                          std::int64_t micro_batch_size, const RunContext& run) {
@@ -27,8 +56,7 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     std::int64_t targets = 0, inputs = 0;
     const std::int64_t vocab_size = model.vocab_size();
     for (std::int64_t i = 0; i < batches; ++i) {
-      Batch batch = data.next_batch(micro_batch_size);
-      check_token_ids(batch, vocab_size);
+      Batch batch = draw_agreed(data, micro_batch_size, vocab_size, run);
       const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
       const at::Tensor documents = batch.document_ids.defined() ? batch.document_ids.to(device) : at::Tensor();
       const LossSum part = from_hidden ? loss.compute_from_hidden(model.forward_hidden(input_ids, documents),

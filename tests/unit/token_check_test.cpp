@@ -8,6 +8,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
 
+#include "gloo_ranks.hpp"
 #include "small_trainer.hpp"
 #include "tessera/error.hpp"
 #include "tessera/evaluate.hpp"
@@ -82,6 +83,24 @@ TEST(TokenCheck, EvaluateLossRefusesATokenFileWrittenForALargerVocabulary) {
     EXPECT_NE(what.find("vocabulary of 32 ids"), std::string::npos) << what;
   }
   EXPECT_TRUE(run.trainer->model().is_training()) << "the model is left in training mode after the error";
+}
+
+// Two ranks evaluating, rank 1's data holding an id past the vocabulary: both stop at the same
+// batch, rank 1 with its error and rank 0 saying another rank failed, instead of rank 0 waiting
+// in the result's all-reduce for a rank that left.
+TEST(TokenCheck, ARankWhoseEvaluationDataFailsStopsEveryRank) {
+  testing::TempDir dir;
+  const std::string good = dir.file("good.bin"), bad = dir.file("bad.bin");
+  testing::write_token_file(good, std::vector<std::uint16_t>(400, 5));
+  testing::write_token_file(bad, std::vector<std::uint16_t>(400, 40));
+  const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t r, std::shared_ptr<Communicator> comm) {
+    auto run = testing::make_trainer(testing::components_yaml(r == 0 ? good : bad), testing::settings(1, 4, 10));
+    auto data = testing::built<Dataset>(run.components, "train_data");
+    data->set_shard(r, 2);
+    evaluate_loss(run.trainer->model(), run.trainer->loss(), *data, 3, 2, testing::rank_context(comm, 42));
+  });
+  EXPECT_NE(errors[1].find("holds token id 40"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("the evaluation data failed on another rank"), std::string::npos) << errors[0];
 }
 
 }  // namespace

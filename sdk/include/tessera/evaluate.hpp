@@ -31,8 +31,10 @@ struct EvalTotals {
 // every rank reads its own shard) through `model` and `loss` on run.device in run.precision,
 // then all-reduces the sums over run.communicator when there are several ranks. Every rank must
 // call it with the same `batches`: under fsdp each forward pass is a collective. Every batch's
-// token ids are checked against model.vocab_size() first (check_token_ids). The model is left in
-// training mode.
+// token ids are checked against model.vocab_size() first (check_token_ids), and with several
+// ranks they agree on each batch's draw before its forward pass: a rank whose data fails throws
+// its error, the others an error saying so, all at the same batch. The model is left in training
+// mode.
 TESSERA_API EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t batches,
                                      std::int64_t micro_batch_size, const RunContext& run);
 
