@@ -11,6 +11,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/error.hpp"
+#include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
@@ -132,7 +133,14 @@ class JsonlMetrics final : public tessera::Callback {
     write_pending();
     flush();
   }
+  // A failing run's pending row is written only if its values have landed: reading one still on
+  // its way waits on the device, which a failed collective or a lost peer may never let finish.
   void on_exception(tessera::CallbackContext&, const std::string&) override {
+    if (pending_ && !(pending_->loss.ready() && pending_->grad_norm.ready() && pending_->skipped.ready())) {
+      tessera::log::warn("jsonl_metrics: step ", pending_->step, "'s row is left out: its loss had not arrived from ",
+                         "the device when the run failed");
+      pending_.reset();
+    }
     write_pending();
     flush();
   }

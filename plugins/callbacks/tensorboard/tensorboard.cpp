@@ -74,11 +74,17 @@ class TensorBoard final : public tessera::Callback {
   void on_train_begin(tessera::CallbackContext& ctx) override {
     if (ctx.run.rank != 0) return;
     fs::create_directories(dir_);
+    // An earlier attempt's event file in the folder (a run started again from step 0, e.g. a
+    // crash before its first checkpoint): the restart marker tells readers to drop its steps.
+    bool earlier_attempt = false;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      earlier_attempt = earlier_attempt || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    }
     path_ = new_event_file(dir_);
     out_.open(path_, std::ios::out | std::ios::binary | std::ios::trunc);
     if (!out_) throw tessera::Error("callback/tensorboard: cannot open " + path_.string());
     write_record(tessera::tensorboard::file_version_event(unix_time_s(), "brain.Event:2"));
-    if (ctx.progress.step > 0) mark_restart(ctx.progress.step);
+    if (ctx.progress.step > 0 || earlier_attempt) mark_restart(ctx.progress.step);
     flush();
     tessera::log::info("tensorboard: writing ", path_.string());
   }

@@ -226,6 +226,24 @@ TEST(TensorBoard, AResumedRunStartsANewSessionAtItsFirstStep) {
   fresh.step_end(metrics_of(1));
   fresh.end();
   for (const Event& e : read_events(event_files(fresh.board_dir()).at(0))) EXPECT_FALSE(e.session_status);
+
+  // A run started again from step 0 in a folder with an earlier attempt's events: the marker at
+  // step 1 drops the earlier attempt's steps in TensorBoard.
+  Harness again("{}");
+  fs::create_directories(again.board_dir());
+  std::ofstream(again.board_dir() / "events.out.tfevents.1.host.1.0") << "";
+  again.begin();
+  again.step_end(metrics_of(1));
+  again.end();
+  fs::path written;
+  for (const auto& file : event_files(again.board_dir())) {
+    if (fs::file_size(file) > 0) written = file;
+  }
+  const auto restarted = read_events(written);
+  ASSERT_GE(restarted.size(), 2u);
+  ASSERT_TRUE(restarted[1].session_status);
+  EXPECT_EQ(*restarted[1].session_status, 1);
+  EXPECT_EQ(restarted[1].step, 1);
 }
 
 TEST(TensorBoard, FlushesOnTheIntervalAndOnException) {
