@@ -49,6 +49,9 @@ class ProgressBar final : public tessera::Callback {
     window_tokens_ += m.step_tokens;
     window_time_s_ += m.step_time_s;
     last_ = m;
+    // The newest loss that has arrived from the device: the bar is redrawn every step, and
+    // reading a loss still on its way would make the host wait for the device each time.
+    if (m.loss.ready()) shown_loss_ = static_cast<double>(m.loss);
     if (bar_) {
       redraw(ctx);
       // Done: what the run logs next (checkpoint, summary) starts on a line of its own.
@@ -100,7 +103,7 @@ class ProgressBar final : public tessera::Callback {
                                     ? static_cast<double>(window_tokens_) / window_time_s_
                                     : m.tokens_per_s;
     text += " | " + human::count(tokens_per_s) + " tok/s";
-    text += " | loss " + format("%.4f", m.loss);
+    if (shown_loss_) text += " | loss " + format("%.4f", *shown_loss_);
     if (m.eta_s) {
       text += " | eta " + human::duration(*m.eta_s);
     } else {
@@ -134,6 +137,7 @@ class ProgressBar final : public tessera::Callback {
   std::int64_t every_;
   bool bar_ = false;
   std::optional<tessera::StepMetrics> last_;
+  std::optional<double> shown_loss_;  // the newest loss that had arrived when its step ended
   std::int64_t window_tokens_ = 0;
   double window_time_s_ = 0;
   std::size_t drawn_length_ = 0;  // of the bar line now on screen; 0 when none

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,8 +96,53 @@ class TensorBoard final : public tessera::Callback {
     mark_restart(event.step);
   }
 
+  // A step's scalars are written once its loss has arrived from the device: at once on a CPU, a
+  // step later on a GPU, so the sink never makes the host wait for the device (as jsonl_metrics).
   void on_step_end(tessera::CallbackContext& ctx, const tessera::StepMetrics& m) override {
-    if (ctx.run.rank != 0 || !out_.is_open() || m.step % every_ != 0) return;
+    if (ctx.run.rank != 0 || !out_.is_open()) return;
+    write_pending();
+    if (m.step % every_ != 0) return;
+    if (arrived(m)) {
+      write_step(m);
+    } else {
+      pending_ = m;
+    }
+  }
+
+  void on_evaluation_end(tessera::CallbackContext& ctx, const tessera::EvalMetrics& m) override {
+    if (ctx.run.rank != 0 || !out_.is_open()) return;
+    write_pending();
+    Scalars scalars;
+    for (const auto& [key, value] : m.values) {
+      scalars.emplace_back(m.name + "/" + key, static_cast<float>(value));
+    }
+    write_record(tessera::tensorboard::scalars_event(unix_time_s(), m.step, scalars));
+    flush();  // evaluations are rare, and the last may come after on_train_end
+  }
+
+  // The file stays open until the callback goes: a callback listed after this one may still
+  // announce a final evaluation from its own on_train_end.
+  void on_train_end(tessera::CallbackContext&) override {
+    write_pending();
+    flush();
+  }
+  // A failing run's pending step only if it has arrived: waiting on a failed device could hang.
+  void on_exception(tessera::CallbackContext&, const std::string&) override {
+    if (pending_ && !arrived(*pending_)) pending_.reset();
+    write_pending();
+    flush();
+  }
+
+ private:
+  static bool arrived(const tessera::StepMetrics& m) { return m.loss.ready() && m.grad_norm.ready(); }
+
+  void write_pending() {
+    if (!pending_) return;
+    write_step(*pending_);
+    pending_.reset();
+  }
+
+  void write_step(const tessera::StepMetrics& m) {
     Scalars scalars;
     const auto add = [&scalars](const std::string& tag, double value) {
       scalars.emplace_back(tag, static_cast<float>(value));  // NaN and Inf are kept as they are
@@ -120,22 +166,6 @@ class TensorBoard final : public tessera::Callback {
     maybe_flush();
   }
 
-  void on_evaluation_end(tessera::CallbackContext& ctx, const tessera::EvalMetrics& m) override {
-    if (ctx.run.rank != 0 || !out_.is_open()) return;
-    Scalars scalars;
-    for (const auto& [key, value] : m.values) {
-      scalars.emplace_back(m.name + "/" + key, static_cast<float>(value));
-    }
-    write_record(tessera::tensorboard::scalars_event(unix_time_s(), m.step, scalars));
-    flush();  // evaluations are rare, and the last may come after on_train_end
-  }
-
-  // The file stays open until the callback goes: a callback listed after this one may still
-  // announce a final evaluation from its own on_train_end.
-  void on_train_end(tessera::CallbackContext&) override { flush(); }
-  void on_exception(tessera::CallbackContext&, const std::string&) override { flush(); }
-
- private:
   // A run continued from a checkpoint at `step` (steps done): an earlier attempt may have
   // logged later steps before it died. SessionLog START at the first new step makes TensorBoard
   // drop every point of the earlier attempt at that step or later, and keep the ones before.
@@ -177,6 +207,7 @@ class TensorBoard final : public tessera::Callback {
   fs::path path_;
   std::ofstream out_;
   bool restart_marked_ = false;
+  std::optional<tessera::StepMetrics> pending_;  // a step whose loss was still on its way
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
 };
 
