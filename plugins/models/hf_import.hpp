@@ -12,9 +12,11 @@
 #include <cmath>
 #include <filesystem>
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -69,6 +71,51 @@ void settle(T& field, const std::string& yaml_key, const std::set<std::string>& 
                           " (leave " + yaml_key + " out to take the checkpoint's)",
                       yaml_key);
   }
+}
+
+// A Tessera export folder's config.json: the model's component spec as its run wrote it (the
+// fields its YAML gave; the others had their defaults). nullopt for a safetensors file, or a
+// folder without one. An export of another variant is an error at init_from.
+inline std::optional<HfConfig> tessera_export_config(const std::string& from, const std::string& variant) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file = fs::path(from) / "config.json";
+  if (!fs::is_directory(from, ec) || !fs::is_regular_file(file, ec)) return std::nullopt;
+  return at_init_from([&] {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    HfConfig config = HfConfig::parse(text.str(), file.string());
+    const std::string written = config.string("variant_key").value_or("");
+    if (written != variant) {
+      throw ConfigError(file.string() + " describes " + (written.empty() ? "no model variant" : "model/" + written) +
+                            ", not model/" + variant + " (is it the export of another model?)",
+                        "init_from");
+    }
+    return config;
+  });
+}
+
+// The YAML's `field` against the export's (under "config" in its config.json; a field the
+// export's YAML left out was `fallback`, the default): taken when this YAML leaves it out, an
+// error naming both when they differ. A weight's shape cannot tell every such field (the heads
+// of a [n_embd, n_embd] projection, rope_theta, the activation), so they are compared here.
+template <class T>
+void settle_exported(T& field, const std::string& key, const std::set<std::string>& given, const HfConfig& config,
+                     const T& fallback) {
+  std::optional<T> value;
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    value = config.integer("config." + key);
+  } else if constexpr (std::is_same_v<T, double>) {
+    value = config.number("config." + key);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    value = config.boolean("config." + key);
+  } else {
+    value = config.string("config." + key);
+  }
+  const bool written = value.has_value();
+  if (!written) value = fallback;
+  settle(field, key, given, value, key, config, written ? "" : "left out, so the default");
 }
 
 // Copies checkpoint tensors into parameters, remembering which it used.

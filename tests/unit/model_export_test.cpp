@@ -76,7 +76,49 @@ TEST(ModelExport, GptInitialisesFromAnExport) {
         "max_seq_len: 12, init_from: " + exported + "}}\n");
     ADD_FAILURE() << "expected an error for a model with another shape";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("has no tensor h.2."), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the YAML says n_layer: 3 but " + exported + "/config.json says n_layer: 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The export's config.json settles what the YAML leaves out, as a Hugging Face folder's does: its
+// 2 heads split the [16, 16] projections, which would load as well into the default 4 heads.
+TEST(ModelExport, TheExportsConfigSettlesWhatTheYamlLeavesOut) {
+  TempDir dir;
+  const at::Tensor input = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({1, 6});
+  at::Tensor logits;
+  const std::string exported = exported_model(dir, logits, input);
+  auto built = testing::build_components("model: {component_key: model, variant_key: gpt, config: {init_from: " +
+                                         exported + "}}\n");
+  {
+    c10::NoGradGuard no_grad;
+    EXPECT_TRUE(testing::built<Model>(built, "model")->forward(input).equal(logits));
+  }
+  try {
+    testing::build_components("model: {component_key: model, variant_key: gpt, config: {n_head: 4, init_from: " +
+                              exported + "}}\n");
+    ADD_FAILURE() << "expected an error for another head count";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("the YAML says n_head: 4 but " + exported + "/config.json says n_head: 2"),
+              std::string::npos)
+        << e.what();
+  }
+  // A field the export's YAML left out had its default: a YAML saying otherwise is told so.
+  try {
+    testing::build_components("model: {component_key: model, variant_key: gpt, config: {activation: gelu_tanh, init_from: " +
+                              exported + "}}\n");
+    ADD_FAILURE() << "expected an error for another activation";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json says activation: left out, so the default ('gelu')"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    testing::build_components("model: {component_key: model, variant_key: llama, config: {init_from: " + exported + "}}\n");
+    ADD_FAILURE() << "expected an error for an export of another variant";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("describes model/gpt, not model/llama"), std::string::npos) << e.what();
   }
 }
 

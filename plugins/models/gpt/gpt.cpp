@@ -177,7 +177,12 @@ void register_components(tessera::Registrar& registrar) {
                                              // Weights read from a file at construction: built whole.
                                              std::optional<tessera::DeferredInitSuspension> whole;
                                              if (!yaml.init_from.empty()) whole.emplace();
-                                             if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Gpt>(yaml, nullptr);
+                                             if (!tessera::is_hf_checkpoint(yaml.init_from)) {
+                                               // A Tessera export folder: its config.json settles what the YAML left out.
+                                               const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "gpt");
+                                               return std::make_shared<Gpt>(
+                                                   exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml, nullptr);
+                                             }
                                              // A Hugging Face folder: config.json settles what the YAML left out.
                                              const tessera::HfCheckpoint hf = tessera::hf_import::at_init_from(
                                                  [&] { return tessera::read_hf_checkpoint(yaml.init_from); });

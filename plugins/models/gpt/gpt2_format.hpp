@@ -104,6 +104,29 @@ inline GptConfig settle_config(GptConfig c, const HfConfig& json) {
   });
 }
 
+// The YAML's config with a Tessera export's (its config.json: the component spec of the run that
+// wrote it) filled in where the YAML leaves a field out, and an error where they disagree: the
+// head count and the activation leave the weights' shapes as they are.
+inline GptConfig settle_export(GptConfig c, const HfConfig& exported) {
+  return hf_import::at_init_from([&] {
+    const GptConfig defaults;
+    using hf_import::settle_exported;
+    settle_exported(c.vocab_size, "vocab_size", c.given, exported, defaults.vocab_size);
+    settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
+    settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
+    settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
+    settle_exported(c.max_seq_len, "max_seq_len", c.given, exported, defaults.max_seq_len);
+    settle_exported(c.bias, "bias", c.given, exported, defaults.bias);
+    settle_exported(c.activation, "activation", c.given, exported, defaults.activation);
+    if (c.n_embd % c.n_head != 0) {
+      throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
+                            std::to_string(c.n_head) + ")",
+                        "n_embd");
+    }
+    return c;
+  });
+}
+
 // Copies a Hugging Face GPT-2 checkpoint into `model`'s parameters (GPT-2's names, with or
 // without the `transformer.` prefix published files lack).
 inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model) {

@@ -324,7 +324,11 @@ void register_components(tessera::Registrar& registrar) {
         // Weights read from files at construction: built whole.
         std::optional<tessera::DeferredInitSuspension> whole;
         if (!yaml.init_from.empty()) whole.emplace();
-        if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Llama>(yaml, nullptr);
+        if (!tessera::is_hf_checkpoint(yaml.init_from)) {
+          // A Tessera export folder: its config.json settles what the YAML left out.
+          const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "llama");
+          return std::make_shared<Llama>(exported ? tessera::llama::settle_export(yaml, *exported) : yaml, nullptr);
+        }
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
         return std::make_shared<Llama>(tessera::llama::settle_config(yaml, hf.config), &hf);

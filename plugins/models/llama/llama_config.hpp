@@ -186,6 +186,41 @@ inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
   });
 }
 
+// The YAML's config with a Tessera export's (its config.json: the component spec of the run that
+// wrote it) filled in where the YAML leaves a field out, and an error where they disagree: a
+// [n_embd, n_embd] projection has the same shape for any head count, so the weights alone would
+// load into a model that splits them otherwise.
+inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
+  return hf_import::at_init_from([&] {
+    const LlamaConfig defaults;
+    using hf_import::settle;
+    using hf_import::settle_exported;
+    settle_exported(c.vocab_size, "vocab_size", c.given, exported, defaults.vocab_size);
+    settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
+    settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
+    settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
+    // 0 means "derived" on either side: compare what each means.
+    const auto meant = [&](const char* key, std::int64_t derived) {
+      const std::int64_t written = exported.integer(std::string("config.") + key).value_or(0);
+      return std::optional<std::int64_t>(written > 0 ? written : derived);
+    };
+    if (c.given.count("n_kv_head") && c.n_kv_head == 0) c.n_kv_head = c.n_head;
+    settle(c.n_kv_head, "n_kv_head", c.given, meant("n_kv_head", c.n_head), "n_kv_head", exported);
+    if (c.given.count("head_dim") && c.head_dim == 0) c.head_dim = c.n_embd / c.n_head;
+    settle(c.head_dim, "head_dim", c.given, meant("head_dim", c.n_embd / c.n_head), "head_dim", exported);
+    LlamaConfig derived_mlp = c;
+    derived_mlp.intermediate_size = 0;
+    if (c.given.count("intermediate_size") && c.intermediate_size == 0) c.intermediate_size = derived_mlp.mlp_size();
+    settle(c.intermediate_size, "intermediate_size", c.given, meant("intermediate_size", derived_mlp.mlp_size()),
+           "intermediate_size", exported);
+    settle_exported(c.rope_theta, "rope_theta", c.given, exported, defaults.rope_theta);
+    settle_exported(c.rms_norm_eps, "rms_norm_eps", c.given, exported, defaults.rms_norm_eps);
+    settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
+    LlamaConfig::check(c);
+    return c;
+  });
+}
+
 // config.json of a LlamaForCausalLM with this architecture. Written the way transformers 4 wrote
 // it (top-level rope_theta and rope_scaling), which transformers 5 reads too.
 inline std::string hf_config_json(const LlamaConfig& c) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <string>
 
 #include "tessera/core/config/config_tree.hpp"
@@ -213,6 +214,41 @@ TEST(LlamaModel, ReadsBackATesseraExport) {
   auto again = build_components(llama_yaml("init_from: " + dir.path().string()));
   auto loaded = built<Model>(again, "model");
   for (const auto& item : loaded->named_parameters()) EXPECT_TRUE(item.value().equal(state.at(item.key()))) << item.key();
+}
+
+// A Tessera export folder's config.json settles what the YAML leaves out: rope_theta changes no
+// weight's shape, so without it the weights would load into a model rotating otherwise.
+TEST(LlamaModel, AnExportsConfigSettlesWhatTheYamlLeavesOut) {
+  testing::TempDir dir;
+  auto model = make_llama("rope_theta: 500000.0", 9);
+  StateDict state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  write_safetensors(dir.file("model.safetensors"), state);
+  std::ofstream(dir.file("config.json"))
+      << R"({"component_key": "model", "variant_key": "llama", "config": {"vocab_size": 32, "n_layer": 2, "n_head": 4,)"
+      << R"( "n_kv_head": 2, "n_embd": 16, "intermediate_size": 40, "max_seq_len": 8, "rope_theta": 500000.0}})";
+  auto again = build_components("model: {component_key: model, variant_key: llama, config: {init_from: " +
+                                dir.path().string() + "}}\n");
+  auto loaded = built<Model>(again, "model");
+  model->eval();
+  loaded->eval();
+  const at::Tensor input = tokens(1, 8);
+  EXPECT_TRUE(at::allclose(loaded->forward(input), model->forward(input), 1e-6, 1e-6));
+  auto message = [&](const std::string& fields) {
+    try {
+      build_components("model: {component_key: model, variant_key: llama, config: {" + fields +
+                       "init_from: " + dir.path().string() + "}}\n");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("rope_theta: 10000.0, ").find("the YAML says rope_theta: 10000 but"), std::string::npos)
+      << message("rope_theta: 10000.0, ");
+  // 0 means n_head (4) here, the export has 2 key/value heads; its head_dim 16 / 4 = 4 agrees.
+  EXPECT_NE(message("n_kv_head: 0, ").find("the YAML says n_kv_head: 4 but"), std::string::npos)
+      << message("n_kv_head: 0, ");
+  EXPECT_EQ(message("head_dim: 4, n_kv_head: 2, "), "no error");
 }
 
 TEST(LlamaModel, ConfigMistakesAreConfigIssues) {
