@@ -6,6 +6,7 @@
 
 #include <c10/core/GradMode.h>
 #include <c10/util/StringUtil.h>
+#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -100,22 +101,81 @@ inline std::optional<HfConfig> tessera_export_config(const std::string& from, co
 // export's YAML left out was `fallback`, the default): taken when this YAML leaves it out, an
 // error naming both when they differ. A weight's shape cannot tell every such field (the heads
 // of a [n_embd, n_embd] projection, rope_theta, the activation), so they are compared here.
+//
+// Exports written before exports recorded the built architecture hold the YAML's fields alone:
+// one whose run took its architecture from its own init_from (an "init_from" in its config)
+// cannot tell a left-out field's value, which then is not settled. Values are read as that
+// run's YAML reader read them (an integral 1e3 for an integer, True for a boolean).
+inline std::optional<nlohmann::json> exported_value(const HfConfig& config, const std::string& key) {
+  const nlohmann::json all = nlohmann::json::parse(config.dump());
+  const auto fields = all.find("config");
+  if (fields == all.end() || !fields->is_object()) return std::nullopt;
+  const auto value = fields->find(key);
+  if (value == fields->end() || value->is_null()) return std::nullopt;
+  return *value;
+}
+inline bool exported_from_elsewhere(const HfConfig& config) { return exported_value(config, "init_from").has_value(); }
+
+// The export's value of `key` as a T; nullopt when it is not there.
+template <class T>
+std::optional<T> read_exported(const HfConfig& config, const std::string& key) {
+  const std::optional<nlohmann::json> raw = exported_value(config, key);
+  const auto wrong = [&](const char* what) {
+    return ConfigError(config.file() + ": config." + key + " should be " + what + ", got " + raw->dump(), "init_from");
+  };
+  std::optional<T> value;
+  if (raw) {
+    if constexpr (std::is_same_v<T, std::int64_t>) {
+      if (!raw->is_number() || std::floor(raw->get<double>()) != raw->get<double>()) throw wrong("an integer");
+      value = raw->is_number_integer() ? raw->get<std::int64_t>() : static_cast<std::int64_t>(raw->get<double>());
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (!raw->is_number()) throw wrong("a number");
+      value = raw->get<double>();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      const std::string text = raw->is_string() ? raw->get<std::string>() : "";
+      if (raw->is_boolean()) {
+        value = raw->get<bool>();
+      } else if (text == "True" || text == "TRUE" || text == "False" || text == "FALSE") {
+        value = text[0] == 'T';
+      } else {
+        throw wrong("true or false");
+      }
+    } else {
+      if (!raw->is_string()) throw wrong("a string");
+      value = raw->get<std::string>();
+    }
+  }
+  return value;
+}
+
 template <class T>
 void settle_exported(T& field, const std::string& key, const std::set<std::string>& given, const HfConfig& config,
                      const T& fallback) {
-  std::optional<T> value;
-  if constexpr (std::is_same_v<T, std::int64_t>) {
-    value = config.integer("config." + key);
-  } else if constexpr (std::is_same_v<T, double>) {
-    value = config.number("config." + key);
-  } else if constexpr (std::is_same_v<T, bool>) {
-    value = config.boolean("config." + key);
-  } else {
-    value = config.string("config." + key);
-  }
+  std::optional<T> value = read_exported<T>(config, key);
+  if (!value && exported_from_elsewhere(config)) return;
   const bool written = value.has_value();
   if (!written) value = fallback;
   settle(field, key, given, value, key, config, written ? "" : "left out, so the default");
+}
+
+// The special token ids an imported config.json names (bos_token_id, eos_token_id, pad_token_id:
+// an id, a list of ids, or null), as a JSON object, for the model's Hugging Face export to carry:
+// without them transformers assumes its own defaults (a Llama's bos 1 and eos 2), and the
+// exported model would stop generating at the wrong token.
+inline std::string special_token_ids(const HfConfig& config) {
+  const nlohmann::json all = nlohmann::json::parse(config.dump());
+  nlohmann::json ids = nlohmann::json::object();
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    if (all.contains(key)) ids[key] = all[key];
+  }
+  return ids.dump();
+}
+
+// Writes `ids` (from special_token_ids) into an export's config over what it had.
+inline void carry_special_token_ids(nlohmann::ordered_json& config, const std::string& ids) {
+  if (ids.empty()) return;
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(ids);  // items() refers to it
+  for (const auto& [key, value] : parsed.items()) config[key] = value;
 }
 
 // Copies checkpoint tensors into parameters, remembering which it used.

@@ -2,13 +2,16 @@
 // torch + safetensors (an independent forward pass must give Tessera's logits), and model/gpt
 // initialised from an export gives the exported model's logits exactly.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
+#include "tessera/core/checkpoint/checkpoint_settings.hpp"
 #include "tessera/core/checkpoint/checkpoint_writer.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/model.hpp"
@@ -19,6 +22,7 @@ namespace tessera {
 namespace {
 
 using testing::TempDir;
+namespace fs = std::filesystem;
 
 const char* kGpt = "model: {component_key: model, variant_key: gpt,\n"
                    "        config: {vocab_size: 40, n_layer: 2, n_head: 2, n_embd: 16, max_seq_len: 12";
@@ -120,6 +124,38 @@ TEST(ModelExport, TheExportsConfigSettlesWhatTheYamlLeavesOut) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("describes model/gpt, not model/llama"), std::string::npos) << e.what();
   }
+}
+
+// An export records the architecture its model was built with, not only what its YAML wrote:
+// a run that took its architecture from init_from exports a folder that init_from of a later
+// run can settle against. An export written before (the YAML's fields, one of them init_from)
+// settles what it has and leaves the rest to the YAML.
+TEST(ModelExport, AnExportRecordsTheArchitectureItsModelWasBuiltWith) {
+  TempDir dir;
+  const at::Tensor input = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({1, 6});
+  at::Tensor logits;
+  const std::string exported = exported_model(dir, logits, input);
+  auto built = testing::build_components("model: {component_key: model, variant_key: gpt, config: {init_from: " +
+                                         exported + "}}\n");
+  auto model = testing::built<Model>(built, "model");
+  const auto spec = nlohmann::json::parse(core::export_config_json(
+      R"({"component_key": "model", "variant_key": "gpt", "config": {"init_from": ")" + exported + R"("}})",
+      model->architecture_json()));
+  EXPECT_EQ(spec["config"]["init_from"], exported);
+  EXPECT_EQ(spec["config"]["n_head"], 2);
+  EXPECT_EQ(spec["config"]["vocab_size"], 40);
+  EXPECT_EQ(spec["config"]["max_seq_len"], 12);
+  EXPECT_EQ(spec["config"]["activation"], "gelu");
+
+  // The older form: the YAML's fields alone, as that run's YAML reader read them.
+  const std::string old_form = dir.file("old_export");
+  fs::create_directories(old_form);
+  fs::copy_file(exported + "/model.safetensors", old_form + "/model.safetensors");
+  std::ofstream(old_form + "/config.json")
+      << R"({"component_key": "model", "variant_key": "gpt", "config": {"init_from": "/elsewhere", "vocab_size": 40.0, "bias": "True"}})";
+  auto again = testing::build_components(std::string(kGpt) + ", init_from: " + old_form + "}}\n");
+  c10::NoGradGuard no_grad;
+  EXPECT_TRUE(testing::built<Model>(again, "model")->forward(input).equal(logits));
 }
 
 }  // namespace

@@ -133,13 +133,14 @@ CheckpointMetadata verify_checkpoint(const std::string& path) {
   return m;
 }
 
-LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank) {
+LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, CheckpointParts parts) {
   LoadedCheckpoint out;
   out.metadata = verify_checkpoint(path);
   const CheckpointFolder folder{fs::path(path)};
   out.model = read_safetensors(folder.file(CheckpointFolder::kModel).string()).tensors;
+  if (parts == CheckpointParts::model) return out;
   const std::int64_t writers = out.metadata.optimizer_sharded ? out.metadata.world_size : 1;
-  std::vector<std::pair<StateDict, StateDict>> parts;
+  std::vector<std::pair<StateDict, StateDict>> written_parts;
   for (std::int64_t r = 0; r < writers; ++r) {
     const fs::path file = folder.file(CheckpointFolder::rank_file(r, CheckpointFolder::kOptimizer));
     if (!fs::exists(file)) throw CheckpointError("checkpoint " + path + ": " + file.string() + " is missing");
@@ -148,9 +149,9 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank) {
       if (key.rfind("state/", 0) == 0) state[key.substr(6)] = t;
       if (key.rfind("range/", 0) == 0) ranges[key.substr(6)] = t;
     }
-    parts.emplace_back(std::move(state), std::move(ranges));
+    written_parts.emplace_back(std::move(state), std::move(ranges));
   }
-  out.optimizer = merge_optimizer_parts(parts);
+  out.optimizer = merge_optimizer_parts(written_parts);
   const std::int64_t mine = rank < out.metadata.world_size ? rank : 0;
   out.data = read_safetensors(folder.file(CheckpointFolder::rank_file(mine, CheckpointFolder::kData)).string()).tensors;
   if (rank < out.metadata.world_size) {

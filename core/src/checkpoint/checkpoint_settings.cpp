@@ -1,5 +1,7 @@
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 
 #include "tessera/hugging_face.hpp"
@@ -17,6 +19,16 @@ std::vector<std::string> tokenizer_files_at(const std::string& path) {
     if (fs::is_regular_file(fs::path(path) / name, ec)) files.push_back((fs::path(path) / name).string());
   }
   return files;
+}
+
+std::string export_config_json(const std::string& model_config_json, const std::string& architecture_json) {
+  if (model_config_json.empty() || architecture_json.empty()) return model_config_json;
+  nlohmann::ordered_json spec = nlohmann::ordered_json::parse(model_config_json);
+  nlohmann::ordered_json& config = spec["config"];
+  if (!config.is_object()) config = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json architecture = nlohmann::ordered_json::parse(architecture_json);  // items() refers to it
+  for (const auto& [key, value] : architecture.items()) config[key] = value;
+  return spec.dump(1);
 }
 
 void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {

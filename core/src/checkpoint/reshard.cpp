@@ -45,13 +45,17 @@ StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict
                               " elements for the range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
       }
       at::Tensor& target = whole[key];
+      covered[key].emplace_back(begin, end);
+      if (!target.defined() && begin == 0 && end == numel) {
+        target = t.reshape({-1});  // one part holds it all (an unsharded save): no copy
+        continue;
+      }
       if (!target.defined()) target = at::zeros({numel}, t.options());
       if (target.numel() != numel) {
         throw CheckpointError("optimizer state " + key + ": ranks disagree on the parameter's size (" +
                               std::to_string(target.numel()) + " and " + std::to_string(numel) + ")");
       }
       target.narrow(0, begin, end - begin).copy_(t.reshape({-1}));
-      covered[key].emplace_back(begin, end);
     }
   }
   // The parts of each parameter must tile it exactly: no hole silently zero, no overlap.

@@ -22,7 +22,16 @@ SourcePos pos_of(const YAML::Mark& mark, const std::string& file) {
 // billions of nodes. Real specs are far below these.
 struct Budget {
   std::int64_t nodes = 0;
-  std::size_t scalar_bytes = 0;  // an alias of a long scalar copies its bytes again
+  std::size_t scalar_bytes = 0;  // of values and keys: an alias of a long one copies its bytes again
+
+  void charge(std::size_t bytes, const SourcePos& pos) {
+    scalar_bytes += bytes;
+    if (scalar_bytes > config_limits::kMaxExpandedTreeBytes) {
+      throw ConfigIssue(pos, "", "the YAML's values expand to more than " +
+                                     std::to_string(config_limits::kMaxExpandedTreeBytes) +
+                                     " bytes (aliases of a long value?); a run spec is far smaller");
+    }
+  }
 };
 
 ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& budget, int depth) {
@@ -38,12 +47,7 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& bu
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return ConfigNode::make_null(pos);
     case YAML::NodeType::Scalar:
-      budget.scalar_bytes += node.Scalar().size();
-      if (budget.scalar_bytes > config_limits::kMaxExpandedTreeBytes) {
-        throw ConfigIssue(pos, "", "the YAML's values expand to more than " +
-                                       std::to_string(config_limits::kMaxExpandedTreeBytes) +
-                                       " bytes (aliases of a long value?); a run spec is far smaller");
-      }
+      budget.charge(node.Scalar().size(), pos);
       // yaml-cpp tags plain scalars "?" and quoted ones "!".
       return ConfigNode::make_scalar(node.Scalar(), node.Tag() != "!", pos);
     case YAML::NodeType::Sequence: {
@@ -58,6 +62,7 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& bu
         if (!it->first.IsScalar()) throw ConfigIssue(key_pos, "", "mapping keys must be plain names");
         const std::string key = it->first.Scalar();
         if (map.find(key)) throw ConfigIssue(key_pos, "", "duplicate key '" + key + "'");
+        budget.charge(key.size(), key_pos);  // an alias of a map copies its keys too
         map.entries().push_back({key, key_pos, from_yaml(it->second, file, budget, depth + 1)});
       }
       return map;

@@ -123,6 +123,7 @@ void Trainer::place_model() {
 void Trainer::enable_checkpoints(CheckpointContext context) {
   if (context.store.dir().empty()) throw Error("trainer: checkpoints enabled without a checkpoint folder");
   checkpoint_ = std::move(context);
+  checkpoint_.model_config_json = export_config_json(checkpoint_.model_config_json, parts_.model->architecture_json());
   // Leftovers of saves a crash interrupted; rank 0 alone, before any rank can start a save.
   if (context_.rank == 0) checkpoint_.store.remove_incomplete();
   checkpointer_ = std::make_unique<Checkpointer>(checkpoint_.settings, checkpoint_.store, checkpoint_.timeout);

@@ -84,7 +84,7 @@ void Trainer::load_model_state(const LoadedCheckpoint& ck, const std::string& ch
 }
 
 void Trainer::restore_model(const std::string& checkpoint_path) {
-  load_model_state(read_checkpoint(checkpoint_path, context_.rank), checkpoint_path);
+  load_model_state(read_checkpoint(checkpoint_path, context_.rank, CheckpointParts::model), checkpoint_path);
 }
 
 void Trainer::restore(const std::string& checkpoint_path) {

@@ -50,8 +50,15 @@ class ProgressBar final : public tessera::Callback {
     window_time_s_ += m.step_time_s;
     last_ = m;
     // The newest loss that has arrived from the device: the bar is redrawn every step, and
-    // reading a loss still on its way would make the host wait for the device each time.
-    if (m.loss.ready()) shown_loss_ = static_cast<double>(m.loss);
+    // reading a loss still on its way would make the host wait for the device each time. On a
+    // GPU this step's is on its way; the previous step's has arrived by now.
+    if (arriving_loss_ && arriving_loss_->ready()) shown_loss_ = static_cast<double>(*arriving_loss_);
+    arriving_loss_.reset();
+    if (m.loss.ready()) {
+      shown_loss_ = static_cast<double>(m.loss);
+    } else {
+      arriving_loss_ = m.loss;
+    }
     if (bar_) {
       redraw(ctx);
       // Done: what the run logs next (checkpoint, summary) starts on a line of its own.
@@ -137,7 +144,8 @@ class ProgressBar final : public tessera::Callback {
   std::int64_t every_;
   bool bar_ = false;
   std::optional<tessera::StepMetrics> last_;
-  std::optional<double> shown_loss_;  // the newest loss that had arrived when its step ended
+  std::optional<double> shown_loss_;               // the newest loss that has arrived
+  std::optional<tessera::MetricValue> arriving_loss_;  // a step's loss still on its way
   std::int64_t window_tokens_ = 0;
   double window_time_s_ = 0;
   std::size_t drawn_length_ = 0;  // of the bar line now on screen; 0 when none

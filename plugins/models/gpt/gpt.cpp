@@ -78,6 +78,7 @@ class Gpt final : public tessera::Model {
     if (hf) {
       tessera::gpt2_format::import_weights(*hf, *this);
       tokenizer_files_ = hf->tokenizer_files;
+      special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
       tessera::hf_import::load_tessera_weights(*this, c.init_from);
     }
@@ -97,8 +98,10 @@ class Gpt final : public tessera::Model {
 
   // GPT2LMHeadModel has biases throughout.
   bool exports_hugging_face() const override { return config_.bias; }
+  std::string architecture_json() const override { return tessera::gpt2_format::architecture_json(config_); }
+
   tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
-    tessera::HfExport out = tessera::gpt2_format::export_folder(config_, state);
+    tessera::HfExport out = tessera::gpt2_format::export_folder(config_, state, special_ids_);
     out.files_to_copy = tokenizer_files_;
     return out;
   }
@@ -169,6 +172,7 @@ class Gpt final : public tessera::Model {
   std::shared_ptr<LayerNorm> ln_f_;
   double flop_params_ = 0;
   std::vector<std::string> tokenizer_files_;  // of an imported Hugging Face folder, carried into hf exports
+  std::string special_ids_;  // the imported config.json's bos/eos/pad ids, carried into hf exports
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -151,7 +151,23 @@ inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model) {
 }
 
 // config.json and the tensors of a GPT2LMHeadModel equal to `state` (model/gpt's state dict).
-inline HfExport export_folder(const GptConfig& c, const StateDict& state) {
+// The architecture as built, in the YAML's names (Model::architecture_json): what a Tessera
+// export's config.json records, so that settle_export of that export knows every field.
+inline std::string architecture_json(const GptConfig& c) {
+  const nlohmann::ordered_json out = {
+      {"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_head", c.n_head},         {"n_embd", c.n_embd},
+      {"max_seq_len", c.max_seq_len}, {"bias", c.bias},     {"activation", c.activation},
+  };
+  return out.dump();
+}
+
+// `special_ids`: the imported checkpoint's bos/eos/pad ids (hf_import::special_token_ids), "" when
+// the model was not imported.
+inline HfExport export_folder(const GptConfig& c, const StateDict& state, const std::string& special_ids = "") {
+  // GPT-2's <|endoftext|> where the vocabulary is GPT-2's (50257 ids, padded up to 50304 at most);
+  // another vocabulary's ids are unknown here: none is written.
+  const bool gpt2_vocabulary = c.vocab_size >= 50257 && c.vocab_size <= 50304;
+  const nlohmann::ordered_json endoftext = gpt2_vocabulary ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json config = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -169,11 +185,11 @@ inline HfExport export_folder(const GptConfig& c, const StateDict& state) {
       {"initializer_range", c.init_std},
       {"scale_attn_weights", true},
       {"tie_word_embeddings", true},
-      // GPT-2's <|endoftext|>, where the vocabulary has it (transformers checks the ids exist).
-      {"bos_token_id", c.vocab_size > 50256 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr)},
-      {"eos_token_id", c.vocab_size > 50256 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr)},
+      {"bos_token_id", endoftext},
+      {"eos_token_id", endoftext},
       {"dtype", "float32"},
   };
+  hf_import::carry_special_token_ids(config, special_ids);
   HfExport out;
   out.config_json = config.dump(2) + "\n";
   for (const auto& [name, tensor] : state) {

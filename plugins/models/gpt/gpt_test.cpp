@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <set>
@@ -310,6 +311,26 @@ TEST(GptModel, HiddenStatesThroughTheOutputHeadAreTheLogits) {
 }
 
 // Packed documents are computed as if alone (tests/support/packed_documents.hpp).
+// The Hugging Face export's end-of-text id: GPT-2's 50256 where the vocabulary is GPT-2's (50257,
+// or padded to 50304), none for another vocabulary (a guess there would stop generation anywhere).
+TEST(GptModel, HuggingFaceExportNamesGpt2sEndOfTextOnlyForItsVocabulary) {
+  for (const auto& [vocab, expected] : std::map<std::int64_t, std::int64_t>{{50257, 50256}, {50304, 50256}, {40, -1}, {128256, -1}}) {
+    SCOPED_TRACE(vocab);
+    auto components = build_components("model: {component_key: model, variant_key: gpt, config: {vocab_size: " +
+                                       std::to_string(vocab) + ", n_layer: 1, n_head: 2, n_embd: 8, max_seq_len: 4}}\n");
+    auto model = testing::built<Model>(components, "model");
+    StateDict state;
+    for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+    const auto config = nlohmann::json::parse(model->hugging_face_export(state).config_json);
+    if (expected < 0) {
+      EXPECT_TRUE(config["eos_token_id"].is_null());
+    } else {
+      EXPECT_EQ(config["eos_token_id"], expected);
+      EXPECT_EQ(config["bos_token_id"], expected);
+    }
+  }
+}
+
 TEST(GptModel, PackedDocumentsAreComputedAsIfAlone) {
   auto model = make_gpt();
   testing::expect_packed_documents_computed_alone(*model);

@@ -183,6 +183,7 @@ class Llama final : public tessera::Model {
     if (hf) {
       import_weights(*hf);
       tokenizer_files_ = hf->tokenizer_files;
+      special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
       tessera::hf_import::load_tessera_weights(*this, c.init_from);
     }
@@ -200,9 +201,11 @@ class Llama final : public tessera::Model {
 
   bool masks_documents() const override { return true; }
   bool exports_hugging_face() const override { return true; }
+  std::string architecture_json() const override { return tessera::llama::architecture_json(config_); }
+
   tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
     tessera::HfExport out;
-    out.config_json = tessera::llama::hf_config_json(config_);
+    out.config_json = tessera::llama::hf_config_json(config_, special_ids_);
     for (const auto& [name, tensor] : state) out.tensors[tessera::llama::hf_name(name)] = tensor;
     out.files_to_copy = tokenizer_files_;
     return out;
@@ -315,6 +318,7 @@ class Llama final : public tessera::Model {
   at::Tensor cos_on_, sin_on_;  // the same on the device and in the dtype of the last forward
   double flop_params_ = 0;
   std::vector<std::string> tokenizer_files_;
+  std::string special_ids_;  // the imported config.json's bos/eos/pad ids, for the export
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -199,31 +199,64 @@ inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
     settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
     settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
     settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
-    // 0 means "derived" on either side: compare what each means.
-    const auto meant = [&](const char* key, std::int64_t derived) {
-      const std::int64_t written = exported.integer(std::string("config.") + key).value_or(0);
-      return std::optional<std::int64_t>(written > 0 ? written : derived);
+    // 0 means "derived" on either side: compare what each means. Unknown (an old export whose
+    // run had its own init_from, and left the field out): not settled.
+    const bool unknown_if_left_out = hf_import::exported_from_elsewhere(exported);
+    const auto settle_derived = [&](std::int64_t& field, const char* key, std::int64_t derived) {
+      const std::optional<std::int64_t> read = hf_import::read_exported<std::int64_t>(exported, key);
+      if (!read && unknown_if_left_out) return;
+      const std::int64_t written = read.value_or(0);
+      if (c.given.count(key) && field == 0) field = derived;
+      settle(field, key, c.given, std::optional<std::int64_t>(written > 0 ? written : derived), key, exported);
     };
-    if (c.given.count("n_kv_head") && c.n_kv_head == 0) c.n_kv_head = c.n_head;
-    settle(c.n_kv_head, "n_kv_head", c.given, meant("n_kv_head", c.n_head), "n_kv_head", exported);
-    if (c.given.count("head_dim") && c.head_dim == 0) c.head_dim = c.n_embd / c.n_head;
-    settle(c.head_dim, "head_dim", c.given, meant("head_dim", c.n_embd / c.n_head), "head_dim", exported);
+    settle_derived(c.n_kv_head, "n_kv_head", c.n_head);
+    settle_derived(c.head_dim, "head_dim", c.n_embd / c.n_head);
     LlamaConfig derived_mlp = c;
     derived_mlp.intermediate_size = 0;
-    if (c.given.count("intermediate_size") && c.intermediate_size == 0) c.intermediate_size = derived_mlp.mlp_size();
-    settle(c.intermediate_size, "intermediate_size", c.given, meant("intermediate_size", derived_mlp.mlp_size()),
-           "intermediate_size", exported);
+    settle_derived(c.intermediate_size, "intermediate_size", derived_mlp.mlp_size());
     settle_exported(c.rope_theta, "rope_theta", c.given, exported, defaults.rope_theta);
     settle_exported(c.rms_norm_eps, "rms_norm_eps", c.given, exported, defaults.rms_norm_eps);
     settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
+    // rope_scaling: a list, or absent/null for none.
+    const std::optional<nlohmann::json> scaling = hf_import::exported_value(exported, "rope_scaling");
+    if (scaling || !unknown_if_left_out) {
+      std::optional<std::vector<double>> theirs;
+      if (scaling) {
+        if (!scaling->is_array()) throw ConfigError(exported.file() + ": config.rope_scaling should be a list", "init_from");
+        theirs = scaling->get<std::vector<double>>();
+      }
+      if (!c.given.count("rope_scaling")) {
+        c.rope_scaling = theirs;
+      } else if (c.rope_scaling != theirs) {
+        throw ConfigError("the YAML's rope_scaling differs from " + exported.file() + "'s (" +
+                              (theirs ? "llama3 factor " + c10::str((*theirs)[0]) : std::string("none")) +
+                              "); leave rope_scaling out to take the export's",
+                          "rope_scaling");
+      }
+    }
     LlamaConfig::check(c);
     return c;
   });
 }
 
+// The architecture as built, in the YAML's names (Model::architecture_json): what a Tessera
+// export's config.json records, so that settle_export of that export knows every field.
+inline std::string architecture_json(const LlamaConfig& c) {
+  nlohmann::ordered_json out = {
+      {"vocab_size", c.vocab_size},       {"n_layer", c.n_layer},         {"n_head", c.n_head},
+      {"n_kv_head", c.kv_heads()},        {"n_embd", c.n_embd},           {"head_dim", c.head_size()},
+      {"intermediate_size", c.mlp_size()}, {"max_seq_len", c.max_seq_len}, {"rope_theta", c.rope_theta},
+      {"rms_norm_eps", c.rms_norm_eps},   {"tie_embeddings", c.tie_embeddings},
+  };
+  out["rope_scaling"] = c.rope_scaling ? nlohmann::ordered_json(*c.rope_scaling) : nlohmann::ordered_json(nullptr);
+  return out.dump();
+}
+
 // config.json of a LlamaForCausalLM with this architecture. Written the way transformers 4 wrote
 // it (top-level rope_theta and rope_scaling), which transformers 5 reads too.
-inline std::string hf_config_json(const LlamaConfig& c) {
+// `special_ids`: the imported checkpoint's bos/eos/pad ids (hf_import::special_token_ids), "" when
+// the model was not imported: then none is written (null), rather than transformers' defaults.
+inline std::string hf_config_json(const LlamaConfig& c, const std::string& special_ids = "") {
   nlohmann::ordered_json rope_scaling = nullptr;
   if (c.rope_scaling) {
     const auto& s = *c.rope_scaling;
@@ -253,9 +286,13 @@ inline std::string hf_config_json(const LlamaConfig& c) {
       {"mlp_bias", false},
       {"tie_word_embeddings", c.tie_embeddings},
       {"initializer_range", c.init_std},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", nullptr},
       {"dtype", "float32"},
   };
-  return config.dump(2) + "\n";
+  nlohmann::ordered_json out = config;
+  hf_import::carry_special_token_ids(out, special_ids);
+  return out.dump(2) + "\n";
 }
 
 }  // namespace tessera::llama

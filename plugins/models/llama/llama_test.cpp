@@ -15,6 +15,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
+#include "tessera/hugging_face.hpp"
 #include "tessera/model.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/safetensors.hpp"
@@ -192,6 +193,35 @@ TEST(LlamaModel, HuggingFaceExportNamesAndConfig) {
   EXPECT_EQ(config["rope_theta"], 500000.0);
   EXPECT_EQ(config["rope_scaling"]["rope_type"], "llama3");
   EXPECT_EQ(config["tie_word_embeddings"], false);
+  // Not imported: no special token ids are known, so none is written (transformers would
+  // otherwise assume a Llama's bos 1 and eos 2).
+  EXPECT_TRUE(config["bos_token_id"].is_null());
+  EXPECT_TRUE(config["eos_token_id"].is_null());
+}
+
+// The special token ids of an imported Hugging Face folder (Llama 3.1's eos is a list) travel
+// into the model's own Hugging Face export.
+TEST(LlamaModel, AnImportsSpecialTokenIdsTravelIntoItsExport) {
+  testing::TempDir dir;
+  auto model = make_llama();
+  StateDict state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  HfExport folder = model->hugging_face_export(state);
+  nlohmann::json config = nlohmann::json::parse(folder.config_json);
+  config["bos_token_id"] = 3;
+  config["eos_token_id"] = {5, 7};
+  config["pad_token_id"] = 0;
+  folder.config_json = config.dump();
+  write_hf_checkpoint(dir.path().string(), folder, 1'000'000);
+  auto again = build_components("model: {component_key: model, variant_key: llama, config: {init_from: " +
+                                dir.path().string() + "}}\n");
+  auto imported = built<Model>(again, "model");
+  StateDict imported_state;
+  for (const auto& item : imported->named_parameters()) imported_state[item.key()] = item.value().detach();
+  const auto exported = nlohmann::json::parse(imported->hugging_face_export(imported_state).config_json);
+  EXPECT_EQ(exported["bos_token_id"], 3);
+  EXPECT_EQ(exported["eos_token_id"], nlohmann::json({5, 7}));
+  EXPECT_EQ(exported["pad_token_id"], 0);
 }
 
 TEST(LlamaModel, RopeScalingChangesOnlyLongWavelengths) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessera/export.hpp"
@@ -85,6 +86,14 @@ class TESSERA_API Model : public torch::nn::Module {
   // This model's config.json and tensors by Hugging Face name and layout, from `state`: its own
   // state dict, every tensor whole (a sharded run gathers it first). The default throws.
   virtual HfExport hugging_face_export(const StateDict& state) const;
+
+  // --- Tessera exports ----------------------------------------------------------------------------
+  // The config fields this model was built with, as a JSON object in its YAML's names, after
+  // init_from filled in what the YAML left out (e.g. {"n_head": 12, "rope_theta": 500000.0}).
+  // The host writes them into an export's config.json, so that init_from of that export knows
+  // the architecture even where the run's YAML never spelled it out. "" (the default): the
+  // YAML's fields alone are written.
+  virtual std::string architecture_json() const { return {}; }
 
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.

@@ -17,8 +17,13 @@ CheckpointMetadata verify_checkpoint(const std::string& path);
 // CRC-32Cs. Throws CheckpointError for a malformed one or a name outside the folder.
 std::map<std::string, WrittenFile> read_rank_manifest(const std::string& path);
 
+// What a reader needs of a checkpoint: everything to resume training, or the model alone (to
+// evaluate it: no optimizer state, data position or generators are read).
+enum class CheckpointParts { everything, model };
+
 // Verifies, then reads what `rank` needs. Every rank reads every optimizer file when the state
 // was sharded, so any number of ranks can resume from any other.
-LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank);
+LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank,
+                                 CheckpointParts parts = CheckpointParts::everything);
 
 }  // namespace tessera::core

@@ -30,4 +30,10 @@ struct CheckpointSettings {
 // neither).
 std::vector<std::string> tokenizer_files_at(const std::string& path);
 
+// An export's config.json: the model's component spec as the YAML wrote it
+// (`model_config_json`), its config completed by the architecture the model was built with
+// (Model::architecture_json; "" leaves it as it is), so that init_from of the export knows every
+// field, also those the run took from its own init_from.
+std::string export_config_json(const std::string& model_config_json, const std::string& architecture_json);
+
 }  // namespace tessera::core
