@@ -115,6 +115,12 @@ inline std::optional<nlohmann::json> exported_value(const HfConfig& config, cons
   return *value;
 }
 inline bool exported_from_elsewhere(const HfConfig& config) { return exported_value(config, "init_from").has_value(); }
+// Whether the export names `key` at all (null included: "none", as for a Llama's rope_scaling).
+inline bool exported_names(const HfConfig& config, const std::string& key) {
+  const nlohmann::json all = nlohmann::json::parse(config.dump());
+  const auto fields = all.find("config");
+  return fields != all.end() && fields->is_object() && fields->contains(key);
+}
 
 // The export's value of `key` as a T; nullopt when it is not there.
 template <class T>

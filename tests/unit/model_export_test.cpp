@@ -16,6 +16,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/model.hpp"
 #include "tessera/safetensors.hpp"
+#include "small_trainer.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -86,6 +87,23 @@ TEST(ModelExport, GptInitialisesFromAnExport) {
   }
 }
 
+// model/VARIANT (gpt unless said) with `fields` (YAML, each followed by ", ") and init_from `exported`.
+core::BuiltComponents model_from(const std::string& exported, const std::string& fields = "",
+                               const std::string& variant = "gpt") {
+  return testing::build_components("model: {component_key: model, variant_key: " + variant + ", config: {" + fields +
+                                   "init_from: " + exported + "}}\n");
+}
+
+// The error building model_from(...) gives; "" when it builds.
+std::string refusal(const std::string& exported, const std::string& fields, const std::string& variant = "gpt") {
+  try {
+    model_from(exported, fields, variant);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // The export's config.json settles what the YAML leaves out, as a Hugging Face folder's does: its
 // 2 heads split the [16, 16] projections, which would load as well into the default 4 heads.
 TEST(ModelExport, TheExportsConfigSettlesWhatTheYamlLeavesOut) {
@@ -93,37 +111,20 @@ TEST(ModelExport, TheExportsConfigSettlesWhatTheYamlLeavesOut) {
   const at::Tensor input = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({1, 6});
   at::Tensor logits;
   const std::string exported = exported_model(dir, logits, input);
-  auto built = testing::build_components("model: {component_key: model, variant_key: gpt, config: {init_from: " +
-                                         exported + "}}\n");
   {
+    auto built = model_from(exported);
     c10::NoGradGuard no_grad;
     EXPECT_TRUE(testing::built<Model>(built, "model")->forward(input).equal(logits));
   }
-  try {
-    testing::build_components("model: {component_key: model, variant_key: gpt, config: {n_head: 4, init_from: " +
-                              exported + "}}\n");
-    ADD_FAILURE() << "expected an error for another head count";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("the YAML says n_head: 4 but " + exported + "/config.json says n_head: 2"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string heads = refusal(exported, "n_head: 4, ");
+  EXPECT_NE(heads.find("the YAML says n_head: 4 but " + exported + "/config.json says n_head: 2"), std::string::npos)
+      << heads;
   // A field the export's YAML left out had its default: a YAML saying otherwise is told so.
-  try {
-    testing::build_components("model: {component_key: model, variant_key: gpt, config: {activation: gelu_tanh, init_from: " +
-                              exported + "}}\n");
-    ADD_FAILURE() << "expected an error for another activation";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("config.json says activation: left out, so the default ('gelu')"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    testing::build_components("model: {component_key: model, variant_key: llama, config: {init_from: " + exported + "}}\n");
-    ADD_FAILURE() << "expected an error for an export of another variant";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("describes model/gpt, not model/llama"), std::string::npos) << e.what();
-  }
+  const std::string activation = refusal(exported, "activation: gelu_tanh, ");
+  EXPECT_NE(activation.find("config.json says activation: left out, so the default ('gelu')"), std::string::npos)
+      << activation;
+  const std::string variant = refusal(exported, "", "llama");
+  EXPECT_NE(variant.find("describes model/gpt, not model/llama"), std::string::npos) << variant;
 }
 
 // An export records the architecture its model was built with, not only what its YAML wrote:
@@ -135,8 +136,7 @@ TEST(ModelExport, AnExportRecordsTheArchitectureItsModelWasBuiltWith) {
   const at::Tensor input = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({1, 6});
   at::Tensor logits;
   const std::string exported = exported_model(dir, logits, input);
-  auto built = testing::build_components("model: {component_key: model, variant_key: gpt, config: {init_from: " +
-                                         exported + "}}\n");
+  auto built = model_from(exported);
   auto model = testing::built<Model>(built, "model");
   const auto spec = nlohmann::json::parse(core::export_config_json(
       R"({"component_key": "model", "variant_key": "gpt", "config": {"init_from": ")" + exported + R"("}})",
@@ -156,6 +156,30 @@ TEST(ModelExport, AnExportRecordsTheArchitectureItsModelWasBuiltWith) {
   auto again = testing::build_components(std::string(kGpt) + ", init_from: " + old_form + "}}\n");
   c10::NoGradGuard no_grad;
   EXPECT_TRUE(testing::built<Model>(again, "model")->forward(input).equal(logits));
+}
+
+// The trainer writes exports with the config completed: the spec's model section (here only an
+// init_from, as a run taking its architecture from elsewhere writes it) and every field the model
+// was built with.
+TEST(ModelExport, TheTrainersExportsRecordTheBuiltArchitecture) {
+  TempDir dir;
+  auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), testing::settings(1, 2, 1));
+  core::CheckpointContext checkpoints;
+  checkpoints.settings.at_end = false;
+  checkpoints.settings.export_at_end = true;
+  checkpoints.store = core::CheckpointStore(dir.file("checkpoints"), dir.file("exports"));
+  checkpoints.model_config_json = R"({"component_key": "model", "variant_key": "gpt", "config": {"init_from": "/elsewhere"}})";
+  run.trainer->enable_checkpoints(checkpoints);
+  run.trainer->fit();
+  std::ifstream in(dir.file("exports/step_00000001/config.json"));
+  ASSERT_TRUE(in) << "no export written";
+  const auto written = nlohmann::json::parse(in);
+  EXPECT_EQ(written["config"]["init_from"], "/elsewhere");
+  const auto built = nlohmann::json::parse(run.trainer->model().architecture_json());  // items() refers to it
+  for (const auto& [key, value] : built.items()) {
+    EXPECT_EQ(written["config"][key], value) << key;
+  }
+  EXPECT_TRUE(written["config"].contains("n_head"));
 }
 
 }  // namespace

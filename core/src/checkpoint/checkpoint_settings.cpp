@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
 
 namespace tessera::core {
@@ -26,7 +27,15 @@ std::string export_config_json(const std::string& model_config_json, const std::
   nlohmann::ordered_json spec = nlohmann::ordered_json::parse(model_config_json);
   nlohmann::ordered_json& config = spec["config"];
   if (!config.is_object()) config = nlohmann::ordered_json::object();
-  const nlohmann::ordered_json architecture = nlohmann::ordered_json::parse(architecture_json);  // items() refers to it
+  nlohmann::ordered_json architecture;  // a named local: items() below refers to it
+  try {
+    architecture = nlohmann::ordered_json::parse(architecture_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("the model's architecture_json() is not JSON (" + std::string(e.what()) + "): " + architecture_json);
+  }
+  if (!architecture.is_object()) {
+    throw Error("the model's architecture_json() is not a JSON object: " + architecture_json);
+  }
   for (const auto& [key, value] : architecture.items()) config[key] = value;
   return spec.dump(1);
 }

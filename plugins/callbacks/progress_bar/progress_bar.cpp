@@ -51,12 +51,16 @@ class ProgressBar final : public tessera::Callback {
     last_ = m;
     // The newest loss that has arrived from the device: the bar is redrawn every step, and
     // reading a loss still on its way would make the host wait for the device each time. On a
-    // GPU this step's is on its way; the previous step's has arrived by now.
-    if (arriving_loss_ && arriving_loss_->ready()) shown_loss_ = static_cast<double>(*arriving_loss_);
-    arriving_loss_.reset();
+    // GPU this step's is on its way; the one kept waiting is shown once it lands (it stays
+    // until then, however far ahead the host runs).
+    if (arriving_loss_ && arriving_loss_->ready()) {
+      shown_loss_ = static_cast<double>(*arriving_loss_);
+      arriving_loss_.reset();
+    }
     if (m.loss.ready()) {
       shown_loss_ = static_cast<double>(m.loss);
-    } else {
+      arriving_loss_.reset();
+    } else if (!arriving_loss_) {
       arriving_loss_ = m.loss;
     }
     if (bar_) {
@@ -70,7 +74,12 @@ class ProgressBar final : public tessera::Callback {
 
   void on_train_end(tessera::CallbackContext& ctx) override {
     if (ctx.run.rank != 0) return;
+    // Training is over: waiting for the last loss costs nothing now.
+    const bool arrived_late = last_ && !last_->loss.ready();
+    if (arrived_late) shown_loss_ = static_cast<double>(last_->loss);
+    arriving_loss_.reset();
     if (bar_) {
+      if (arrived_late && drawn_length_ > 0) redraw(ctx);  // the line still open: with the last loss
       finish_line();
     } else if (last_ && last_->step % every_ != 0) {
       tessera::log::info(status(ctx));  // the last step, when it did not fall on `every`

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -219,10 +220,15 @@ inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
     settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
     // rope_scaling: a list, or absent/null for none.
     const std::optional<nlohmann::json> scaling = hf_import::exported_value(exported, "rope_scaling");
-    if (scaling || !unknown_if_left_out) {
+    if (hf_import::exported_names(exported, "rope_scaling") || !unknown_if_left_out) {
       std::optional<std::vector<double>> theirs;
       if (scaling) {
-        if (!scaling->is_array()) throw ConfigError(exported.file() + ": config.rope_scaling should be a list", "init_from");
+        const bool four_numbers = scaling->is_array() && scaling->size() == 4 &&
+                                  std::all_of(scaling->begin(), scaling->end(), [](const auto& v) { return v.is_number(); });
+        if (!four_numbers) {
+          throw ConfigError(exported.file() + ": config.rope_scaling should be a list of 4 numbers, got " + scaling->dump(),
+                            "init_from");
+        }
         theirs = scaling->get<std::vector<double>>();
       }
       if (!c.given.count("rope_scaling")) {

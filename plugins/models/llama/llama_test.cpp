@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "tessera/core/checkpoint/checkpoint_settings.hpp"
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/deferred_init.hpp"
@@ -41,6 +43,13 @@ std::shared_ptr<Model> make_llama(const std::string& extra = "", std::uint64_t s
   core::seed_everything(seed, "cpu");
   auto components = build_components(llama_yaml(extra));
   return built<Model>(components, "model");
+}
+
+// The model's parameters by name, as its state dict (detached views).
+StateDict state_of(const Model& model) {
+  StateDict state;
+  for (const auto& item : model.named_parameters()) state[item.key()] = item.value().detach();
+  return state;
 }
 
 at::Tensor tokens(std::int64_t batch, std::int64_t seq, std::uint64_t seed = 5) {
@@ -177,8 +186,7 @@ TEST(LlamaModel, Bf16AutocastStaysCloseToFp32) {
 
 TEST(LlamaModel, HuggingFaceExportNamesAndConfig) {
   auto model = make_llama("rope_theta: 500000.0, rope_scaling: [8.0, 1.0, 4.0, 16]");
-  StateDict state;
-  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  const StateDict state = state_of(*model);
   ASSERT_TRUE(model->exports_hugging_face());
   const HfExport out = model->hugging_face_export(state);
   EXPECT_TRUE(out.tensors.count("model.layers.1.self_attn.k_proj.weight"));
@@ -204,8 +212,7 @@ TEST(LlamaModel, HuggingFaceExportNamesAndConfig) {
 TEST(LlamaModel, AnImportsSpecialTokenIdsTravelIntoItsExport) {
   testing::TempDir dir;
   auto model = make_llama();
-  StateDict state;
-  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  const StateDict state = state_of(*model);
   HfExport folder = model->hugging_face_export(state);
   nlohmann::json config = nlohmann::json::parse(folder.config_json);
   config["bos_token_id"] = 3;
@@ -216,9 +223,7 @@ TEST(LlamaModel, AnImportsSpecialTokenIdsTravelIntoItsExport) {
   auto again = build_components("model: {component_key: model, variant_key: llama, config: {init_from: " +
                                 dir.path().string() + "}}\n");
   auto imported = built<Model>(again, "model");
-  StateDict imported_state;
-  for (const auto& item : imported->named_parameters()) imported_state[item.key()] = item.value().detach();
-  const auto exported = nlohmann::json::parse(imported->hugging_face_export(imported_state).config_json);
+  const auto exported = nlohmann::json::parse(imported->hugging_face_export(state_of(*imported)).config_json);
   EXPECT_EQ(exported["bos_token_id"], 3);
   EXPECT_EQ(exported["eos_token_id"], nlohmann::json({5, 7}));
   EXPECT_EQ(exported["pad_token_id"], 0);
@@ -238,8 +243,7 @@ TEST(LlamaModel, RopeScalingChangesOnlyLongWavelengths) {
 TEST(LlamaModel, ReadsBackATesseraExport) {
   testing::TempDir dir;
   auto model = make_llama("", 9);
-  StateDict state;
-  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  const StateDict state = state_of(*model);
   write_safetensors(dir.file("model.safetensors"), state);
   auto again = build_components(llama_yaml("init_from: " + dir.path().string()));
   auto loaded = built<Model>(again, "model");
@@ -251,8 +255,7 @@ TEST(LlamaModel, ReadsBackATesseraExport) {
 TEST(LlamaModel, AnExportsConfigSettlesWhatTheYamlLeavesOut) {
   testing::TempDir dir;
   auto model = make_llama("rope_theta: 500000.0", 9);
-  StateDict state;
-  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  const StateDict state = state_of(*model);
   write_safetensors(dir.file("model.safetensors"), state);
   std::ofstream(dir.file("config.json"))
       << R"({"component_key": "model", "variant_key": "llama", "config": {"vocab_size": 32, "n_layer": 2, "n_head": 4,)"
@@ -279,6 +282,39 @@ TEST(LlamaModel, AnExportsConfigSettlesWhatTheYamlLeavesOut) {
   EXPECT_NE(message("n_kv_head: 0, ").find("the YAML says n_kv_head: 4 but"), std::string::npos)
       << message("n_kv_head: 0, ");
   EXPECT_EQ(message("head_dim: 4, n_kv_head: 2, "), "no error");
+}
+
+// A model's own export, its config completed by architecture_json (effective head counts, sizes,
+// rope_scaling), reads back under the same YAML, explicit zeros included; an export whose run
+// took its architecture from init_from still settles rope_scaling (null: none).
+TEST(LlamaModel, ItsOwnExportReadsBackAndSettlesRopeScaling) {
+  testing::TempDir dir;
+  const std::string fields = "n_kv_head: 0, head_dim: 0, rope_scaling: [8.0, 1.0, 4.0, 16]";
+  auto model = make_llama(fields, 9);
+  write_safetensors(dir.file("model.safetensors"), state_of(*model));
+  std::ofstream(dir.file("config.json")) << core::export_config_json(
+      R"({"component_key": "model", "variant_key": "llama", "config": {"init_from": "/elsewhere"}})", model->architecture_json());
+  const std::string with_init = ", init_from: " + dir.path().string();
+  EXPECT_NO_THROW(build_components(llama_yaml(fields + with_init)));
+  auto loaded = build_components("model: {component_key: model, variant_key: llama, config: {init_from: " +
+                                 dir.path().string() + "}}\n");
+  model->eval();
+  auto again = built<Model>(loaded, "model");
+  again->eval();
+  EXPECT_TRUE(at::allclose(again->forward(tokens(1, 8)), model->forward(tokens(1, 8)), 1e-6, 1e-6));
+
+  auto plain = make_llama("", 9);  // no rope_scaling: written as null
+  const std::string other = dir.file("plain");
+  std::filesystem::create_directories(other);
+  write_safetensors(other + "/model.safetensors", state_of(*plain));
+  std::ofstream(other + "/config.json") << core::export_config_json(
+      R"({"component_key": "model", "variant_key": "llama", "config": {"init_from": "/elsewhere"}})", plain->architecture_json());
+  try {
+    build_components(llama_yaml("rope_scaling: [8.0, 1.0, 4.0, 16], init_from: " + other));
+    ADD_FAILURE() << "rope_scaling against an export without it was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_scaling differs"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LlamaModel, ConfigMistakesAreConfigIssues) {
