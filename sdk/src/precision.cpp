@@ -12,6 +12,16 @@ at::ScalarType compute_dtype(const std::string& precision) {
   throw Error("unknown precision \"" + precision + "\": use fp32 or bf16");
 }
 
+bool cpu_has_fast_bf16_matmul() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return true;  // no check elsewhere: assume the platform's bf16 units (ARM's BF16 extension)
+#endif
+}
+
 AutocastGuard::AutocastGuard(const c10::Device& device, at::ScalarType dtype) : type_(device.type()) {
   if (dtype == at::kFloat) return;
   active_ = true;

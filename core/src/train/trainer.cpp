@@ -90,6 +90,10 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   peak_ = resolve_peak_flops(peak_flops, device_name(device_),
                              compute_precision(context_.precision, parts_.optimizer->parameters(), device_));
   if (context_.rank == 0) {
+    if (compute_dtype_ == at::kBFloat16 && device_.is_cpu() && !cpu_has_fast_bf16_matmul()) {
+      log::warn("settings.precision: bf16 on a CPU without AVX-512: LibTorch multiplies bfloat16 matrices here in a "
+                "generic loop, about twenty times slower than fp32; use fp32 for speed on this CPU");
+    }
     if (peak_.flops) {
       log::info("MFU is measured against ", *peak_.flops / 1e12, " TFLOP/s per device (", peak_.source, ")");
     } else {

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/attention.hpp"
+#include "tessera/linear_gelu.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 
@@ -133,18 +135,23 @@ class CausalSelfAttention : public torch::nn::Module {
 
   // `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see; causal without.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {}) {
-    const std::int64_t batch = x.size(0), seq = x.size(1), embd = x.size(2);
-    // [B, T, 3C] -> three [B, H, T, C/H]
-    std::vector<at::Tensor> qkv = qkv_->forward(x)
-                                      .view({batch, seq, 3, n_head_, embd / n_head_})
-                                      .permute({2, 0, 3, 1, 4})
-                                      .unbind(0);
     const double attn_dropout = is_training() ? dropout_ : 0.0;
-    at::Tensor y = mask.defined()
-                       ? at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, attn_dropout, /*is_causal=*/false)
-                       : at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, attn_dropout,
-                                                          /*is_causal=*/true);
-    y = y.transpose(1, 2).contiguous().view({batch, seq, embd});
+    at::Tensor y;
+    if (mask.defined()) {
+      const std::int64_t batch = x.size(0), seq = x.size(1), embd = x.size(2);
+      // [B, T, 3C] -> three [B, H, T, C/H]
+      std::vector<at::Tensor> qkv = qkv_->forward(x)
+                                        .view({batch, seq, 3, n_head_, embd / n_head_})
+                                        .permute({2, 0, 3, 1, 4})
+                                        .unbind(0);
+      y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, attn_dropout, /*is_causal=*/false)
+              .transpose(1, 2)
+              .contiguous()
+              .view({batch, seq, embd});
+    } else {
+      // Causal: tessera::causal_self_attention picks the kernel (its own on a CPU).
+      y = causal_self_attention(qkv_->forward(x), n_head_, attn_dropout);
+    }
     return at::dropout(out_->forward(y), dropout_, is_training());
   }
 
@@ -166,8 +173,9 @@ class Mlp : public torch::nn::Module {
         up_(register_module("c_fc", linear_layer(n_embd, 4 * n_embd, bias))),
         down_(register_module("c_proj", linear_layer(4 * n_embd, n_embd, bias))) {}
 
+  // gelu(c_fc(x)) through tessera::linear_gelu, which picks the kernel (its own on a CPU).
   at::Tensor forward(const at::Tensor& x) {
-    return at::dropout(down_->forward(at::gelu(up_->forward(x), approximate_)), dropout_, is_training());
+    return at::dropout(down_->forward(linear_gelu(x, up_->weight, up_->bias, approximate_)), dropout_, is_training());
   }
 
   std::shared_ptr<Affine>& up_proj() { return up_; }

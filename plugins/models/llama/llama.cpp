@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tessera/activation_checkpoint.hpp"
+#include "tessera/attention.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
@@ -118,8 +119,7 @@ class Attention : public torch::nn::Module {
     const bool gqa = n_kv_head_ != n_head_;
     at::Tensor y = mask.defined()
                        ? at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt, gqa)
-                       : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true,
-                                                          std::nullopt, gqa);
+                       : tessera::causal_attention(q, k, v, dropout);
     return o_->forward(y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}));
   }
 
