@@ -5,14 +5,17 @@
 #include "tessera/attention.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -64,9 +67,11 @@ struct FloatInputs {
   static at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
 };
 
-// [batch, heads, seq, dim] float32 whose memory is [batch, seq, heads, dim].
-at::Tensor heads_view(std::int64_t batch, std::int64_t heads, std::int64_t seq, std::int64_t dim) {
-  return at::empty({batch, seq, heads, dim}, at::TensorOptions().dtype(at::kFloat)).permute({0, 2, 1, 3});
+// [batch, heads, seq, dim] float32 whose memory is [batch, seq, heads, dim]; not a view, so a
+// custom function may return it and its users may modify it in place.
+at::Tensor heads_tensor(std::int64_t batch, std::int64_t heads, std::int64_t seq, std::int64_t dim) {
+  return at::empty_strided({batch, heads, seq, dim}, {seq * heads * dim, dim, heads * dim, 1},
+                           at::TensorOptions().dtype(at::kFloat));
 }
 
 // Pair `head` of batch `b` of a [batch, heads, seq, dim] tensor with unit inner stride.
@@ -91,10 +96,10 @@ at::Tensor probs_for(const FloatInputs& in) {
   return at::empty({in.batch, in.heads, in.seq, kernel::row_len(in.seq)}, at::TensorOptions().dtype(at::kFloat));
 }
 
-// The forward pass; `probs` (probs_for) receives the probabilities when defined (for backward),
-// else each thread keeps them in its scratch. Returns [batch, heads, seq, dim] (heads_view).
-at::Tensor forward(const FloatInputs& in, at::Tensor probs) {
-  at::Tensor out = heads_view(in.batch, in.heads, in.seq, in.dim);
+// The forward pass into `out` (float32 [batch, heads, seq, dim], unit inner stride); `probs`
+// (probs_for) receives the probabilities when defined (for backward), else each thread keeps them
+// in its scratch.
+void forward_into(const FloatInputs& in, at::Tensor probs, at::Tensor& out) {
   const std::int64_t ld = kernel::row_len(in.seq);
   const std::size_t kernel_scratch = kernel::forward_scratch_floats(in.seq, in.dim);
   const std::size_t scratch = kernel_scratch + (probs.defined() ? 0 : static_cast<std::size_t>(in.seq * ld));
@@ -105,7 +110,29 @@ at::Tensor forward(const FloatInputs& in, at::Tensor probs) {
     kernel::forward_pair(in.seq, in.dim, in.scale, rows_of(in.q, b, h), rows_of(in.k, b, kv), rows_of(in.v, b, kv),
                          pair_probs, mutable_rows_of(out, b, h), scratch_data);
   });
+}
+
+at::Tensor forward(const FloatInputs& in, at::Tensor probs) {
+  at::Tensor out = heads_tensor(in.batch, in.heads, in.seq, in.dim);
+  forward_into(in, std::move(probs), out);
   return out;
+}
+
+// [batch, seq, heads · dim], written through a [batch, heads, seq, dim] alias; the result is the
+// base tensor, not a view.
+at::Tensor forward_merged(const FloatInputs& in, at::Tensor probs) {
+  at::Tensor merged = at::empty({in.batch, in.seq, in.heads * in.dim}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor heads = merged.view({in.batch, in.seq, in.heads, in.dim}).permute({0, 2, 1, 3});
+  forward_into(in, std::move(probs), heads);
+  return merged;
+}
+
+// Second derivatives would need the kernel's backward to be differentiable; it is not.
+void refuse_double_backward(const char* function) {
+  if (c10::GradMode::is_enabled()) {
+    throw Error(std::string(function) + ": backward with create_graph (a second derivative) is not supported by "
+                "Tessera's CPU kernel");
+  }
 }
 
 // The backward pass into float32 [batch, heads, seq, dim] views with unit inner stride; grad_k and
@@ -138,12 +165,13 @@ struct CpuCausalAttention : torch::autograd::Function<CpuCausalAttention> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
+    refuse_double_backward("causal_attention");
     const auto saved = ctx->get_saved_variables();
     const FloatInputs in = FloatInputs::of(saved[0], saved[1], saved[2]);
     const at::Tensor grad_out = FloatInputs::rows_contiguous(grad_outputs[0].to(at::kFloat));
-    at::Tensor grad_q = heads_view(in.batch, in.heads, in.seq, in.dim);
-    at::Tensor grad_k = heads_view(in.batch, in.heads, in.seq, in.dim);
-    at::Tensor grad_v = heads_view(in.batch, in.heads, in.seq, in.dim);
+    at::Tensor grad_q = heads_tensor(in.batch, in.heads, in.seq, in.dim);
+    at::Tensor grad_k = heads_tensor(in.batch, in.heads, in.seq, in.dim);
+    at::Tensor grad_v = heads_tensor(in.batch, in.heads, in.seq, in.dim);
     tessera::backward(in, saved[3], grad_out, grad_q, grad_k, grad_v);
     if (in.group() > 1) {
       // [batch, seq, heads, dim] memory: query head h = kv · group + g.
@@ -169,15 +197,16 @@ struct CpuCausalSelfAttention : torch::autograd::Function<CpuCausalSelfAttention
     const at::Tensor packed = qkv.to(at::kFloat).contiguous();
     const FloatInputs in = FloatInputs::of_packed(packed, heads);
     at::Tensor probs = probs_for(in);
-    at::Tensor out = tessera::forward(in, probs);
+    at::Tensor out = forward_merged(in, probs);
     ctx->save_for_backward({packed, probs});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["dtype"] = dtype_code(qkv);
-    return out.permute({0, 2, 1, 3}).view({in.batch, in.seq, in.heads * in.dim}).to(qkv.scalar_type());
+    return out.to(qkv.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
+    refuse_double_backward("causal_self_attention");
     const auto saved = ctx->get_saved_variables();
     const FloatInputs in = FloatInputs::of_packed(saved[0], ctx->saved_data["heads"].toInt());
     const at::Tensor grad_out = grad_outputs[0]
@@ -200,6 +229,9 @@ bool same_kind(const at::Tensor& a, const at::Tensor& b) {
 
 bool kernel_takes(at::ScalarType dtype, std::int64_t seq, std::int64_t dim, double dropout) {
   static const bool cpu_has_it = avx2::cpu_supported();
+  // Under CPU autocast LibTorch's attention takes float32 heads down to the autocast dtype; the
+  // kernel would answer in float32. Heads the projections made under autocast are bf16 already.
+  if (dtype == at::kFloat && at::autocast::is_autocast_enabled(at::kCPU)) return false;
   return cpu_has_it && dropout <= 0.0 && (dtype == at::kFloat || dtype == at::kBFloat16) && seq >= 1 &&
          seq <= kCpuAttentionMaxSeq && attention_kernel::head_dim_supported(dim);
 }
@@ -250,8 +282,7 @@ at::Tensor causal_self_attention(const at::Tensor& qkv, std::int64_t heads, doub
   }
   if (c10::GradMode::is_enabled() && qkv.requires_grad()) return CpuCausalSelfAttention::apply(qkv, heads);
   const at::Tensor packed = qkv.to(at::kFloat).contiguous();
-  const at::Tensor out = forward(FloatInputs::of_packed(packed, heads), at::Tensor());
-  return out.permute({0, 2, 1, 3}).view({batch, seq, width}).to(qkv.scalar_type());
+  return forward_merged(FloatInputs::of_packed(packed, heads), at::Tensor()).to(qkv.scalar_type());
 }
 
 }  // namespace tessera

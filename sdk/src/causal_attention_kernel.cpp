@@ -118,14 +118,14 @@ TESSERA_AVX2 void lower_row_dots(std::int64_t seq, std::int64_t dim, float alpha
   }
 }
 
-// out_i = Σ_{j ≤ i} l[i][j] · x_j: the lower-triangular l (rows of ld floats, zero right of the
-// diagonal) times the rows of x. A tile is 2 rows × VECTORS vectors of the head dimension.
+// out_i = Σ_{j ≤ i} l[i][j] · x_j: the lower-triangular l (rows of ld floats) times the rows of x.
+// A tile is 2 rows × VECTORS vectors of the head dimension; nothing right of a diagonal is read.
 template <int VECTORS>
-TESSERA_AVX2 inline void lower_times_rows_tile(const float* l0, const float* l1, std::int64_t last, Rows x,
+TESSERA_AVX2 inline void lower_times_rows_tile(const float* l0, const float* l1, std::int64_t i0, Rows x,
                                                std::int64_t column, float* out0, float* out1) {
   __m256 acc0[VECTORS], acc1[VECTORS];
   for (int v = 0; v < VECTORS; ++v) acc0[v] = acc1[v] = _mm256_setzero_ps();
-  for (std::int64_t j = 0; j <= last; ++j) {
+  for (std::int64_t j = 0; j <= i0; ++j) {
     const __m256 w0 = _mm256_broadcast_ss(l0 + j), w1 = _mm256_broadcast_ss(l1 + j);
     const float* xj = x.data + j * x.stride + column;
     for (int v = 0; v < VECTORS; ++v) {
@@ -135,8 +135,13 @@ TESSERA_AVX2 inline void lower_times_rows_tile(const float* l0, const float* l1,
     }
   }
   for (int v = 0; v < VECTORS; ++v) _mm256_storeu_ps(out0 + column + v * kLanes, acc0[v]);
-  if (out1 != nullptr) {
-    for (int v = 0; v < VECTORS; ++v) _mm256_storeu_ps(out1 + column + v * kLanes, acc1[v]);
+  if (out1 == nullptr) return;
+  // Row i0 + 1's diagonal, alone: row i0 never meets x_{i0+1} (0 · Inf would be NaN).
+  const __m256 w1 = _mm256_broadcast_ss(l1 + i0 + 1);
+  const float* x_next = x.data + (i0 + 1) * x.stride + column;
+  for (int v = 0; v < VECTORS; ++v) {
+    acc1[v] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x_next + v * kLanes), acc1[v]);
+    _mm256_storeu_ps(out1 + column + v * kLanes, acc1[v]);
   }
 }
 
@@ -146,17 +151,15 @@ TESSERA_AVX2 void lower_times_rows(std::int64_t seq, std::int64_t dim, const flo
     const bool pair = i0 + 1 < seq;
     const float* l0 = l + i0 * ld;
     const float* l1 = pair ? l0 + ld : l0;
-    // Row i0's entry at i0 + 1 is zero (right of its diagonal), so one loop serves both rows.
-    const std::int64_t last = pair ? i0 + 1 : i0;
     float* out0 = out.data + i0 * out.stride;
     float* out1 = pair ? out0 + out.stride : nullptr;
     // The head dimension in chunks of four vectors (32 floats), then what is left.
     std::int64_t c = 0;
-    for (; c + 4 * kLanes <= dim; c += 4 * kLanes) lower_times_rows_tile<4>(l0, l1, last, x, c, out0, out1);
+    for (; c + 4 * kLanes <= dim; c += 4 * kLanes) lower_times_rows_tile<4>(l0, l1, i0, x, c, out0, out1);
     switch ((dim - c) / kLanes) {
-      case 3: lower_times_rows_tile<3>(l0, l1, last, x, c, out0, out1); break;
-      case 2: lower_times_rows_tile<2>(l0, l1, last, x, c, out0, out1); break;
-      case 1: lower_times_rows_tile<1>(l0, l1, last, x, c, out0, out1); break;
+      case 3: lower_times_rows_tile<3>(l0, l1, i0, x, c, out0, out1); break;
+      case 2: lower_times_rows_tile<2>(l0, l1, i0, x, c, out0, out1); break;
+      case 1: lower_times_rows_tile<1>(l0, l1, i0, x, c, out0, out1); break;
       default: break;
     }
   }
@@ -170,8 +173,11 @@ TESSERA_AVX2 inline void lower_transposed_times_rows_tile(std::int64_t seq, cons
                                                           std::int64_t column, float* out0, float* out1) {
   __m256 acc0[VECTORS], acc1[VECTORS];
   for (int v = 0; v < VECTORS; ++v) acc0[v] = acc1[v] = _mm256_setzero_ps();
-  // Row j0's entry in column j0 + 1 is zero, so both columns start at row j0.
-  for (std::int64_t i = j0; i < seq; ++i) {
+  // Row j0 is column j0's alone: column j0 + 1 starts below it (0 · Inf would be NaN).
+  const __m256 w_first = _mm256_broadcast_ss(l + j0 * ld + j0);
+  const float* x_first = x.data + j0 * x.stride + column;
+  for (int v = 0; v < VECTORS; ++v) acc0[v] = _mm256_mul_ps(w_first, _mm256_loadu_ps(x_first + v * kLanes));
+  for (std::int64_t i = j0 + 1; i < seq; ++i) {
     const __m256 w0 = _mm256_broadcast_ss(l + i * ld + j0), w1 = _mm256_broadcast_ss(l + i * ld + j1);
     const float* xi = x.data + i * x.stride + column;
     for (int v = 0; v < VECTORS; ++v) {

@@ -18,6 +18,7 @@
 
 #include "avx2_math.hpp"
 #include "gelu_kernel.hpp"
+#include "tessera/error.hpp"
 
 namespace tessera {
 namespace {
@@ -35,10 +36,9 @@ std::vector<std::int64_t> output_sizes(at::IntArrayRef x_sizes, std::int64_t out
   return sizes;
 }
 
-// h (float32 [rows, cols], contiguous) += bias, then GELU: returns the activation, h keeps the
-// pre-activation.
-at::Tensor bias_gelu(at::Tensor& h, const at::Tensor& bias) {
-  at::Tensor y = at::empty_like(h);
+// h (float32 [rows, cols], contiguous) += bias, then GELU into y (contiguous, rows · cols); h keeps
+// the pre-activation.
+void bias_gelu(at::Tensor& h, const at::Tensor& bias, at::Tensor& y) {
   const std::int64_t rows = h.size(0), cols = h.size(1);
   float* h_data = h.mutable_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
@@ -46,7 +46,6 @@ at::Tensor bias_gelu(at::Tensor& h, const at::Tensor& bias) {
   at::parallel_for(0, rows, kRowsPerBlock, [&](std::int64_t begin, std::int64_t end) {
     kernel::bias_gelu_forward(end - begin, cols, h_data + begin * cols, bias_data, y_data + begin * cols);
   });
-  return y;
 }
 
 // The pre-activation's gradient from the activation's, and the bias gradient when asked for.
@@ -93,7 +92,9 @@ Forward run_forward(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   Forward f;
   f.x_rows = x.reshape({-1, x.size(-1)}).contiguous();
   f.h = at::mm(f.x_rows, weight.t());
-  f.y = bias_gelu(f.h, bias);
+  // Allocated in its final shape: not a view, so users may modify it in place.
+  f.y = at::empty(output_sizes(x.sizes(), weight.size(0)), f.h.options());
+  bias_gelu(f.h, bias.defined() ? bias.contiguous() : bias, f.y);
   return f;
 }
 
@@ -103,12 +104,16 @@ at::Tensor forward_saving(torch::autograd::AutogradContext* ctx, const at::Tenso
   Forward f = run_forward(x, weight, bias);
   ctx->save_for_backward({f.x_rows, weight, f.h});
   ctx->saved_data["x_sizes"] = x.sizes().vec();
-  return f.y.view(output_sizes(x.sizes(), weight.size(0)));
+  return f.y;
 }
 
 // {grad x, grad weight, grad bias}, each undefined where not needed.
 torch::autograd::variable_list backward_from(torch::autograd::AutogradContext* ctx, const at::Tensor& grad_output,
                                              bool bias_grad) {
+  if (c10::GradMode::is_enabled()) {
+    throw Error("linear_gelu: backward with create_graph (a second derivative) is not supported by Tessera's CPU "
+                "kernel");
+  }
   const auto saved = ctx->get_saved_variables();
   const at::Tensor &x_rows = saved[0], &weight = saved[1], &h = saved[2];
   const GeluGrad g = gelu_grad(h, grad_output.reshape({-1, weight.size(0)}).contiguous(), bias_grad);
@@ -167,7 +172,7 @@ at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::
   const bool needs_grad = c10::GradMode::is_enabled() &&
                           (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   if (needs_grad) return bias.defined() ? CpuLinearGelu::apply(x, weight, bias) : CpuLinearGeluWithoutBias::apply(x, weight);
-  return run_forward(x, weight, bias).y.view(output_sizes(x.sizes(), weight.size(0)));
+  return run_forward(x, weight, bias).y;
 }
 
 }  // namespace tessera

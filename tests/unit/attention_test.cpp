@@ -4,12 +4,12 @@
 #include "tessera/attention.hpp"
 
 #include "tessera/error.hpp"
+#include "tessera/precision.hpp"
 
 #include <gtest/gtest.h>
 
-#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/isnan.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/zeros.h>
@@ -134,6 +134,16 @@ TEST(CausalAttention, PackedHeadsElsewhereAreLibTorchsAttentionOnTheSplitHeads) 
   EXPECT_TRUE(out.equal(expected));
 }
 
+TEST_P(CpuKernel, PackedHeadsWithoutGradModeGiveTheSameValues) {
+  const Shape s = GetParam();
+  if (s.kv_heads != s.heads) GTEST_SKIP() << "packed heads are GPT-2's: as many key/value heads as query heads";
+  at::manual_seed(15);
+  const Inputs in = Inputs::make(s);
+  const at::Tensor with_grad = causal_self_attention(in.qkv, s.heads);
+  c10::NoGradGuard no_grad;
+  EXPECT_TRUE(causal_self_attention(in.qkv, s.heads).equal(with_grad.detach()));
+}
+
 TEST(CausalAttention, PackedHeadsOfTheWrongWidthAreOneError) {
   const at::Tensor qkv = at::zeros({1, 4, 3 * 16 + 1});
   try {
@@ -149,22 +159,6 @@ TEST(CausalAttention, MergingTheHeadsOfItsOutputCopiesNothing) {
   const at::Tensor out = causal_attention(in.q, in.k, in.v);
   if (!causal_attention_uses_cpu_kernel(in.q, in.k, in.v)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   EXPECT_TRUE(out.transpose(1, 2).is_contiguous());
-}
-
-TEST(CausalAttention, TheResultDoesNotDependOnTheNumberOfThreads) {
-  at::manual_seed(9);
-  const Inputs in = Inputs::make({4, 4, 4, 96, 32});
-  const int threads = at::get_num_threads();
-  const at::Tensor upstream = at::randn({4, 4, 96, 32});
-  at::set_num_threads(1);
-  const at::Tensor one = causal_attention(in.q, in.k, in.v);
-  const at::Tensor grad_one = torch::autograd::grad({one}, {in.qkv}, {upstream})[0];
-  at::set_num_threads(std::max(2, threads));
-  const at::Tensor many = causal_attention(in.q, in.k, in.v);
-  const at::Tensor grad_many = torch::autograd::grad({many}, {in.qkv}, {upstream})[0];
-  at::set_num_threads(threads);
-  EXPECT_TRUE(one.equal(many));
-  EXPECT_TRUE(grad_one.equal(grad_many));
 }
 
 // Under bf16 autocast the projections hand bfloat16 heads over: the kernel computes in float32 and
@@ -183,17 +177,56 @@ TEST(CausalAttention, Bfloat16HeadsGiveBfloat16ValuesAndGradients) {
   EXPECT_LT(max_difference(grad, expected), 5e-2);
 }
 
-// A NaN in a query reaches that query's output, as it does with LibTorch's kernel: the trainer's
-// non-finite guard must see it.
-TEST(CausalAttention, ANanInTheInputsReachesTheOutput) {
-  const Inputs in = Inputs::make({1, 2, 2, 24, 16});
-  c10::NoGradGuard no_grad;
-  at::Tensor q = in.q.clone();
-  q[0][1][5][3] = std::numeric_limits<float>::quiet_NaN();
-  const at::Tensor out = causal_attention(q, in.k, in.v);
-  EXPECT_TRUE(at::isnan(out[0][1][5]).all().item<bool>());
-  EXPECT_FALSE(at::isnan(out[0][0]).any().item<bool>()) << "another head";
-  EXPECT_FALSE(at::isnan(out[0][1][4]).any().item<bool>()) << "an earlier query";
+bool all_finite(const at::Tensor& t) { return at::isfinite(t).all().item<bool>(); }
+
+// A NaN or Inf reaches the rows that attend to it, as with LibTorch's kernel (the trainer's
+// non-finite guard must see it), and no row before it: the kernel never multiplies a value right
+// of a diagonal, even by zero.
+TEST(CausalAttention, ANonFiniteValueReachesOnlyTheRowsThatSeeIt) {
+  at::manual_seed(14);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  at::Tensor q = at::randn({1, 2, 24, 16}), k = at::randn({1, 2, 24, 16}), v = at::randn({1, 2, 24, 16});
+  v[0][1][7][3] = inf;  // odd positions: the second row of a kernel tile
+  k[0][1][9][0] = nan;
+  q.requires_grad_();
+  k.requires_grad_();
+  v.requires_grad_();
+  if (!causal_attention_uses_cpu_kernel(q, k, v)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  const at::Tensor out = causal_attention(q, k, v);
+  EXPECT_TRUE(all_finite(out[0][0])) << "another head";
+  EXPECT_TRUE(all_finite(out[0][1].narrow(0, 0, 7))) << "rows before the Inf in v";
+  EXPECT_FALSE(all_finite(out[0][1][7])) << "the row that sees it";
+  at::Tensor upstream = at::randn({1, 2, 24, 16});
+  upstream[0][0][4][2] = nan;
+  const auto grads = torch::autograd::grad({out}, {q, k, v}, {upstream});
+  EXPECT_TRUE(all_finite(grads[0][0][1].narrow(0, 0, 7))) << "dQ before any non-finite key or value";
+  EXPECT_TRUE(all_finite(grads[2][0][0].narrow(0, 5, 19))) << "dV after the NaN in dO: later rows never saw it";
+  EXPECT_TRUE(all_finite(grads[1][0][0].narrow(0, 5, 19))) << "dK after the NaN in dO";
+  EXPECT_FALSE(all_finite(grads[2][0][0][4]));
+}
+
+// The results are tensors of their own, not views: a model may change them in place.
+TEST(CausalAttention, ItsResultsMayBeModifiedInPlace) {
+  const Inputs in = Inputs::make({2, 2, 2, 16, 8});
+  at::Tensor out = causal_attention(in.q, in.k, in.v);
+  at::Tensor merged = causal_self_attention(in.qkv, 2);
+  out.mul_(2.0);
+  merged.add_(1.0);
+  const auto grads = torch::autograd::grad({out.sum() + merged.sum()}, {in.qkv});
+  EXPECT_TRUE(all_finite(grads[0]));
+}
+
+TEST(CausalAttention, ASecondDerivativeIsRefused) {
+  const Inputs in = Inputs::make({1, 2, 2, 8, 8});
+  if (!causal_attention_uses_cpu_kernel(in.q, in.k, in.v)) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  for (const at::Tensor& out : {causal_attention(in.q, in.k, in.v), causal_self_attention(in.qkv, 2)}) {
+    try {
+      torch::autograd::grad({out.sum()}, {in.qkv}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+      FAIL() << "create_graph went through the kernel's backward";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("create_graph"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Where the kernel does not apply, causal_attention is LibTorch's attention itself.
@@ -208,6 +241,12 @@ TEST(CausalAttention, OtherInputsGoToLibTorchsAttention) {
   EXPECT_FALSE(causal_attention_uses_cpu_kernel(fine.q.to(at::kDouble), fine.k.to(at::kDouble), fine.v.to(at::kDouble)));
   EXPECT_FALSE(causal_attention_uses_cpu_kernel(fine.q, fine.k.narrow(2, 0, 8), fine.v.narrow(2, 0, 8)))
       << "keys of another length";
+  {
+    // float32 heads under autocast: LibTorch's attention computes them in bf16, so it takes them.
+    AutocastGuard autocast(c10::Device(c10::kCPU), at::kBFloat16);
+    EXPECT_FALSE(causal_attention_uses_cpu_kernel(fine.q, fine.k, fine.v));
+    EXPECT_FALSE(causal_self_attention_uses_cpu_kernel(fine.qkv, 2));
+  }
   for (const Inputs* in : {&odd_head, &long_seq}) {
     const at::Tensor out = causal_attention(in->q, in->k, in->v);
     EXPECT_TRUE(out.equal(at::scaled_dot_product_attention(in->q, in->k, in->v, {}, 0.0, true)));
