@@ -118,6 +118,19 @@ TESSERA_AVX2 void lower_row_dots(std::int64_t seq, std::int64_t dim, float alpha
   }
 }
 
+// acc0 += w0 · x and acc1 += w1 · x for one row x of VECTORS vectors: the step of both
+// triangular products below, two output rows at a time sharing each load of x.
+template <int VECTORS>
+TESSERA_AVX2 inline void update_two_rows(const float* w0, const float* w1, const float* x, __m256 (&acc0)[VECTORS],
+                                         __m256 (&acc1)[VECTORS]) {
+  const __m256 a = _mm256_broadcast_ss(w0), b = _mm256_broadcast_ss(w1);
+  for (int v = 0; v < VECTORS; ++v) {
+    const __m256 xv = _mm256_loadu_ps(x + v * kLanes);
+    acc0[v] = _mm256_fmadd_ps(a, xv, acc0[v]);
+    acc1[v] = _mm256_fmadd_ps(b, xv, acc1[v]);
+  }
+}
+
 // out_i = Σ_{j ≤ i} l[i][j] · x_j: the lower-triangular l (rows of ld floats) times the rows of x.
 // A tile is 2 rows × VECTORS vectors of the head dimension; nothing right of a diagonal is read.
 template <int VECTORS>
@@ -125,15 +138,7 @@ TESSERA_AVX2 inline void lower_times_rows_tile(const float* l0, const float* l1,
                                                std::int64_t column, float* out0, float* out1) {
   __m256 acc0[VECTORS], acc1[VECTORS];
   for (int v = 0; v < VECTORS; ++v) acc0[v] = acc1[v] = _mm256_setzero_ps();
-  for (std::int64_t j = 0; j <= i0; ++j) {
-    const __m256 w0 = _mm256_broadcast_ss(l0 + j), w1 = _mm256_broadcast_ss(l1 + j);
-    const float* xj = x.data + j * x.stride + column;
-    for (int v = 0; v < VECTORS; ++v) {
-      const __m256 xv = _mm256_loadu_ps(xj + v * kLanes);
-      acc0[v] = _mm256_fmadd_ps(w0, xv, acc0[v]);
-      acc1[v] = _mm256_fmadd_ps(w1, xv, acc1[v]);
-    }
-  }
+  for (std::int64_t j = 0; j <= i0; ++j) update_two_rows(l0 + j, l1 + j, x.data + j * x.stride + column, acc0, acc1);
   for (int v = 0; v < VECTORS; ++v) _mm256_storeu_ps(out0 + column + v * kLanes, acc0[v]);
   if (out1 == nullptr) return;
   // Row i0 + 1's diagonal, alone: row i0 never meets x_{i0+1} (0 · Inf would be NaN).
@@ -178,13 +183,7 @@ TESSERA_AVX2 inline void lower_transposed_times_rows_tile(std::int64_t seq, cons
   const float* x_first = x.data + j0 * x.stride + column;
   for (int v = 0; v < VECTORS; ++v) acc0[v] = _mm256_mul_ps(w_first, _mm256_loadu_ps(x_first + v * kLanes));
   for (std::int64_t i = j0 + 1; i < seq; ++i) {
-    const __m256 w0 = _mm256_broadcast_ss(l + i * ld + j0), w1 = _mm256_broadcast_ss(l + i * ld + j1);
-    const float* xi = x.data + i * x.stride + column;
-    for (int v = 0; v < VECTORS; ++v) {
-      const __m256 xv = _mm256_loadu_ps(xi + v * kLanes);
-      acc0[v] = _mm256_fmadd_ps(w0, xv, acc0[v]);
-      acc1[v] = _mm256_fmadd_ps(w1, xv, acc1[v]);
-    }
+    update_two_rows(l + i * ld + j0, l + i * ld + j1, x.data + i * x.stride + column, acc0, acc1);
   }
   for (int v = 0; v < VECTORS; ++v) _mm256_storeu_ps(out0 + column + v * kLanes, acc0[v]);
   if (out1 != nullptr) {

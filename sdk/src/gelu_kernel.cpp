@@ -27,7 +27,8 @@ TESSERA_AVX2 inline NormalCdfPdf normal_cdf_pdf(__m256 x) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(sign_bit, x), _mm256_set1_ps(0.70710678118654752f));  // |x|/√2
   const __m256 e = avx2::exp(_mm256_mul_ps(_mm256_mul_ps(x, x), _mm256_set1_ps(-0.5f)));            // e^{−z²}
-  const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
+  const __m256 t =
+      _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
   __m256 poly = _mm256_set1_ps(1.061405429f);
   poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(-1.453152027f));
   poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(1.421413741f));

@@ -171,7 +171,9 @@ at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::
   }
   const bool needs_grad = c10::GradMode::is_enabled() &&
                           (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (needs_grad) return bias.defined() ? CpuLinearGelu::apply(x, weight, bias) : CpuLinearGeluWithoutBias::apply(x, weight);
+  if (needs_grad) {
+    return bias.defined() ? CpuLinearGelu::apply(x, weight, bias) : CpuLinearGeluWithoutBias::apply(x, weight);
+  }
   return run_forward(x, weight, bias).y;
 }
 

@@ -238,7 +238,8 @@ TEST(CausalAttention, OtherInputsGoToLibTorchsAttention) {
   EXPECT_FALSE(causal_attention_uses_cpu_kernel(odd_head.q, odd_head.k, odd_head.v)) << "head size not a whole vector";
   EXPECT_FALSE(causal_attention_uses_cpu_kernel(long_seq.q, long_seq.k, long_seq.v)) << "past kCpuAttentionMaxSeq";
   EXPECT_FALSE(causal_attention_uses_cpu_kernel(fine.q, fine.k, fine.v, 0.1)) << "dropout";
-  EXPECT_FALSE(causal_attention_uses_cpu_kernel(fine.q.to(at::kDouble), fine.k.to(at::kDouble), fine.v.to(at::kDouble)));
+  EXPECT_FALSE(
+      causal_attention_uses_cpu_kernel(fine.q.to(at::kDouble), fine.k.to(at::kDouble), fine.v.to(at::kDouble)));
   EXPECT_FALSE(causal_attention_uses_cpu_kernel(fine.q, fine.k.narrow(2, 0, 8), fine.v.narrow(2, 0, 8)))
       << "keys of another length";
   {

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   };
   // GPT-2's call: the heads read in place from the projection's output.
   const auto packed_step = [&] {
-    torch::autograd::grad({tessera::causal_self_attention(qkv, heads)}, {qkv}, {upstream.transpose(1, 2).reshape({batch, seq, heads * dim})});
+    const at::Tensor merged_upstream = upstream.transpose(1, 2).reshape({batch, seq, heads * dim});
+    torch::autograd::grad({tessera::causal_self_attention(qkv, heads)}, {qkv}, {merged_upstream});
   };
   const auto libtorch_step = [&] {
     const auto h = split();
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
     libtorch_ms.push_back(milliseconds(libtorch_step));
   }
   const auto h = split();
-  std::printf("{\"tessera_ms\": %.4f, \"packed_ms\": %.4f, \"libtorch_ms\": %.4f, \"cpu_kernel\": %s, \"threads\": %d}\n",
+  std::printf("{\"tessera_ms\": %.4f, \"packed_ms\": %.4f, \"libtorch_ms\": %.4f, \"cpu_kernel\": %s, "
+              "\"threads\": %d}\n",
               median(tessera_ms), packed ? median(packed_ms) : 0.0, median(libtorch_ms),
               tessera::causal_attention_uses_cpu_kernel(h[0], h[1], h[2]) ? "true" : "false", at::get_num_threads());
   return 0;
