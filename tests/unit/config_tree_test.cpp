@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -52,6 +55,24 @@ TEST(ConfigTree, ASecondYamlDocumentIsAnErrorNotDropped) {
   EXPECT_NE(error.find("two.yaml:3:1"), std::string::npos) << error;
   EXPECT_NE(error.find("a run spec is one YAML document; this text holds 2"), std::string::npos) << error;
   EXPECT_NO_THROW(parse_config_string("---\nname: x\n", "one.yaml")) << "one document after --- is fine";
+}
+
+// yaml-cpp 0.7's LoadAll never returned on these (its memory growing): a ',' where a value should
+// begin left the parser emitting empty documents without moving on. The last is a --set value
+// that libFuzzer found so.
+TEST(ConfigTree, AStrayCommaIsAnErrorWhereItStands) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {",", "c.yaml:1:1"}, {"- 1\n,\n", "c.yaml:2:1"}, {"---\n, b: c}\n", "c.yaml:2:1"}, {"  ,", "c.yaml:1:3"}};
+  for (const auto& [text, where] : cases) {
+    const std::string error = error_of([&] { parse_config_string(text, "c.yaml"); });
+    EXPECT_NE(error.find(where + ": invalid YAML: ',' cannot begin a value here"), std::string::npos)
+        << text << " -> " << error;
+  }
+  ConfigNode root = parse_config_string("trainer: {max_steps: 3}\n", "c.yaml");
+  const std::string error = error_of([&] { apply_override(root, "trainer.max_steps=, beta\"${trainer.max_steps}\""); });
+  EXPECT_NE(error.find("invalid YAML: ',' cannot begin a value here"), std::string::npos) << error;
+  EXPECT_NE(error.find("--set"), std::string::npos) << error;
+  EXPECT_EQ(root.find("trainer")->find("max_steps")->scalar(), "3") << "a refused --set changes nothing";
 }
 
 TEST(ConfigTree, IncludingAFolderIsAnError) {
