@@ -73,64 +73,39 @@ ConfigNode from_yaml(const YAML::Node& node, const std::string& file, Budget& bu
   return ConfigNode::make_null(pos);
 }
 
-// Where each YAML document of a text starts, read with yaml-cpp's event parser. It stands in for
-// YAML::LoadAll, which never returns on some invalid texts (yaml-cpp 0.7, fixed upstream in 0.8):
-// on a ',' where a value should begin, as in "- 1\n," or a --set value ", b", the parser emits a
-// null document without taking the ',' and LoadAll asks for the next one forever, its memory
-// growing. Here a document that starts where the one before started is that case, an error.
+// yaml-cpp 0.7's YAML::LoadAll never returns on some invalid texts (fixed upstream in 0.8): on a
+// ',' where a value should begin, as in "- 1\n," or a --set value ", b", the parser emits a null
+// document without taking the ',' and LoadAll asks for the next one forever, its memory growing.
+// This walks the documents first with yaml-cpp's event parser, which makes the same calls, and
+// throws ConfigIssue where a document starts where the one before it started. Then LoadAll ends.
 class DocumentStarts : public YAML::EventHandler {
  public:
-  struct Start {
-    YAML::Mark document;  // its first token (a --- where there is one)
-    YAML::Mark value;     // its first value, where a node of it says it is
-  };
-  std::vector<Start> starts;
+  std::vector<YAML::Mark> starts;
 
-  void OnDocumentStart(const YAML::Mark& mark) override {
-    starts.push_back({mark, mark});
-    value_seen_ = false;
-  }
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { value_at(mark); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { value_at(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
-    value_at(mark);
-  }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
-    value_at(mark);
-  }
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
-    value_at(mark);
-  }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
-
- private:
-  bool value_seen_ = false;
-  void value_at(const YAML::Mark& mark) {
-    if (!value_seen_) starts.back().value = mark;
-    value_seen_ = true;
-  }
 };
 
-// Every document's start in `text`; throws ConfigIssue where the parser stops making progress.
-std::vector<DocumentStarts::Start> document_starts(const std::string& text, const std::string& source_name) {
+void refuse_a_text_the_parser_cannot_get_past(const std::string& text, const std::string& source_name) {
   std::istringstream in(text);
   YAML::Parser parser(in);
   DocumentStarts documents;
   while (parser.HandleNextDocument(documents)) {
     const auto& starts = documents.starts;
-    const std::size_t n = starts.size();
-    if (n >= 2 && starts[n - 1].document.pos == starts[n - 2].document.pos) {
-      const YAML::Mark& at = starts[n - 1].document;
-      const bool in_text = at.pos >= 0 && static_cast<std::size_t>(at.pos) < text.size();
-      throw ConfigIssue(pos_of(at, source_name), "",
-                        "invalid YAML: " + (in_text ? "'" + std::string(1, text[at.pos]) + "'" : std::string("this")) +
-                            " cannot begin a value here (a stray ',' or a flow collection without its [ or {?)");
-    }
+    if (starts.size() < 2 || starts.back().pos != starts[starts.size() - 2].pos) continue;
+    const YAML::Mark& at = starts.back();
+    const bool in_text = at.pos >= 0 && static_cast<std::size_t>(at.pos) < text.size();
+    throw ConfigIssue(pos_of(at, source_name), "",
+                      "invalid YAML: " + (in_text ? "'" + std::string(1, text[at.pos]) + "'" : std::string("this")) +
+                          " cannot begin a value here (a stray ',' or a flow collection without its [ or {?)");
   }
-  return documents.starts;
 }
 
 ConfigNode parse_yaml(const std::string& text, const std::string& source_name) {
@@ -141,14 +116,15 @@ ConfigNode parse_yaml(const std::string& text, const std::string& source_name) {
   }
   YAML::Node root;
   try {
-    // Every document is read, so that a second one (after ---) is an error rather than dropped.
-    const auto documents = document_starts(text, source_name);
+    refuse_a_text_the_parser_cannot_get_past(text, source_name);
+    // Every document, so that a second one (after ---) is an error rather than silently dropped.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
     if (documents.size() > 1) {
-      throw ConfigIssue(pos_of(documents[1].value, source_name), "",
+      throw ConfigIssue(pos_of(documents[1].Mark(), source_name), "",
                         "a run spec is one YAML document; this text holds " + std::to_string(documents.size()) +
                             " (a --- starts another): join them, or put the second in a file of its own and include it");
     }
-    if (documents.size() == 1) root = YAML::Load(text);
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw ConfigIssue(pos_of(e.mark, source_name), "", "invalid YAML: " + e.msg);
   } catch (const YAML::Exception& e) {
