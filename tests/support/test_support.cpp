@@ -26,12 +26,20 @@ const bool flight_recorder_off = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0
 
 }  // namespace
 
-std::string plugin_dir() { return TESSERA_TEST_PLUGIN_DIR; }
-std::string test_plugin_dir(const std::string& name) {
-  return std::string(TESSERA_TEST_BINARY_DIR) + "/test-plugins/" + name;
+namespace {
+// The build and source folders the tests were built in, unless the environment names where they
+// are now (tools/device/gpu.sh runs the unit tests of a bundle built on another machine).
+std::string folder(const char* variable, const char* built_in) {
+  const char* moved = std::getenv(variable);
+  return moved != nullptr && *moved != '\0' ? moved : built_in;
 }
-std::string tessera_binary() { return std::string(TESSERA_TEST_BINARY_DIR) + "/bin/tessera"; }
-std::string source_dir() { return TESSERA_TEST_SOURCE_DIR; }
+std::string build_dir() { return folder("TESSERA_TEST_BUILD_DIR", TESSERA_TEST_BINARY_DIR); }
+}  // namespace
+
+std::string plugin_dir() { return build_dir() + "/plugins"; }
+std::string test_plugin_dir(const std::string& name) { return build_dir() + "/test-plugins/" + name; }
+std::string tessera_binary() { return build_dir() + "/bin/tessera"; }
+std::string source_dir() { return folder("TESSERA_TEST_SOURCE_DIR", TESSERA_TEST_SOURCE_DIR); }
 
 core::PluginHost& bundled_plugins() {
   // Leaked on purpose: loaded once, alive until the test process ends (no static teardown).
