@@ -289,11 +289,12 @@ TEST_F(Checkpoints, ASaveFailingOnOneRankEndsEveryRankPromptly) {
   const int rc = run_command("TESSERA_IO_FAULT=write TESSERA_IO_FAULT_RANK=1 TESSERA_IO_FAULT_PATH=step_00000004.tmp/"
                              "rank_00001/rng.safetensors " +
                                  tessera("launch --nproc-per-node 2 -- train " + tiny() + data_set() + kShortWarmup +
-                                         " --set settings.collective_timeout_s=120 " + common),
+                                         " --set settings.collective_timeout_s=300 " + common),
                              out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(rc, 0) << out;
-  EXPECT_LT(seconds, 60) << "a rank waited for a timeout: " << out;
+  // Well under the 300 s collective timeout, with room for a loaded machine.
+  EXPECT_LT(seconds, 150) << "a rank waited for a timeout: " << out;
   EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
   EXPECT_NO_THROW(core::verify_checkpoint(dir_.file("run") + "/checkpoints/step_00000002"));
   EXPECT_FALSE(fs::exists(dir_.file("run") + "/checkpoints/step_00000004"));
@@ -425,13 +426,16 @@ TEST_F(Checkpoints, AFailedBackgroundSaveStopsTheRun) {
   std::string out;
   // A checkpoint directory below a regular file cannot be created.
   std::ofstream(dir_.file("file")) << "x";
-  EXPECT_EQ(train("--set checkpoint.every_steps=4 --set trainer.max_steps=12 --set checkpoint.dir=" + dir_.file("file") +
-                      "/checkpoints --run-dir " + dir_.file("run"), out), 1)
+  EXPECT_EQ(train("--set checkpoint.every_steps=50 --set trainer.max_steps=1000 --set checkpoint.dir=" +
+                      dir_.file("file") + "/checkpoints --run-dir " + dir_.file("run"),
+                  out),
+            1)
       << out;
-  EXPECT_NE(out.find("the save of step 4 failed"), std::string::npos) << out;
-  // Stopped at a step boundary soon after the failure, not only when the next save (step 8)
-  // would have waited for the failed one.
-  EXPECT_LT(read_metrics(dir_.file("run") + "/metrics.jsonl").size(), 8u) << out;
+  EXPECT_NE(out.find("the save of step 50 failed"), std::string::npos) << out;
+  // Stopped at a step boundary soon after the failure, not only when the next save (step 100)
+  // would have waited for the failed one. The background writer fails within a few of the tiny
+  // model's steps; 49 steps leave room for a loaded machine that runs it late.
+  EXPECT_LT(read_metrics(dir_.file("run") + "/metrics.jsonl").size(), 100u) << out;
 }
 
 TEST_F(Checkpoints, ResumeAutoWithNothingToResumeStartsFresh) {

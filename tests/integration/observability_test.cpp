@@ -10,6 +10,9 @@ namespace tessera {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// A stalled run must end (the watchdog's timeout is 5 s); this only catches a run that never does,
+// with room for a loaded machine: the tests check the behaviour, not the machine's speed.
+constexpr double kHangGuardSeconds = 180;
 
 // tiny.yaml with the health callback's watchdog on.
 std::string watchdog_config(const TempDir& dir, const std::string& tiny) {
@@ -18,7 +21,7 @@ std::string watchdog_config(const TempDir& dir, const std::string& tiny) {
                    "components:\n"
                    "  callbacks:\n"
                    "    - {component_key: callback, variant_key: console_logger, config: {every: 1}}\n"
-                   "    - {component_key: callback, variant_key: health, config: {hang_timeout_s: 2}}\n"
+                   "    - {component_key: callback, variant_key: health, config: {hang_timeout_s: 5}}\n"
                    "settings: {collective_timeout_s: 120}\n");
 }
 
@@ -31,7 +34,7 @@ TEST_F(Cli, TheWatchdogEndsAStalledRunAndSaysWhereItIs) {
                              out);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(rc, 3) << out;
-  EXPECT_LT(seconds, 30) << out;
+  EXPECT_LT(seconds, kHangGuardSeconds) << "the stalled run was not ended\n" << out;
   EXPECT_NE(out.find("failpoint trainer.step: stalling"), std::string::npos) << out;
   EXPECT_NE(out.find("health: no progress for"), std::string::npos) << out;
   EXPECT_NE(out.find("health:   rank 0: step 3: drawing data"), std::string::npos) << out;
@@ -44,18 +47,23 @@ TEST_F(Cli, WhenOneRankStallsTheOthersWatchdogReportsBothRanks) {
   std::string out;
   const auto start = Clock::now();
   // Rank 1 stalls at the start of step 3; rank 0 then waits for it in the step's first collective.
-  run_command("TESSERA_FAILPOINT=trainer.step@3:stall TESSERA_FAILPOINT_RANK=1 " +
-                  tessera("launch --nproc-per-node 2 -- train " + watchdog_config(dir_, tiny()) + data_set() +
-                          " --run-dir " + dir_.file("stalled")),
-              out);
+  const int rc = run_command("TESSERA_FAILPOINT=trainer.step@3:stall TESSERA_FAILPOINT_RANK=1 " +
+                                 tessera("launch --nproc-per-node 2 -- train " + watchdog_config(dir_, tiny()) +
+                                         data_set() + " --run-dir " + dir_.file("stalled")),
+                             out);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_LT(seconds, 60) << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_LT(seconds, kHangGuardSeconds) << "the stalled run was not ended\n" << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[rank 1\] .*failpoint trainer.step: stalling)"))) << out;
-  // Rank 0's watchdog lists where each rank is, rank 1's position read from its status file.
-  const std::regex rank0_report(R"(\[rank 0\] .*health:   rank 0: step 3)");
-  const std::regex rank1_seen_by_0(R"(\[rank 0\] .*health:   rank 1: step 3: drawing data)");
-  EXPECT_TRUE(std::regex_search(out, rank0_report)) << out;
-  EXPECT_TRUE(std::regex_search(out, rank1_seen_by_0)) << out;
+  // Both ranks stop progressing at about the same moment, so either watchdog may fire first (on a
+  // loaded machine, often the stalled rank's own); the one that does lists where each rank is,
+  // the other's position read from its status file, and calls no live rank frozen.
+  std::smatch first;
+  ASSERT_TRUE(std::regex_search(out, first, std::regex(R"(\[rank (\d)\] .*health: no progress for)"))) << out;
+  const std::string reporter = R"(\[rank )" + first[1].str() + R"(\] .*)";
+  EXPECT_TRUE(std::regex_search(out, std::regex(reporter + "health:   rank 0: step 3"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(reporter + "health:   rank 1: step 3: drawing data"))) << out;
+  EXPECT_EQ(out.find("status not refreshed"), std::string::npos) << "a live rank was reported as frozen\n" << out;
 }
 
 TEST_F(Cli, EverythingOnRunsAndEverySinkAndMonitorWrites) {

@@ -56,7 +56,7 @@ void run_rank(DistributedEnv env, RankResult& out) {
 TEST(Distributed, GlooCollectivesAcrossTwoRanks) {
   DistributedEnv env;
   env.world_size = 2;
-  env.master_port = 30000 + ::getpid() % 20000;
+  env.master_port = testing::free_loopback_port();
   RankResult results[2];
   std::thread ranks[2];
   for (int r = 0; r < 2; ++r) {
@@ -153,7 +153,7 @@ TEST(Distributed, NcclIsBuiltWhenLibTorchHasIt) {
 TEST(Distributed, AsyncCollectivesCompleteInOrder) {
   DistributedEnv env;
   env.world_size = 2;
-  env.master_port = 31000 + ::getpid() % 20000;
+  env.master_port = testing::free_loopback_port();
   std::string errors[2];
   at::Tensor results[2][3];
   std::thread ranks[2];

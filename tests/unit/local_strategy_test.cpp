@@ -53,28 +53,37 @@ TEST_F(LocalStrategy, GivesTheSingleProcessNormAndLossWithoutCollectives) {
   }
 }
 
-// The root of a squared norm does not always give the norm back in float32; where it does not,
-// the interface's default reduction (root of the summed squared shares) would change a
-// single-process run's grad norm, and with it clipping and every later loss.
+// Correctly rounded, the root of a float32 square is the value itself, but a CPU's vector kernels
+// need not round so (LibTorch's AVX2 ones did not, on an AMD Zen 3); where they do not, the
+// interface's default reduction (the root of the summed squared shares) would change a
+// single-process run's grad norm, and with it clipping and every later loss. Where this CPU's
+// kernels give every candidate back, there is no case to show and the test says so and skips:
+// the bit-for-bit norm itself is GivesTheSingleProcessNormAndLossWithoutCollectives' check.
 TEST_F(LocalStrategy, KeepsTheNormWhereTheRootOfItsSquareWouldNot) {
   auto root_of_square = [](const at::Tensor& n) { return n.square().sqrt(); };
   // Candidates for one gradient element whose reference norm the square-and-root changes.
   const at::Tensor candidates = at::logspace(-3, 3, 2000000, 10.0, at::kFloat);
   const at::Tensor suspects = at::nonzero(root_of_square(candidates) != candidates).flatten();
-  ASSERT_GT(suspects.numel(), 0);
+  if (suspects.numel() == 0) {
+    GTEST_SKIP() << "this CPU's float32 kernels give the root of every square back exactly (2,000,000 values "
+                    "tried), so the default reduction would keep the norm too: no case to show here";
+  }
   const std::vector<at::Tensor> params = optimizer->parameters();
-  bool found = false;
-  for (std::int64_t i = 0; i < suspects.numel() && !found; ++i) {
+  std::int64_t shown = 0;
+  for (std::int64_t i = 0; i < suspects.numel() && shown < 3; ++i) {
     for (const auto& p : params) p.mutable_grad() = at::zeros_like(p);
     params.front().mutable_grad().view({-1})[0] = candidates[suspects[i].item<std::int64_t>()];
     const at::Tensor reference = at::stack(at::_foreach_norm(local->gradients(), 2)).norm();
     if (root_of_square(reference).equal(reference)) continue;
-    found = true;
+    ++shown;
     const LossAndGradNorm reduced = local->reduce_loss_and_grad_norm(*comm, at::zeros({}));
     EXPECT_TRUE(reduced.grad_norm.equal(reference))
         << reduced.grad_norm.item<float>() << " vs the single-process " << reference.item<float>();
   }
-  ASSERT_TRUE(found) << "no gradient whose norm the square and root change: the test proves nothing here";
+  if (shown == 0) {
+    GTEST_SKIP() << "no gradient norm that this CPU's square-and-root changes (" << suspects.numel()
+                 << " single values did, none as a norm): no case to show here";
+  }
 }
 
 TEST_F(LocalStrategy, FullParametersRoundTripAndMemoryCountsWhatIsHeld) {

@@ -208,15 +208,21 @@ TEST(Trainer, PrefetchReadsAheadWhileTheStateStaysAtTheNextUnusedBatch) {
     SCOPED_TRACE("prefetch " + std::to_string(prefetch));
     TrainerSettings s = settings(1, 2, 5);
     s.prefetch = prefetch;
-    auto b = make_trainer(components_yaml(data), s);
-    const auto inner = testing::built<Dataset>(b.components, "train_data");
-    b.trainer->step();
-    EXPECT_EQ(position(b.trainer->capture().data), 2);  // one micro-batch of 2 samples used
     // The reader fills its queue of `prefetch` more in microseconds; then the trainer (and with
     // it the reader thread) goes, so the dataset's own position is read with no thread running.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    b.trainer.reset();
-    EXPECT_EQ(position(inner->state_dict()), 2 + 2 * prefetch);
+    // A loaded machine may not have run the reader yet: each try waits longer.
+    std::int64_t read = -1;
+    for (const int wait_ms : {200, 2000, 20000}) {
+      auto b = make_trainer(components_yaml(data), s);
+      const auto inner = testing::built<Dataset>(b.components, "train_data");
+      b.trainer->step();
+      EXPECT_EQ(position(b.trainer->capture().data), 2);  // one micro-batch of 2 samples used
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      b.trainer.reset();
+      read = position(inner->state_dict());
+      if (read == 2 + 2 * prefetch) break;
+    }
+    EXPECT_EQ(read, 2 + 2 * prefetch);
   }
 }
 

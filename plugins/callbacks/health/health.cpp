@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -290,14 +291,17 @@ class Health final : public tessera::Callback {
 
   // This rank's whereabouts as a file the other ranks' watchdogs read: a hung rank cannot take
   // part in a collective, but its watchdog thread still writes.
-  // Line 1: the position; line 2: when it was written (seconds since the epoch), so a reader
-  // can tell a live rank's status from one that stopped writing.
+  // Line 1: the position; line 2: when it was written (seconds since the epoch, to the
+  // millisecond: a stream's default 6 significant digits would round it to thousands of seconds
+  // and make a live rank look frozen), so a reader can tell a live rank's status from one that
+  // stopped writing.
   void publish(const std::string& where, double idle_s) {
     const fs::path file = status_file(rank_);
     const fs::path tmp = file.string() + ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << where << " (last progress " << static_cast<std::int64_t>(idle_s) << " s ago)\n" << unix_seconds() << "\n";
+      out << where << " (last progress " << static_cast<std::int64_t>(idle_s) << " s ago)\n"
+          << std::fixed << std::setprecision(3) << unix_seconds() << "\n";
     }
     std::error_code ignored;
     fs::rename(tmp, file, ignored);

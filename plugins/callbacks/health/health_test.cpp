@@ -5,10 +5,14 @@
 
 #include <c10/core/GradMode.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <thread>
 
+#include "callback_rig.hpp"
 #include "parameter_poison.hpp"
 #include "small_trainer.hpp"
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
@@ -162,6 +166,33 @@ TEST(Health, ANonFiniteGradientAloneIsCaught) {
   EXPECT_TRUE(run.trainer->step().skipped);
   EXPECT_FALSE(run.trainer->step().skipped);
   EXPECT_TRUE(has(GetCapturedStderr(), "non-finite gradients")) ;
+}
+
+// The watchdog's status file says when it was written, to well within a second, so that another
+// rank's watchdog reading it takes a live rank for live (a time rounded to 6 significant digits,
+// as a stream writes a double by default, was thousands of seconds off).
+TEST(Health, TheWatchdogsStatusFileSaysWhenItWasWrittenToTheSecond) {
+  testing::CallbackRig rig("health", "{hang_timeout_s: 600}", /*rank=*/1, /*world_size=*/2);
+  CallbackContext ctx = rig.context();
+  rig.callback->on_train_begin(ctx);
+  const std::filesystem::path status = std::filesystem::path(rig.run.run_dir) / "health" / "rank_1.txt";
+  // The watchdog writes once a poll (a second here); wait for the first, however slow the machine.
+  std::string where, written_text;
+  for (int i = 0; i < 600 && written_text.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(status);
+    std::getline(in, where);
+    std::getline(in, written_text);
+  }
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  rig.callback->on_train_end(ctx);
+  ASSERT_FALSE(written_text.empty()) << "no status written to " << status;
+  EXPECT_EQ(where.rfind("before step 1 (last progress ", 0), 0u) << where;
+  const double written = std::stod(written_text);
+  // Written within the minute before now (a slow machine's poll), never after it.
+  EXPECT_LE(written, now + 0.01) << written_text;
+  EXPECT_GT(written, now - 60) << written_text << ": a live rank's status would read as " << now - written
+                               << " s old";
 }
 
 }  // namespace
