@@ -1,4 +1,4 @@
-# The mechanical SDK ABI check: the public SDK headers (sdk/include/tessera/*.hpp) may only change
+# The mechanical SDK ABI check: the public SDK headers (sdk/include/tessera/**.hpp) may only change
 # together with TESSERA_SDK_ABI_VERSION. sdk/abi_versions.txt records, for each ABI version, a
 # SHA-256 of the headers with comments removed and runs of white space folded to one space (so
 # documentation edits and re-indentation need no bump; `int* x` -> `int *x` does), and without
@@ -28,7 +28,8 @@ endif()
 string(REGEX REPLACE ".*TESSERA_SDK_ABI_VERSION ([0-9]+).*" "\\1" _version "${_line}")
 
 # The hash of what the headers declare: file names and their text without comments and spacing.
-file(GLOB _headers RELATIVE "${SDK_DIR}/include/tessera" "${SDK_DIR}/include/tessera/*.hpp")
+# Subfolders too (tessera/parallel/...): every public header.
+file(GLOB_RECURSE _headers RELATIVE "${SDK_DIR}/include/tessera" "${SDK_DIR}/include/tessera/*.hpp")
 list(SORT _headers)
 set(_all "")
 foreach(_header IN LISTS _headers)

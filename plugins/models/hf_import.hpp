@@ -23,6 +23,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
+#include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/safetensors.hpp"
 
 namespace tessera::hf_import {
@@ -201,19 +202,22 @@ class WeightImport {
   }
 
   // target <- the checkpoint's `name`, transposed first when `transposed` (GPT-2's Conv1D
-  // weights are stored [in, out]).
-  void copy(const std::string& name, const at::Tensor& target, bool transposed = false) {
+  // weights are stored [in, out]); under tensor parallelism this rank's part of it (`shard`).
+  void copy(const std::string& name, const at::Tensor& target, bool transposed = false, const TensorShard& shard = {},
+            const TensorParallel& tp = {}) {
     at::Tensor source = tensor(name);
     if (transposed && source.dim() == 2) source = source.t();
-    if (source.sizes() != target.sizes()) {
+    const std::vector<std::int64_t> whole = tp.whole_shape(target.sizes(), shard);
+    if (source.sizes() != at::IntArrayRef(whole)) {
+      std::vector<std::int64_t> needed = whole;  // as stored
+      if (transposed) std::reverse(needed.begin(), needed.end());
       throw ConfigError(checkpoint_.tensor_file.at(name) + ": tensor " + name + " has shape " +
-                            c10::str(transposed ? tensor(name).sizes() : source.sizes()) + ", the model needs " +
-                            c10::str(transposed ? target.t().sizes() : target.sizes()) +
+                            c10::str(tensor(name).sizes()) + ", the model needs " + c10::str(at::IntArrayRef(needed)) +
                             (transposed ? " (stored transposed)" : "") + "; does config.json match the weights?",
                         "init_from");
     }
     c10::NoGradGuard no_grad;
-    at::Tensor(target).copy_(source);
+    at::Tensor(target).copy_(tp.part_of(source, shard));
   }
 
   // Known tensors that are not weights (GPT-2's causal-mask buffers): not reported as extra.
@@ -247,7 +251,8 @@ class WeightImport {
 // Weights by the model's own parameter names and shapes: a Tessera export folder (its
 // model.safetensors) or a safetensors file. Missing, extra and misshapen tensors are errors at
 // init_from, as for a Hugging Face folder.
-inline void load_tessera_weights(torch::nn::Module& model, const std::string& from) {
+inline void load_tessera_weights(torch::nn::Module& model, const std::string& from, const TensorParallelPlan& plan = {},
+                                 const TensorParallel& tp = {}) {
   std::filesystem::path path(from);
   if (std::filesystem::is_directory(path)) path /= "model.safetensors";
   HfCheckpoint file;
@@ -259,7 +264,9 @@ inline void load_tessera_weights(torch::nn::Module& model, const std::string& fr
     }
   });
   WeightImport weights(file);
-  for (const auto& item : model.named_parameters()) weights.copy(item.key(), item.value());
+  for (const auto& item : model.named_parameters()) {
+    weights.copy(item.key(), item.value(), false, shard_in(plan, item.key()), tp);
+  }
   weights.finish();
 }
 

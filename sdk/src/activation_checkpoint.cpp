@@ -15,17 +15,20 @@
 #include <utility>
 
 #include "tessera/error.hpp"
+#include "tessera/parallel/sharded_rng.hpp"
 #include "tessera/precision.hpp"
 
 namespace tessera {
 namespace {
 
-// What the recomputation needs besides the input: the block, the generator state the forward
-// pass started from, and the autocast state it ran under.
+// What the recomputation needs besides the input: the block, the generator states the forward
+// pass started from (the default one and the tensor-parallel sharded stream's), and the autocast
+// state it ran under.
 struct Recompute : torch::CustomClassHolder {
   BlockBody body;
   c10::Device device{c10::kCPU};
   at::Tensor rng_state;
+  at::Tensor sharded_rng_state;  // undefined where the stream never drew
   at::ScalarType autocast_dtype = at::kFloat;  // Float: autocast was off
 };
 
@@ -74,16 +77,22 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       // The same dropout masks as the forward pass, then the generator as it was: the
       // recomputation leaves no trace on the random stream.
       const at::Tensor now = get_rng_state(recompute->device);
+      const at::Tensor sharded_now = ShardedRng::state(recompute->device);
       set_rng_state(recompute->device, recompute->rng_state);
+      ShardedRng::set_state(recompute->device, recompute->sharded_rng_state);
+      auto restore = [&] {
+        set_rng_state(recompute->device, now);
+        ShardedRng::set_state(recompute->device, sharded_now);
+      };
       try {
         c10::AutoGradMode grad_mode(true);
         AutocastGuard autocast(recompute->device, recompute->autocast_dtype);
         output = recompute->body(detached);
       } catch (...) {
-        set_rng_state(recompute->device, now);
+        restore();
         throw;
       }
-      set_rng_state(recompute->device, now);
+      restore();
     }
     if (!output.requires_grad()) return {at::Tensor(), at::Tensor()};
     torch::autograd::backward({output}, {grad_outputs[0]});
@@ -99,6 +108,7 @@ at::Tensor checkpoint_activations(const BlockBody& body, const at::Tensor& input
   recompute->body = body;
   recompute->device = input.device();
   recompute->rng_state = get_rng_state(recompute->device);
+  recompute->sharded_rng_state = ShardedRng::state(recompute->device);
   const c10::DeviceType type = input.device().type();
   if (at::autocast::is_autocast_enabled(type)) recompute->autocast_dtype = at::autocast::get_autocast_dtype(type);
   return CheckpointFunction::apply(input, std::move(recompute));

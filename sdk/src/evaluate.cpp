@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "tessera/communicator.hpp"
+#include "tessera/parallel/device_mesh.hpp"
 #include "tessera/error.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/token_check.hpp"
@@ -50,7 +51,10 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
   try {
     c10::NoGradGuard no_grad;
     AutocastGuard autocast(device, run.precision);
-    const bool from_hidden = loss.takes_hidden_states() && model.has_output_head();
+    // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and head, as
+    // in training: the loss reduces over the ranks instead of gathering whole logits.
+    const bool from_hidden =
+        model.has_output_head() && (loss.takes_hidden_states() || model.output_head().vocab_parallel());
     // Summed on the device: no host synchronisation until the loop is done.
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     std::int64_t targets = 0, inputs = 0;
@@ -74,7 +78,8 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     throw;
   }
   model.train();
-  if (run.communicator && run.communicator->world_size() > 1) run.communicator->all_reduce(sums);
+  // Over the data-parallel ranks: tensor-parallel peers evaluated the same batches.
+  data_parallel_group(run)->all_reduce(sums);
   EvalTotals totals;
   totals.loss_sum = sums[0].item<double>();
   totals.target_tokens = sums[1].item<double>();

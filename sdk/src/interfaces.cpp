@@ -14,6 +14,7 @@
 #include "tessera/moe.hpp"
 #include "tessera/optimizer.hpp"
 #include "tessera/parallel.hpp"
+#include "tessera/parallel/collectives.hpp"
 #include "tessera/scheduler.hpp"
 #include "tessera/stateful.hpp"
 #include "tessera/version.hpp"
@@ -37,6 +38,14 @@ LossAndGradNorm ParallelStrategy::reduce_loss_and_grad_norm(Communicator& comm, 
   at::Tensor sums = at::stack({loss_sum, grad_norm_squared_share().to(loss_sum.device(), at::kFloat)});
   comm.all_reduce(sums);
   return {sums[0], sums[1].sqrt()};
+}
+void ParallelStrategy::count_in_grad_norm(const std::vector<bool>& counted) {
+  for (bool c : counted) {
+    if (!c) {
+      throw Error("this parallel strategy counts every parameter in the gradient norm and cannot leave the replicated "
+                  "ones of tensor parallelism out; use ddp, zero1, zero2 or fsdp with parallelism.tp > 1");
+    }
+  }
 }
 PendingCollective::~PendingCollective() = default;
 
@@ -102,7 +111,8 @@ at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
 LossSum Loss::compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels) {
-  return compute(at::linear(hidden, head.weight, head.bias), labels);
+  const at::Tensor logits = at::linear(hidden, head.weight, head.bias);
+  return compute(head.vocab_parallel() ? collectives::gather_from(logits, -1, head.vocab_group) : logits, labels);
 }
 Optimizer::~Optimizer() = default;
 Scheduler::~Scheduler() = default;
@@ -117,6 +127,9 @@ void Communicator::all_gather(std::vector<at::Tensor>& outputs, const at::Tensor
 }
 void Communicator::reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, ReduceOp op) {
   reduce_scatter_async(output, inputs, op)->wait();
+}
+void Communicator::all_to_all(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs) {
+  all_to_all_async(outputs, inputs)->wait();
 }
 
 std::int64_t Model::num_parameters() const {

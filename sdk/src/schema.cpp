@@ -166,6 +166,17 @@ const FieldSpec* Schema::find(const std::string& name) const {
   return nullptr;
 }
 
+void Schema::splits_over(std::string axis) {
+  if (!splits_over_axis(axis)) mesh_axes_.push_back(std::move(axis));
+}
+
+bool Schema::splits_over_axis(const std::string& axis) const {
+  for (const auto& a : mesh_axes_) {
+    if (a == axis) return true;
+  }
+  return false;
+}
+
 namespace {
 struct DisplayVisitor {
   std::string operator()(std::monostate) const { return "(none)"; }

@@ -140,19 +140,23 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, Che
   const CheckpointFolder folder{fs::path(path)};
   out.model = read_safetensors(folder.file(CheckpointFolder::kModel).string()).tensors;
   if (parts == CheckpointParts::model) return out;
-  const std::int64_t writers = out.metadata.optimizer_sharded ? out.metadata.world_size : 1;
-  std::vector<std::pair<StateDict, StateDict>> written_parts;
-  for (std::int64_t r = 0; r < writers; ++r) {
-    const fs::path file = folder.file(CheckpointFolder::rank_file(r, CheckpointFolder::kOptimizer));
-    if (!fs::exists(file)) throw CheckpointError("checkpoint " + path + ": " + file.string() + " is missing");
-    StateDict state, ranges;
+  // Every rank that holds optimizer state of its own wrote it: all with sharded state, else
+  // rank 0, or with tensor parallelism one rank per tensor-parallel rank. metadata.json lists them.
+  std::vector<OptimizerPart> written_parts;
+  for (std::int64_t r = 0; r < out.metadata.world_size; ++r) {
+    const std::string relative = CheckpointFolder::rank_file(r, CheckpointFolder::kOptimizer);
+    if (!out.metadata.files.count(relative)) continue;
+    const fs::path file = folder.file(relative);
+    OptimizerPart part;
     for (auto& [key, t] : read_safetensors(file.string()).tensors) {
-      if (key.rfind("state/", 0) == 0) state[key.substr(6)] = t;
-      if (key.rfind("range/", 0) == 0) ranges[key.substr(6)] = t;
+      if (key.rfind("state/", 0) == 0) part.state[key.substr(6)] = t;
+      if (key.rfind("range/", 0) == 0) part.ranges[key.substr(6)] = t;
+      if (key.rfind("layout/", 0) == 0) part.layouts[key.substr(7)] = t;
     }
-    written_parts.emplace_back(std::move(state), std::move(ranges));
+    written_parts.push_back(std::move(part));
   }
-  out.optimizer = merge_optimizer_parts(written_parts);
+  if (written_parts.empty()) throw CheckpointError("checkpoint " + path + ": metadata.json lists no optimizer state");
+  out.optimizer = merge_optimizer_files(written_parts);
   const std::int64_t mine = rank < out.metadata.world_size ? rank : 0;
   out.data = read_safetensors(folder.file(CheckpointFolder::rank_file(mine, CheckpointFolder::kData)).string()).tensors;
   if (rank < out.metadata.world_size) {

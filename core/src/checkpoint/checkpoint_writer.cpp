@@ -44,6 +44,7 @@ std::map<std::string, WrittenFile> write_rank_files(const CheckpointFolder& fold
     StateDict tensors;
     for (const auto& [k, v] : state.optimizer) tensors["state/" + k] = v;
     for (const auto& [k, v] : state.optimizer_ranges) tensors["range/" + k] = v;
+    for (const auto& [k, v] : state.optimizer_layouts) tensors["layout/" + k] = v;
     write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kOptimizer), tensors);
   }
   write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kData), state.data);
@@ -86,6 +87,7 @@ nlohmann::json metadata_json(const CheckpointState& state, const std::map<std::s
           {"world_size", state.world_size},
           {"strategy", state.strategy},
           {"optimizer_sharded", state.optimizer_sharded},
+          {"mesh", state.mesh},
           {"step", state.step},
           {"tokens", state.tokens},
           {"samples", state.samples},

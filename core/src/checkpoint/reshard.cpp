@@ -1,5 +1,6 @@
 #include "tessera/core/checkpoint/reshard.hpp"
 
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -101,6 +102,83 @@ StateDict optimizer_state_for(const StateDict& whole, const std::vector<at::Tens
     } else {
       out[key] = t.reshape(p.sizes()).clone();
     }
+  }
+  return out;
+}
+
+at::Tensor tensor_parallel_layout(const TensorParallel& tp, const TensorShard& shard, at::IntArrayRef local_shape) {
+  std::vector<std::int64_t> values = {tp.rank(), tp.size(), shard.dim, shard.blocks};
+  values.insert(values.end(), local_shape.begin(), local_shape.end());
+  return at::tensor(values, at::kLong);
+}
+
+StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
+  // Parts by tensor-parallel rank; each layout of a part names the same rank and size.
+  std::map<std::int64_t, std::vector<std::pair<StateDict, StateDict>>> by_rank;
+  std::map<std::int64_t, StateDict> layouts;  // tp rank -> its parameters' layouts
+  std::int64_t tp_size = 1;
+  for (const auto& part : parts) {
+    std::int64_t rank = 0;
+    for (const auto& [key, layout] : part.layouts) {
+      if (layout.numel() < 4) throw CheckpointError("optimizer layout " + key + " is malformed");
+      rank = layout[0].item<std::int64_t>();
+      tp_size = layout[1].item<std::int64_t>();
+      layouts[rank][key] = layout;
+    }
+    by_rank[rank].emplace_back(part.state, part.ranges);
+  }
+  if (static_cast<std::int64_t>(by_rank.size()) != tp_size) {
+    throw CheckpointError("the optimizer state was saved by " + std::to_string(tp_size) +
+                          " tensor-parallel ranks, but parts of " + std::to_string(by_rank.size()) + " were found");
+  }
+  std::vector<StateDict> merged;
+  for (const auto& [rank, rank_parts] : by_rank) merged.push_back(merge_optimizer_parts(rank_parts));
+  if (tp_size == 1) return merged.front();
+  StateDict whole;
+  for (const auto& [key, t] : merged.front()) {
+    const long long index = param_index(key);
+    if (index < 0 || t.dim() == 0) {
+      whole[key] = t;
+      continue;
+    }
+    const std::string param = "param." + std::to_string(index);
+    const at::Tensor layout = layouts[0].count(param) ? layouts[0].at(param) : at::Tensor();
+    if (!layout.defined()) throw CheckpointError("optimizer state " + key + " has no saved layout");
+    const TensorShard shard{layout[2].item<std::int64_t>(), layout[3].item<std::int64_t>()};
+    std::vector<std::int64_t> shape;
+    for (std::int64_t d = 4; d < layout.numel(); ++d) shape.push_back(layout[d].item<std::int64_t>());
+    std::vector<at::Tensor> pieces;
+    for (std::int64_t r = 0; r < tp_size; ++r) {
+      const auto found = merged[static_cast<std::size_t>(r)].find(key);
+      if (found == merged[static_cast<std::size_t>(r)].end()) {
+        throw CheckpointError("optimizer state " + key + " is missing from tensor-parallel rank " + std::to_string(r));
+      }
+      pieces.push_back(found->second.reshape(shape));
+    }
+    whole[key] = TensorParallel::join(pieces, shard).reshape({-1});
+  }
+  return whole;
+}
+
+StateDict tensor_parallel_part(const StateDict& whole, const std::vector<at::Tensor>& params,
+                               const std::vector<TensorShard>& shards, const TensorParallel& tp) {
+  if (tp.size() == 1) return whole;
+  StateDict out;
+  for (const auto& [key, t] : whole) {
+    const long long index = param_index(key);
+    if (index < 0 || t.dim() == 0 || index >= static_cast<long long>(params.size())) {
+      out[key] = t;
+      continue;
+    }
+    const auto i = static_cast<std::size_t>(index);
+    const auto shape = tp.whole_shape(params[i].sizes(), shards[i]);
+    std::int64_t numel = 1;
+    for (auto d : shape) numel *= d;
+    if (t.numel() != numel) {
+      throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) + " elements, parameter " +
+                            std::to_string(index) + " has " + std::to_string(numel) + " in all; was the model changed?");
+    }
+    out[key] = tp.part_of(t.reshape(shape), shards[i]).reshape({-1});
   }
   return out;
 }

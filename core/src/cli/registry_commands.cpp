@@ -3,6 +3,7 @@
 
 #include <iomanip>
 #include <iostream>
+#include <map>
 
 #include "commands.hpp"
 #include "tessera/core/plugins/plugin_host.hpp"
@@ -64,6 +65,11 @@ void print_schema(const Schema& schema) {
     if (std::string c = f.constraints_text(); !c.empty()) std::cout << " [" << c << "]";
     std::cout << "\n      " << f.doc << "\n";
   }
+  if (!schema.mesh_axes().empty()) {
+    std::string axes;
+    for (const auto& a : schema.mesh_axes()) axes += (axes.empty() ? "" : ", ") + a;
+    std::cout << "\nsplits over the device mesh's axes: " << axes << " (parallelism:)\n";
+  }
 }
 
 }  // namespace
@@ -95,14 +101,17 @@ int components_command(const Args& args) {
 }
 
 int describe_command(const Args& args) {
-  RegistryArgs parsed = parse(args, "usage: tessera describe KIND/VARIANT | trainer | settings | checkpoint",
-                              false, "component");
+  RegistryArgs parsed =
+      parse(args, "usage: tessera describe KIND/VARIANT | trainer | settings | checkpoint | parallelism", false,
+            "component");
   if (parsed.help) return 0;
-  if (parsed.positional == "trainer" || parsed.positional == "settings" || parsed.positional == "checkpoint") {
+  const std::map<std::string, Schema> sections = {{"trainer", core::trainer_schema()},
+                                                  {"settings", core::settings_schema()},
+                                                  {"checkpoint", core::checkpoint_schema()},
+                                                  {"parallelism", core::parallelism_schema()}};
+  if (const auto section = sections.find(parsed.positional); section != sections.end()) {
     std::cout << parsed.positional << " (section of the run spec)\n";
-    print_schema(parsed.positional == "trainer"    ? core::trainer_schema()
-                 : parsed.positional == "settings" ? core::settings_schema()
-                                                   : core::checkpoint_schema());
+    print_schema(section->second);
     return 0;
   }
   auto slash = parsed.positional.find('/');

@@ -11,8 +11,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <numeric>
 #include <optional>
 
 #include "tessera/error.hpp"
@@ -24,27 +29,6 @@ namespace {
 class DoneCollective final : public PendingCollective {
  public:
   void wait() override {}
-};
-
-class LocalCommunicator final : public Communicator {
- public:
-  std::int64_t rank() const override { return 0; }
-  std::int64_t world_size() const override { return 1; }
-  std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor&, ReduceOp) override { return done(); }
-  std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
-    outputs.at(0).copy_(input);
-    return done();
-  }
-  std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
-                                                          ReduceOp) override {
-    output.copy_(inputs.at(0));
-    return done();
-  }
-  void broadcast(at::Tensor&, std::int64_t) override {}
-  void barrier() override {}
-
- private:
-  static std::shared_ptr<PendingCollective> done() { return std::make_shared<DoneCollective>(); }
 };
 
 c10d::ReduceOp to_c10d(ReduceOp op) {
@@ -113,6 +97,49 @@ class C10dCollective final : public PendingCollective {
   std::optional<std::chrono::milliseconds> host_wait_;
 };
 
+// A collective whose result arrives in one flat tensor and is then copied out in parts (an
+// all-to-all's outputs), keeping its inputs alive until then.
+class SplitResult final : public PendingCollective {
+ public:
+  SplitResult(std::shared_ptr<PendingCollective> inner, at::Tensor flat, std::vector<at::Tensor> outputs,
+              std::vector<std::int64_t> splits, at::Tensor input)
+      : inner_(std::move(inner)), flat_(std::move(flat)), outputs_(std::move(outputs)), splits_(std::move(splits)),
+        input_(std::move(input)) {}
+  void wait() override {
+    if (!inner_) return;
+    inner_->wait();
+    inner_.reset();
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < outputs_.size(); ++i) {
+      outputs_[i].copy_(flat_.narrow(0, offset, splits_[i]).view(outputs_[i].sizes()));
+      offset += splits_[i];
+    }
+    flat_ = input_ = at::Tensor();
+  }
+
+ private:
+  std::shared_ptr<PendingCollective> inner_;
+  at::Tensor flat_;
+  std::vector<at::Tensor> outputs_;  // the caller's tensors (handles to the same storage)
+  std::vector<std::int64_t> splits_;
+  at::Tensor input_;
+};
+
+// A collective whose tensors must outlive the call that started it (a send of a staged copy).
+class KeepingAlive final : public PendingCollective {
+ public:
+  KeepingAlive(std::shared_ptr<PendingCollective> inner, std::vector<at::Tensor> tensors)
+      : inner_(std::move(inner)), tensors_(std::move(tensors)) {}
+  void wait() override {
+    inner_->wait();
+    tensors_.clear();
+  }
+
+ private:
+  std::shared_ptr<PendingCollective> inner_;
+  std::vector<at::Tensor> tensors_;
+};
+
 // A lost rank surfaces as an exception from wait() (the process group's timeout), not a hang.
 // An NCCL run also has a Gloo group (`host_backend`): the trainer's per-step host numbers (token
 // counts, skip and stop flags) are all-reduced there, on the host alone, instead of being copied
@@ -122,9 +149,12 @@ class C10dCommunicator final : public Communicator {
  public:
   // `device`: where an NCCL group needs its tensors; CPU for Gloo, which takes them as they are.
   // `timeout`: how long the host waits for an NCCL collective whose result it reads.
-  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank, std::int64_t world, c10::Device device,
-                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> host_backend = {})
-      : backend_(std::move(backend)),
+  // `store`: the rendezvous the groups of a device mesh are made on (make_subgroup).
+  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend, std::int64_t rank,
+                   std::int64_t world, c10::Device device, std::chrono::milliseconds timeout,
+                   c10::intrusive_ptr<c10d::Backend> host_backend = {})
+      : store_(std::move(store)),
+        backend_(std::move(backend)),
         host_backend_(std::move(host_backend)),
         rank_(rank),
         world_(world),
@@ -172,6 +202,43 @@ class C10dCommunicator final : public Communicator {
     options.reduceOp = to_c10d(op);
     return staging.pending((host ? host_backend_ : backend_)->reduce_scatter(out, in, options));
   }
+  std::shared_ptr<PendingCollective> all_to_all_async(std::vector<at::Tensor>& outputs,
+                                                      std::vector<at::Tensor>& inputs) override {
+    check_open();
+    if (static_cast<std::int64_t>(outputs.size()) != world_ || static_cast<std::int64_t>(inputs.size()) != world_) {
+      throw Error("all_to_all: one tensor per rank in each list (" + std::to_string(world_) + " ranks)");
+    }
+    // As one flat exchange with split sizes (Gloo has no list form): rank r's part of the input
+    // goes to rank r, and the output's parts come back in rank order.
+    std::vector<std::int64_t> in_splits, out_splits;
+    std::vector<at::Tensor> flat_in;
+    for (const auto& t : inputs) {
+      flat_in.push_back(t.reshape({-1}));
+      in_splits.push_back(t.numel());
+    }
+    for (const auto& t : outputs) out_splits.push_back(t.numel());
+    Staging staging = staging_on(device_);
+    at::Tensor in = staging.in(at::cat(flat_in));
+    at::Tensor out = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), std::int64_t{0})},
+                               in.options());
+    c10d::AllToAllOptions a2a;
+    // c10d takes the split sizes by reference and Gloo's work moves them away: give it copies.
+    std::vector<std::int64_t> out_counts = out_splits, in_counts = in_splits;
+    auto work = backend_->alltoall_base(out, in, out_counts, in_counts, a2a);
+    return std::make_shared<SplitResult>(pending(std::move(work)), out, outputs, out_splits, in);
+  }
+  std::shared_ptr<PendingCollective> send_async(at::Tensor& tensor, std::int64_t peer, int tag) override {
+    check_open();
+    Staging staging = staging_on(device_);
+    std::vector<at::Tensor> tensors{staging.in(tensor.contiguous())};
+    return std::make_shared<KeepingAlive>(pending(backend_->send(tensors, static_cast<int>(peer), tag)), tensors);
+  }
+  std::shared_ptr<PendingCollective> recv_async(at::Tensor& tensor, std::int64_t peer, int tag) override {
+    check_open();
+    Staging staging = staging_on(device_);
+    std::vector<at::Tensor> tensors{staging.in_out(tensor)};
+    return staging.pending(backend_->recv(tensors, static_cast<int>(peer), tag));
+  }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
     check_open();
     const bool host = on_host_group({tensor});
@@ -188,11 +255,40 @@ class C10dCommunicator final : public Communicator {
     C10dCollective((host_backend_ ? host_backend_ : backend_)->barrier(), rank_, &clock_).wait();
   }
 
+  // The communicator of the ranks `members` (ranks of this one, ascending; this rank among them),
+  // on this one's store under `name`: the same backend, its own process group.
+  std::shared_ptr<Communicator> subgroup(const std::string& name, const std::vector<std::int64_t>& members) {
+    const auto mine = std::find(members.begin(), members.end(), rank_);
+    if (mine == members.end()) throw Error("subgroup " + name + ": rank " + std::to_string(rank_) + " is not a member");
+    const int rank = static_cast<int>(mine - members.begin()), size = static_cast<int>(members.size());
+    auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+    c10::intrusive_ptr<c10d::Backend> backend, host_backend;
+    if (host_backend_) {
+#ifdef USE_C10D_NCCL
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout_ + std::chrono::minutes(1);
+      backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+      host_backend = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("host_group", store), rank, size,
+          c10d::ProcessGroupGloo::Options::create_default(timeout_));
+#endif
+    } else {
+      backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size,
+                                                            c10d::ProcessGroupGloo::Options::create_default(timeout_));
+    }
+    auto group = std::make_shared<C10dCommunicator>(store, backend, rank, size, device_, timeout_, host_backend);
+    subgroups_.push_back(group);
+    return group;
+  }
+
   // See shut_down() in distributed.hpp.
   void shut_down() {
     if (closed_) return;
     closed_ = true;
     // The run's results are saved by now: a failure here is reported, not made the run's.
+    for (auto& group : subgroups_) {
+      if (auto alive = group.lock()) alive->shut_down();
+    }
     try {
       backend_->shutdown();
       if (host_backend_) host_backend_->shutdown();
@@ -245,8 +341,10 @@ class C10dCommunicator final : public Communicator {
   // A collective's staging on `device` (the host for the Gloo group).
   Staging staging_on(c10::Device device) { return Staging(device, rank_, &clock_, timeout_); }
 
+  c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   c10::intrusive_ptr<c10d::Backend> host_backend_;  // null: every collective on backend_
+  std::vector<std::weak_ptr<C10dCommunicator>> subgroups_;  // shut down with this one
   std::int64_t rank_, world_;
   c10::Device device_;
   std::chrono::milliseconds timeout_;
@@ -287,11 +385,19 @@ bool travels_on_host_group(const std::vector<at::Tensor>& tensors) {
   return bytes <= kHostGroupMaxBytes;
 }
 
-std::shared_ptr<Communicator> make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
+std::shared_ptr<Communicator> make_local_communicator() { return make_single_rank_communicator(); }
 
 std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout) {
-  return std::make_shared<C10dCommunicator>(gloo_group(rendezvous(env, timeout), env, timeout), env.rank,
-                                            env.world_size, c10::Device(c10::kCPU), timeout);
+  auto store = rendezvous(env, timeout);
+  return std::make_shared<C10dCommunicator>(store, gloo_group(store, env, timeout), env.rank, env.world_size,
+                                            c10::Device(c10::kCPU), timeout);
+}
+
+std::shared_ptr<Communicator> make_subgroup(Communicator& world, const std::string& name,
+                                            const std::vector<std::int64_t>& members) {
+  auto* c10d = dynamic_cast<C10dCommunicator*>(&world);
+  if (!c10d) throw Error("make_subgroup: " + name + " needs a communicator over c10d");
+  return c10d->subgroup(name, members);
 }
 
 void shut_down(Communicator& comm) {
@@ -327,7 +433,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, 
                                                              static_cast<int>(env.world_size), options);
   // The Gloo group for host tensors, on its own keys of the same store.
   auto host_backend = gloo_group(c10::make_intrusive<c10d::PrefixStore>("host_group", store), env, timeout);
-  return std::make_shared<C10dCommunicator>(backend, env.rank, env.world_size, device, timeout, host_backend);
+  return std::make_shared<C10dCommunicator>(store, backend, env.rank, env.world_size, device, timeout, host_backend);
 #else
   (void)env, (void)timeout;
   throw Error("this Tessera was built without NCCL (LibTorch without USE_C10D_NCCL); cannot use " + device.str());

@@ -68,10 +68,11 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
   if (!kind || !kind->is_scalar() || kind->scalar() != "dataset") {
     throw ConfigIssue(data_spec.node.pos(), data_spec.path, "expected a component of kind dataset to evaluate on");
   }
-  const std::int64_t world = plan_.env.world_size;
+  // Split over the data-parallel ranks; tensor-parallel peers evaluate the same batches.
+  const std::int64_t world = plan_.context.parallel.data_parallel();
   if (options.batches < 1 || options.batches % world != 0) {
     throw ConfigError("--batches " + std::to_string(options.batches) + " must be a positive multiple of the " +
-                          std::to_string(world) + " ranks (every rank evaluates the same number)",
+                          std::to_string(world) + " data-parallel ranks (every rank evaluates the same number)",
                       "");
   }
 
@@ -91,7 +92,7 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
   eval_components.set("eval_data", data_spec.node);
   BuiltComponents built = ComponentFactory(host_.registry(), trainer->context()).build(eval_components);
   auto data = std::static_pointer_cast<Dataset>(built.instances.at("eval_data").object);
-  data->set_shard(plan_.env.rank, world);
+  data->set_shard(data_parallel_group(trainer->context())->rank(), world);
   const std::int64_t micro_batch_size =
       options.micro_batch_size > 0 ? options.micro_batch_size
       : data_spec.micro_batch_size > 0 ? data_spec.micro_batch_size

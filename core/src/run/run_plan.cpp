@@ -49,11 +49,11 @@ void ensure_metrics_sink(ConfigNode& root) {
   callbacks->items().push_back(default_component("callback", "jsonl_metrics", SourcePos{"(default jsonl_metrics callback)"}));
 }
 
-// A run of several ranks needs a strategy: ddp unless the spec names one.
-void ensure_parallel_strategy(ConfigNode& root, std::int64_t world_size) {
+// A run of several data-parallel ranks needs a strategy: ddp unless the spec names one.
+void ensure_parallel_strategy(ConfigNode& root, std::int64_t data_parallel) {
   ConfigNode* components = root.find("components");
-  if (world_size == 1 || !components || !components->is_map() || components->find("parallel")) return;
-  const SourcePos pos{"(default parallel strategy for " + std::to_string(world_size) + " ranks)"};
+  if (data_parallel == 1 || !components || !components->is_map() || components->find("parallel")) return;
+  const SourcePos pos{"(default parallel strategy for " + std::to_string(data_parallel) + " data-parallel ranks)"};
   components->set("parallel", default_component("parallel", "ddp", pos));
 }
 
@@ -135,6 +135,7 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
   plan.settings = read_declared_section<RunSettings>(root.find("settings"), top, "settings");
   plan.trainer = read_declared_section<TrainerSettings>(root.find("trainer"), top, "trainer");
   plan.checkpoint = read_declared_section<CheckpointSettings>(root.find("checkpoint"), top, "checkpoint");
+  plan.parallelism = read_declared_section<ParallelismSettings>(root.find("parallelism"), top, "parallelism");
   check_trainer_roles(root.find("components"), top);
   check_train_data_unshared(root.find("components"));
 
@@ -151,10 +152,16 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
     const ConfigNode* settings = root.find("settings");
     throw positioned(e, settings, settings ? settings->pos() : top, "settings");
   }
+  try {
+    context.parallel = resolve_parallel_dims(plan.parallelism, env.world_size, /*launched=*/env.world_size > 1);
+  } catch (const ConfigError& e) {
+    const ConfigNode* parallelism = root.find("parallelism");
+    throw positioned(e, parallelism, parallelism ? parallelism->pos() : top, "parallelism");
+  }
   plan.checkpoints = CheckpointStore::for_run(context.run_dir, plan.checkpoint.dir);
 
   ensure_metrics_sink(root);
-  ensure_parallel_strategy(root, env.world_size);
+  ensure_parallel_strategy(root, context.parallel.data_parallel());
   plan.strategy = "none";
   if (const ConfigNode* components = root.find("components"); components && components->is_map()) {
     plan.strategy = variant_of(*components, "parallel", "none");

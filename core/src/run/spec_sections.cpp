@@ -2,13 +2,15 @@
 
 #include "tessera/config_fields.hpp"
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
+#include "tessera/core/run/parallelism_settings.hpp"
 #include "tessera/core/run/run_settings.hpp"
 #include "tessera/core/train/trainer_settings.hpp"
 
 namespace tessera::core {
 
 const std::vector<std::string>& top_level_keys() {
-  static const std::vector<std::string> keys = {"name", "plugins", "settings", "components", "trainer", "checkpoint"};
+  static const std::vector<std::string> keys = {"name", "plugins", "settings", "components", "trainer", "checkpoint",
+                                                "parallelism"};
   return keys;
 }
 
@@ -20,7 +22,7 @@ const std::vector<ComponentRole>& trainer_roles() {
       {"optimizer", "optimizer", true, false, "updates the model's parameters"},
       {"scheduler", "scheduler", false, false, "learning-rate multiplier per step (default: constant 1)"},
       {"parallel", "parallel", false, false,
-       "how the ranks share a step: ddp, zero1, zero2 or fsdp (default: ddp when there are several ranks)"},
+       "how the data-parallel ranks share a step: ddp, zero1, zero2 or fsdp (default: ddp when there are several)"},
       {"callbacks", "callback", false, true, "called at the loop's events, in list order"},
   };
   return roles;
@@ -94,5 +96,6 @@ Schema plugins_schema() { return declared_fields<PluginSettings>().schema(); }
 Schema settings_schema() { return declared_fields<RunSettings>().schema(); }
 Schema trainer_schema() { return declared_fields<TrainerSettings>().schema(); }
 Schema checkpoint_schema() { return declared_fields<CheckpointSettings>().schema(); }
+Schema parallelism_schema() { return declared_fields<ParallelismSettings>().schema(); }
 
 }  // namespace tessera::core

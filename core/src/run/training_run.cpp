@@ -16,6 +16,7 @@
 #include "tessera/deferred_init.hpp"
 #include "tessera/log.hpp"
 #include "tessera/parallel.hpp"
+#include "tessera/parallel/sharded_rng.hpp"
 
 namespace fs = std::filesystem;
 
@@ -47,6 +48,42 @@ void check_device_exists(const RunPlan& plan) {
                         "; use device: cpu, or one GPU per local rank");
 }
 
+// A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
+void check_model_splits(const RunPlan& plan, const Registry& registry) {
+  const ParallelDims& dims = plan.context.parallel;
+  if (dims.tp == 1) return;
+  const ConfigNode* model = plan.components().find("model");
+  const ConfigNode* variant = model && model->is_map() ? model->find("variant_key") : nullptr;
+  if (!variant || !variant->is_scalar()) return;
+  const ComponentInfo* info = registry.find("model", variant->scalar());
+  if (!info) return;
+  if (!info->schema.splits_over_axis("tp")) {
+    throw ConfigIssue(variant->pos(), "components.model.variant_key",
+                      "model/" + variant->scalar() + " does not split its layers over tensor-parallel ranks, but "
+                      "parallelism.tp is " + std::to_string(dims.tp) +
+                      "; set parallelism.tp: 1 (or use a model that does: gpt, gpt_moe, llama)");
+  }
+  if (dims.sequence_parallel && !info->schema.splits_over_axis("sequence_parallel")) {
+    const ConfigNode* parallelism = plan.spec.find("parallelism");
+    const ConfigNode* flag = parallelism && parallelism->is_map() ? parallelism->find("sequence_parallel") : nullptr;
+    throw ConfigIssue(flag ? flag->pos() : variant->pos(), "parallelism.sequence_parallel",
+                      "model/" + variant->scalar() + " does not run its layers on sequence slices (its experts, say, "
+                      "see the whole sequence); set parallelism.sequence_parallel: false");
+  }
+}
+
+// `parallelism:` for more ranks than this process runs with (validation of such a spec alone is
+// fine; training it is not).
+void check_mesh_fits_run(const RunPlan& plan) {
+  const ParallelDims& dims = plan.context.parallel;
+  if (dims.world_size() == plan.env.world_size) return;
+  const ConfigNode* parallelism = plan.spec.find("parallelism");
+  throw ConfigIssue(parallelism ? parallelism->pos() : plan.spec.pos(), "parallelism",
+                    "the mesh " + dims.describe() + " needs " + std::to_string(dims.world_size()) +
+                        " ranks but this run has " + std::to_string(plan.env.world_size) + "; start it with tessera launch "
+                        "--nproc-per-node " + std::to_string(dims.world_size()) + " (or torchrun, srun)");
+}
+
 template <class T>
 std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
   auto it = built.instances.find(name);
@@ -71,6 +108,7 @@ void seed_everything(std::uint64_t seed, const std::string& device) {
 TrainingRun::TrainingRun(const RunOptions& options) : plan_(plan_and_configure_logging(options)) {
   host_.load_directories(plugin_search_path(plan_.spec_plugin_paths, plan_.cli_plugin_paths));
   ComponentFactory(host_.registry(), plan_.context).validate(plan_.components());
+  check_model_splits(plan_, host_.registry());
 }
 
 std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {
@@ -86,8 +124,10 @@ std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {
 }
 
 std::unique_ptr<Trainer> TrainingRun::make_trainer() {
-  // Here rather than at validation: a GPU run's spec may be validated on a machine without one.
+  // Here rather than at validation: a GPU run's spec may be validated on a machine without one,
+  // and a spec for several ranks by a process alone.
   check_device_exists(plan_);
+  check_mesh_fits_run(plan_);
   if (plan_.settings.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   at::globalContext().setAllowTF32CuBLAS(plan_.settings.tf32);
   at::globalContext().setAllowTF32CuDNN(plan_.settings.tf32);
@@ -103,6 +143,10 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   }
   RunContext context = plan_.context;
   context.communicator = communicator_;
+  context.mesh = make_device_mesh(communicator_, context.parallel);
+  // Dropout of activations that differ across tensor-parallel ranks draws from a stream of each
+  // rank's own (tessera/parallel/sharded_rng.hpp).
+  if (context.parallel.tp > 1) ShardedRng::seed(context.seed, context.mesh->coordinate(MeshAxis::tp));
 
   // Models that support it build without memory for their parameters; the trainer (or fsdp, a
   // unit at a time) gives them storage and their initial values (tessera/deferred_init.hpp).
@@ -185,7 +229,7 @@ TrainResult TrainingRun::train() {
     // `--resume auto` could later pick them; set aside before any rank saves.
     plan_.checkpoints.supersede_after(0);
   }
-  log::info("run '", context.name, "': model has ", trainer->model().num_parameters(), " parameters; device ",
+  log::info("run '", context.name, "': model has ", trainer->parameter_count(), " parameters; device ",
             context.device, "; run dir ", context.run_dir);
   TrainResult result = trainer->fit();
   trainer.reset();

@@ -37,11 +37,31 @@ class LocalStrategy final : public ParallelStrategy {
     return grads;
   }
 
+  // The gradients this rank counts in the norm (all, unless count_in_grad_norm left some out).
+  std::vector<at::Tensor> counted_gradients() const {
+    std::vector<at::Tensor> grads;
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      const at::Tensor& p = parameters_[i];
+      if (p.grad().defined() && (counted_.empty() || counted_[i])) grads.push_back(p.grad());
+    }
+    return grads;
+  }
+
   at::Tensor grad_norm_squared_share() override { return grad_norm().square(); }
 
-  // No collective: the loss is already the whole step's, the norm is taken directly (the root of
-  // a square would not always give it back to the last bit).
-  LossAndGradNorm reduce_loss_and_grad_norm(Communicator&, const at::Tensor& loss_sum) override {
+  void count_in_grad_norm(const std::vector<bool>& counted) override {
+    if (counted.size() != parameters_.size()) {
+      throw Error("count_in_grad_norm: " + std::to_string(counted.size()) + " flags for " +
+                  std::to_string(parameters_.size()) + " parameters");
+    }
+    counted_ = counted;
+  }
+
+  // Alone: no collective, the loss is already the whole step's, the norm is taken directly (the
+  // root of a square would not always give it back to the last bit). With tensor-parallel peers
+  // (one data-parallel rank, tp > 1), the shares are summed over them.
+  LossAndGradNorm reduce_loss_and_grad_norm(Communicator& comm, const at::Tensor& loss_sum) override {
+    if (comm.world_size() > 1) return ParallelStrategy::reduce_loss_and_grad_norm(comm, loss_sum);
     return {loss_sum, grad_norm().to(loss_sum.device())};
   }
 
@@ -91,7 +111,7 @@ class LocalStrategy final : public ParallelStrategy {
  private:
   // The L2 norm over all gradients as a device tensor (no host synchronisation).
   at::Tensor grad_norm() {
-    const std::vector<at::Tensor> grads = gradients();
+    const std::vector<at::Tensor> grads = counted_gradients();
     if (grads.empty()) {
       // No gradient this step: a zero on the parameters' device, not a host tensor to copy over.
       const auto device = parameters_.empty() ? at::Device(at::kCPU) : parameters_.front().device();
@@ -103,6 +123,7 @@ class LocalStrategy final : public ParallelStrategy {
   }
 
   std::vector<at::Tensor> parameters_;
+  std::vector<bool> counted_;  // empty: every parameter
 };
 
 }  // namespace

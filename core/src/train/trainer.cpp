@@ -58,19 +58,34 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
       device_(context_.device),
       compute_dtype_(compute_dtype(context_.precision)),
       strategy_(*parts_.parallel) {
+  if (!context_.communicator) throw Error("trainer: the run context has no communicator");
+  mesh_ = context_.mesh ? context_.mesh : DeviceMesh::data_parallel_only(context_.communicator);
+  tp_ = TensorParallel::of(context_);
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
-  if (!context_.communicator) throw Error("trainer: the run context has no communicator");
-  hidden_loss_ = parts_.loss->takes_hidden_states();
+  // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and the head:
+  // whole logits would be gathered otherwise.
+  hidden_loss_ = parts_.loss->takes_hidden_states() ||
+                 (parts_.model->has_output_head() && parts_.model->output_head().vocab_parallel());
   vocab_size_ = parts_.model->vocab_size();
   if (hidden_loss_ && !parts_.model->has_output_head()) {
     throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
                 "hidden states and output head; set the loss's chunk_size to 0");
   }
+  if (tp_.size() > 1 && parts_.model->tensor_parallel_plan().empty()) {
+    throw Error("trainer: parallelism.tp is " + std::to_string(tp_.size()) + " but " + parts_.names.model +
+                " does not split its layers (Model::tensor_parallel_plan); set parallelism.tp: 1");
+  }
   place_model();
   parts_.model->train();
-  strategy_.setup(*parts_.model, *parts_.optimizer, *context_.communicator);
+  strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->data_parallel());
+  if (tp_.size() > 1) {
+    // A parameter every tensor-parallel rank holds whole counts once in the global norm.
+    std::vector<bool> counted;
+    for (const TensorShard& shard : optimizer_shards()) counted.push_back(!shard.replicated() || tp_.rank() == 0);
+    strategy_.count_in_grad_norm(counted);
+  }
   if (parts_.model->has_deferred_parameters()) {
     throw Error("trainer: parallel strategy set up without giving the model's deferred parameters storage");
   }
@@ -85,7 +100,8 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     parts_.train_data =
         std::make_shared<PrefetchingDataset>(parts_.train_data, settings_.prefetch, /*pin_memory=*/device_.is_cuda());
   }
-  parts_.train_data->set_shard(context_.rank, context_.world_size);
+  // Tensor-parallel peers read the same batches: the data is split over the data-parallel ranks.
+  parts_.train_data->set_shard(mesh_->data_parallel().rank(), mesh_->data_parallel().world_size());
   progress_.max_steps = settings_.max_steps;
   peak_ = resolve_peak_flops(peak_flops, device_name(device_),
                              compute_precision(context_.precision, parts_.optimizer->parameters(), device_));
@@ -103,6 +119,27 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 }
 
 Trainer::~Trainer() = default;
+
+std::int64_t Trainer::parameter_count() const {
+  const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
+  std::int64_t n = 0;
+  for (const auto& item : parts_.model->named_parameters()) {
+    if (item.value().requires_grad()) n += item.value().numel() * (shard_in(plan, item.key()).replicated() ? 1 : tp_.size());
+  }
+  return n;
+}
+
+std::vector<TensorShard> Trainer::optimizer_shards() const {
+  const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : parts_.model->named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+  std::vector<TensorShard> shards;
+  for (const auto& p : parts_.optimizer->parameters()) {
+    const auto name = names.find(p.unsafeGetTensorImpl());
+    shards.push_back(name == names.end() ? TensorShard{} : shard_in(plan, name->second));
+  }
+  return shards;
+}
 
 // The model onto the run's device. Deferred parameters (tessera/deferred_init.hpp) get storage
 // there and their initial values, all at once, unless the strategy does it a unit at a time.

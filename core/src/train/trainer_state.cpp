@@ -8,8 +8,10 @@
 
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/core/checkpoint/reshard.hpp"
+#include "tessera/core/train/tensor_parallel_state.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/log.hpp"
+#include "tessera/parallel/sharded_rng.hpp"
 
 namespace tessera::core {
 namespace {
@@ -41,9 +43,13 @@ CheckpointState Trainer::capture() {
   st.rank = context_.rank;
   st.world_size = context_.world_size;
   st.strategy = checkpoint_.strategy;
+  st.mesh = mesh_->dims().describe();
   Model& model = *parts_.model;
-  // The whole model: gathered by the strategy (a collective under fsdp), kept by rank 0 as host copies.
+  // The whole model: gathered by the strategy over the data-parallel ranks (a collective under
+  // fsdp) onto their rank 0, joined there over the tensor-parallel ranks, kept by rank 0 as host
+  // copies.
   StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
+  if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, model.tensor_parallel_plan(), tp_);
   if (context_.rank == 0) {
     st.model = std::move(whole);
     for (const auto& item : model.named_buffers()) st.model[item.key()] = item.value().detach().to(at::kCPU, false, true);
@@ -51,19 +57,26 @@ CheckpointState Trainer::capture() {
     st.model_config_json = checkpoint_.model_config_json;
   }
   st.optimizer_sharded = strategy_.shards_optimizer_state();
-  st.write_optimizer = st.optimizer_sharded || context_.rank == 0;
+  // One writer per distinct part: every rank of sharded state but a hybrid replica's copy; without
+  // sharding, data-parallel rank 0 (one per tensor-parallel rank).
+  st.write_optimizer = st.optimizer_sharded ? !strategy_.is_optimizer_state_replica()
+                                            : mesh_->data_parallel().rank() == 0;
   if (st.write_optimizer) {
     st.optimizer = on_host(parts_.optimizer->state_dict());
     const auto params = parts_.optimizer->parameters();
     const auto ranges = owned_ranges_of(strategy_, params.size());
+    const auto shards = tp_.size() > 1 ? optimizer_shards() : std::vector<TensorShard>();
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto [begin, end] = ranges[i];
-      st.optimizer_ranges["param." + std::to_string(i)] = at::tensor({begin, end, params[i].numel()}, at::kLong);
+      const std::string key = "param." + std::to_string(i);
+      st.optimizer_ranges[key] = at::tensor({begin, end, params[i].numel()}, at::kLong);
+      if (!shards.empty()) st.optimizer_layouts[key] = tensor_parallel_layout(tp_, shards[i], params[i].sizes());
     }
   }
   st.data = on_host(parts_.train_data->state_dict());
   st.rng["cpu"] = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state();
   if (device_.is_cuda()) st.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
+  for (const auto& [key, state] : ShardedRng::state_dict()) st.rng["sharded/" + key] = state;
   return st;
 }
 
@@ -71,7 +84,9 @@ void Trainer::load_model_state(const LoadedCheckpoint& ck, const std::string& ch
   Model& model = *parts_.model;
   c10::NoGradGuard no_grad;
   try {
-    strategy_.load_full_parameters(model, ck.model);
+    // Whole parameters, cut to this rank's parts under tensor parallelism.
+    strategy_.load_full_parameters(model, tp_.size() > 1 ? cut_tensor_parallel(ck.model, model.tensor_parallel_plan(), tp_)
+                                                         : ck.model);
   } catch (const CheckpointError&) {
     throw;
   } catch (const Error& e) {
@@ -92,12 +107,15 @@ void Trainer::restore(const std::string& checkpoint_path) {
   load_model_state(ck, checkpoint_path);
   c10::NoGradGuard no_grad;
   const auto params = parts_.optimizer->parameters();
+  // The whole parameters' state cut to this tensor-parallel rank's parts, then to its ranges.
+  const StateDict local = tp_.size() > 1 ? tensor_parallel_part(ck.optimizer, params, optimizer_shards(), tp_)
+                                         : ck.optimizer;
   if (strategy_.shards_optimizer_state()) {
     const auto ranges = owned_ranges_of(strategy_, params.size());
-    StateDict mine = optimizer_state_for(ck.optimizer, params, &ranges);
+    StateDict mine = optimizer_state_for(local, params, &ranges);
     strategy_.with_owned_parameters([&] { parts_.optimizer->load_state_dict(mine); });
   } else {
-    parts_.optimizer->load_state_dict(optimizer_state_for(ck.optimizer, params, nullptr));
+    parts_.optimizer->load_state_dict(optimizer_state_for(local, params, nullptr));
   }
   parts_.train_data->load_state_dict(ck.data);
   // A Generator is a handle: setting the copy's state sets the global generator's.
@@ -109,6 +127,11 @@ void Trainer::restore(const std::string& checkpoint_path) {
     at::Generator cuda = at::globalContext().defaultGenerator(device_);
     cuda.set_state(ck.rng.at("cuda"));
   }
+  StateDict sharded;
+  for (const auto& [key, state] : ck.rng) {
+    if (key.rfind("sharded/", 0) == 0) sharded[key.substr(8)] = state;
+  }
+  if (!sharded.empty()) ShardedRng::load_state_dict(sharded);
   progress_.step = ck.metadata.step;
   progress_.tokens = ck.metadata.tokens;
   progress_.samples = ck.metadata.samples;

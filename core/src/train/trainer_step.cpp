@@ -100,9 +100,10 @@ Trainer::StepInputs Trainer::fetch() {
     in.seq_len = std::max<std::int64_t>(in.seq_len, batch.input_ids.size(-1));
   }
   // Counted on the host, so summing them needs no device synchronisation (an NCCL run reduces
-  // host tensors on its Gloo group); with one rank the collective returns at once.
+  // host tensors on its Gloo group); with one rank the collective returns at once. Over the
+  // data-parallel ranks: tensor-parallel peers read the same batches.
   at::Tensor counts = at::tensor({in.target_tokens, in.input_tokens, in.samples}, at::kLong);
-  context_.communicator->all_reduce(counts);
+  mesh_->data_parallel().all_reduce(counts);
   in.target_tokens = counts[0].item<std::int64_t>();
   in.input_tokens = counts[1].item<std::int64_t>();
   in.samples = counts[2].item<std::int64_t>();
@@ -117,7 +118,7 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
   const double inv_tokens = inputs.inv_tokens();
   // A model's own loss terms (MoE balancing) are means per forward: each micro-batch of each
   // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
-  const double aux_weight = 1.0 / static_cast<double>(settings_.grad_accum * context_.communicator->world_size());
+  const double aux_weight = 1.0 / static_cast<double>(settings_.grad_accum * mesh_->data_parallel().world_size());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   std::optional<MicroBatchGraph::StepScope> on_graph_stream;
   if (graph_) on_graph_stream.emplace(*graph_);
@@ -174,7 +175,10 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
 // gradient norm, both still on the device.
 LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& inputs) {
   strategy_.finish_gradients();
-  LossAndGradNorm reduced = strategy_.reduce_loss_and_grad_norm(*context_.communicator, loss_sum);
+  // Over every rank that computed the loss; tensor-parallel peers hold the same loss, which
+  // tensor-parallel rank 0 alone counts (as it alone counts their replicated gradients).
+  const at::Tensor counted_loss = tp_.rank() == 0 ? loss_sum : at::zeros_like(loss_sum);
+  LossAndGradNorm reduced = strategy_.reduce_loss_and_grad_norm(mesh_->loss_group(), counted_loss);
   reduced.loss_sum = reduced.loss_sum * inputs.inv_tokens();  // from here on the step's loss
   return reduced;
 }
@@ -323,6 +327,12 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
     log::info("memory held by rank ", context_.rank, " between steps: parameters ", memory_.parameters,
               " B, gradients ", memory_.gradients, " B, optimizer state ", memory_.optimizer_state, " B, total ",
               memory_.total(), " B");
+    // The largest rank's model state, what a mesh saves per device (a host collective, once).
+    at::Tensor largest = at::tensor({memory_.parameters, memory_.gradients, memory_.optimizer_state}, at::kLong);
+    context_.communicator->all_reduce(largest, ReduceOp::max);
+    m.extra["parameter_bytes"] = static_cast<double>(largest[0].item<std::int64_t>());
+    m.extra["gradient_bytes"] = static_cast<double>(largest[1].item<std::int64_t>());
+    m.extra["optimizer_bytes"] = static_cast<double>(largest[2].item<std::int64_t>());
   }
   for_each_callback_at_step_boundary("on_collect_metrics", [&](Callback& cb) { cb.on_collect_metrics(ctx, m); });
   return m;

@@ -146,6 +146,7 @@ nlohmann::json run_spec_json_schema(const Registry& registry) {
             {"settings", section_schema(core::settings_schema())},
             {"trainer", section_schema(core::trainer_schema())},
             {"checkpoint", section_schema(core::checkpoint_schema())},
+            {"parallelism", section_schema(core::parallelism_schema())},
             {"components", components}}},
           {"required", {"components", "trainer"}},
           {"additionalProperties", false},
@@ -166,6 +167,11 @@ void markdown_fields(std::ostringstream& out, const Schema& schema) {
         << " | " << f.constraints_text() << " | " << f.doc << " |\n";
   }
   out << "\n";
+  if (!schema.mesh_axes().empty()) {
+    out << "Splits over the device mesh's axes:";
+    for (const auto& a : schema.mesh_axes()) out << " `" << a << "`";
+    out << " (`parallelism:`).\n\n";
+  }
 }
 
 }  // namespace
@@ -182,6 +188,8 @@ std::string components_markdown(const Registry& registry) {
   markdown_fields(out, core::trainer_schema());
   out << "### checkpoint\n\n";
   markdown_fields(out, core::checkpoint_schema());
+  out << "### parallelism\n\n";
+  markdown_fields(out, core::parallelism_schema());
   out << "### components (the trainer's roles)\n\n| name | kind | required | description |\n|---|---|---|---|\n";
   for (const auto& role : core::trainer_roles()) {
     out << "| `" << role.name << "` | " << role.kind << (role.list ? " (list)" : "") << " | "

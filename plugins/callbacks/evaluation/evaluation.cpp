@@ -14,6 +14,7 @@
 #include "tessera/error.hpp"
 #include "tessera/evaluate.hpp"
 #include "tessera/loss.hpp"
+#include "tessera/parallel/device_mesh.hpp"
 #include "tessera/model.hpp"
 #include "tessera/plugin.hpp"
 
@@ -46,7 +47,8 @@ class Evaluation final : public tessera::Callback {
       : config_(config) {}
 
   void on_train_begin(tessera::CallbackContext& ctx) override {
-    config_.data->set_shard(ctx.run.rank, ctx.run.world_size);
+    const auto data_parallel = tessera::data_parallel_group(ctx.run);
+    config_.data->set_shard(data_parallel->rank(), data_parallel->world_size());
     start_ = config_.data->state_dict();  // rewound to here before every evaluation
     // A resumed run's last step was evaluated (or not) by the attempt that reached it.
     last_step_ = ctx.progress.step > 0 ? ctx.progress.step : -1;

@@ -13,6 +13,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/communicator.hpp"
+#include "tessera/parallel/device_mesh.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
@@ -121,7 +122,8 @@ class MoeMonitor final : public tessera::Callback {
                           .to(at::kDouble));
     }
     at::Tensor packed = at::cat(parts);
-    if (run.communicator && run.communicator->world_size() > 1) run.communicator->all_reduce(packed);
+    // Over the data-parallel ranks: tensor-parallel peers route the same tokens.
+    tessera::data_parallel_group(run)->all_reduce(packed);
     const at::Tensor host = packed.to(at::kCPU).contiguous();
     const double* v = host.data_ptr<double>();
     std::vector<LayerLoad> layers(stats.size());

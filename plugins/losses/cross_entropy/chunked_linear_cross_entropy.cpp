@@ -11,19 +11,49 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "tessera/error.hpp"
+#include "tessera/parallel/vocab_parallel.hpp"
 #include "tessera/precision.hpp"
 
 namespace tessera_plugins {
 namespace {
 
+// Where the vocabulary is split over ranks: the head's group and this rank's rows.
+struct VocabSplit {
+  std::shared_ptr<tessera::Communicator> group;  // null: the whole vocabulary here
+  std::int64_t start = 0, size = 0;
+};
+
+// One chunk's summed loss and, with `with_grad`, d loss / d logits (float32).
+std::pair<at::Tensor, at::Tensor> chunk_loss(const at::Tensor& logits, const at::Tensor& labels, double label_smoothing,
+                                             std::int64_t ignore_index, bool with_grad, const VocabSplit& split) {
+  if (split.group) {
+    const tessera::VocabParallelCrossEntropy ce = tessera::vocab_parallel_cross_entropy(
+        logits, labels, split.start, split.size, *split.group, label_smoothing, ignore_index, with_grad);
+    return {ce.sum, ce.grad_logits};
+  }
+  if (!with_grad) {
+    return {at::cross_entropy_loss(logits.to(at::kFloat), labels, {}, at::Reduction::Sum, ignore_index, label_smoothing),
+            at::Tensor()};
+  }
+  // The chunk's logits as a leaf, so ATen's own cross-entropy backward gives d loss / d logits
+  // (label smoothing and ignored labels included).
+  c10::AutoGradMode grad_mode(true);
+  at::Tensor leaf = logits.to(at::kFloat).detach().requires_grad_(true);
+  at::Tensor loss = at::cross_entropy_loss(leaf, labels, {}, at::Reduction::Sum, ignore_index, label_smoothing);
+  at::Tensor grad = torch::autograd::grad({loss}, {leaf})[0];
+  return {loss.detach(), grad};
+}
+
 struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& labels, std::int64_t chunk_size,
                             double label_smoothing, std::int64_t ignore_index, at::ScalarType matmul_dtype,
-                            bool with_grad) {
+                            bool with_grad, VocabSplit split) {
     tessera::NoAutocast no_autocast(hidden.device());  // it chooses its dtypes itself
     const at::Tensor h_all = hidden.to(matmul_dtype);
     const at::Tensor w = weight.to(matmul_dtype);
@@ -41,19 +71,10 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
       const std::int64_t n = std::min(chunk_size, tokens - start);
       const at::Tensor h = h_all.narrow(0, start, n);
       const at::Tensor y = labels.narrow(0, start, n);
-      if (!with_grad) {
-        total += at::cross_entropy_loss(at::linear(h, w, b).to(at::kFloat), y, {}, at::Reduction::Sum, ignore_index,
-                                        label_smoothing);
-        continue;
-      }
-      // The chunk's logits as a leaf, so ATen's own cross-entropy backward gives d loss / d logits
-      // (label smoothing and ignored labels included).
-      c10::AutoGradMode grad_mode(true);
-      at::Tensor logits = at::linear(h, w, b).to(at::kFloat).detach().requires_grad_(true);
-      at::Tensor loss =
-          at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum, ignore_index, label_smoothing);
-      const at::Tensor d_logits = torch::autograd::grad({loss}, {logits})[0].to(matmul_dtype);
-      total += loss.detach();
+      auto [loss, grad] = chunk_loss(at::linear(h, w, b), y, label_smoothing, ignore_index, with_grad, split);
+      total += loss;
+      if (!with_grad) continue;
+      const at::Tensor d_logits = grad.to(matmul_dtype);
       grad_hidden.narrow(0, start, n).copy_(d_logits.mm(w));
       grad_weight.add_(d_logits.t().mm(h));
       if (grad_bias.defined()) grad_bias.add_(d_logits.sum(0));
@@ -71,15 +92,19 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
     at::Tensor grad_hidden = saved[0].defined() ? saved[0] * scale.to(saved[0].scalar_type()) : at::Tensor();
     at::Tensor grad_weight = saved[1].defined() ? (saved[1] * scale).to(weight_dtype) : at::Tensor();
     at::Tensor grad_bias = saved[2].defined() ? (saved[2] * scale).to(weight_dtype) : at::Tensor();
-    return {grad_hidden, grad_weight, grad_bias, {}, {}, {}, {}, {}, {}};
+    return {grad_hidden, grad_weight, grad_bias, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
 }  // namespace
 
-at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
+at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const tessera::OutputHead& head,
                                         const at::Tensor& labels, std::int64_t chunk_size, double label_smoothing,
                                         std::int64_t ignore_index) {
+  const at::Tensor& weight = head.weight;
+  const at::Tensor& bias = head.bias;
+  VocabSplit split;
+  if (head.vocab_parallel()) split = {head.vocab_group, head.vocab_start, head.vocab_size};
   if (chunk_size <= 0) {
     throw tessera::Error("chunked_linear_cross_entropy: chunk_size must be positive, got " + std::to_string(chunk_size));
   }
@@ -91,7 +116,7 @@ at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tens
   // Custom functions take defined tensors only: no bias is an empty one.
   const at::Tensor bias_or_empty = bias.defined() ? bias : at::empty({0}, weight.options());
   return ChunkedLinearCrossEntropy::apply(hidden, weight, bias_or_empty, labels, chunk_size, label_smoothing, ignore_index,
-                                          matmul_dtype, with_grad);
+                                          matmul_dtype, with_grad, split);
 }
 
 }  // namespace tessera_plugins

@@ -10,12 +10,18 @@
 
 #include <cstdint>
 
+#include "tessera/output_head.hpp"
+
 namespace tessera_plugins {
 
-// Summed cross-entropy of linear(hidden, weight, bias) against labels (ignore_index skipped),
-// differentiable with respect to hidden, weight and bias. hidden [tokens, dim], labels [tokens].
-// Under autocast the matrix products run in autocast's dtype, the softmax in float32.
-at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
+// Summed cross-entropy of linear(hidden, head.weight, head.bias) against labels (ignore_index
+// skipped), differentiable with respect to hidden, weight and bias. hidden [tokens, dim], labels
+// [tokens]. Under autocast the matrix products run in autocast's dtype, the softmax in float32.
+// With a vocabulary-parallel head (OutputHead::vocab_parallel) each rank projects onto its rows
+// of the vocabulary and the chunk's loss is reduced over the head's group
+// (tessera/parallel/vocab_parallel.hpp): no rank holds a token's whole logits; the gradient of
+// `hidden` is then this rank's part of it, which the model's column_input sums over the ranks.
+at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const tessera::OutputHead& head,
                                         const at::Tensor& labels, std::int64_t chunk_size, double label_smoothing,
                                         std::int64_t ignore_index);
 

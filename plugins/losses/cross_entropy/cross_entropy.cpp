@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cross_entropy_loss.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "chunked_linear_cross_entropy.hpp"
@@ -51,12 +52,14 @@ class CrossEntropyLoss final : public tessera::Loss {
 
   tessera::LossSum compute_from_hidden(const at::Tensor& hidden, const tessera::OutputHead& head,
                                        const at::Tensor& labels) override {
-    // Without chunk_size the whole logits, as the SDK's default does (an evaluation may ask).
-    if (chunk_size_ <= 0) return tessera::Loss::compute_from_hidden(hidden, head, labels);
+    // Without chunk_size the whole logits, as the SDK's default does (an evaluation may ask);
+    // with the vocabulary split over ranks, reduced over them in one chunk instead.
+    if (chunk_size_ <= 0 && !head.vocab_parallel()) return tessera::Loss::compute_from_hidden(hidden, head, labels);
     const at::Tensor flat_hidden = hidden.reshape({-1, hidden.size(-1)});
     const at::Tensor flat_labels = labels.reshape({-1});
-    at::Tensor sum = tessera_plugins::chunked_linear_cross_entropy(
-        flat_hidden, head.weight, head.bias, flat_labels, chunk_size_, label_smoothing_, tessera::kIgnoreIndex);
+    const std::int64_t chunk = chunk_size_ > 0 ? chunk_size_ : std::max<std::int64_t>(flat_hidden.size(0), 1);
+    at::Tensor sum = tessera_plugins::chunked_linear_cross_entropy(flat_hidden, head, flat_labels, chunk,
+                                                                   label_smoothing_, tessera::kIgnoreIndex);
     at::Tensor count = flat_labels.ne(tessera::kIgnoreIndex).sum(at::kLong);
     return {std::move(sum), std::move(count)};
   }

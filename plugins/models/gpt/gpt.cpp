@@ -3,6 +3,7 @@
 // Imports and exports Hugging Face's GPT2LMHeadModel (gpt2_format.hpp).
 #include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
+#include <ATen/ops/embedding.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/linear.h>
@@ -40,12 +41,13 @@ using tessera::gpt_parts::Mlp;
 
 class Block : public torch::nn::Module {
  public:
-  explicit Block(const GptConfig& c)
-      : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
-        attn(register_module("attn", std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.bias, c.dropout))),
-        ln_2(register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias))),
+  Block(const GptConfig& c, const tessera::TensorParallel& tp)
+      : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp))),
+        attn(register_module("attn",
+                             std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.bias, c.dropout, tp))),
+        ln_2(register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp))),
         mlp(register_module("mlp", std::make_shared<Mlp>(c.n_embd, c.bias, c.dropout,
-                                                         c.activation == "gelu_tanh" ? "tanh" : "none"))) {}
+                                                         c.activation == "gelu_tanh" ? "tanh" : "none", tp))) {}
 
   at::Tensor forward(at::Tensor x, const at::Tensor& mask = {}) {
     x = x + attn->forward(ln_1->forward(x), mask);
@@ -61,31 +63,41 @@ class Block : public torch::nn::Module {
 class Gpt final : public tessera::Model {
  public:
   // `hf`: a Hugging Face GPT-2 folder to take the weights from (c.init_from), already read.
-  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf)
+  // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
+  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp)
       : config_(c),
+        tp_(std::move(tp)),
         init_seed_(tessera::draw_init_seed()),
-        wte_(register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd))),
+        wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))),
         wpe_(register_module("wpe", std::make_shared<Embedding>(c.max_seq_len, c.n_embd))) {
     // A plain module as container names parameters h.0.attn.c_attn.weight, ... like GPT-2.
     auto layers = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c)));
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_)));
+      const std::string block = "h." + std::to_string(i) + ".";
+      tessera::gpt_parts::attention_plan(plan_, block + "attn.", c.bias);
+      tessera::gpt_parts::mlp_plan(plan_, block + "mlp.", c.bias);
     }
-    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias));
+    plan_["wte.weight"] = tessera::TensorShard::vocabulary();
+    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp_));
     // Deferred (built by the host for a run): the parameters are shapes on the meta device until
     // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
     if (!has_deferred_parameters()) initialize_parameters(parameters());
     if (hf) {
-      tessera::gpt2_format::import_weights(*hf, *this);
+      tessera::gpt2_format::import_weights(*hf, *this, plan_, tp_);
       tokenizer_files_ = hf->tokenizer_files;
       special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
-      tessera::hf_import::load_tessera_weights(*this, c.init_from);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_);
     }
     // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
-    // output layer, but not the position embedding: a lookup costs no FLOPs.
-    flop_params_ = static_cast<double>(num_parameters() - wpe_->weight.numel());
+    // output layer, but not the position embedding: a lookup costs no FLOPs. The whole model's
+    // N, whatever part of it this rank holds.
+    flop_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
+                                       wpe_->weight.numel());
   }
+
+  tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
 
   // fsdp gathers one block at a time; embeddings and the final norm are gathered for the whole pass.
   std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() override {
@@ -94,7 +106,15 @@ class Gpt final : public tessera::Model {
 
   // The tied head: a chunked loss gets the final norm's output and the token embedding matrix.
   bool has_output_head() const override { return true; }
-  tessera::OutputHead output_head() override { return {wte_->weight, {}}; }
+  tessera::OutputHead output_head() override {
+    tessera::OutputHead head{wte_->weight, {}};
+    if (tp_.size() > 1) {
+      head.vocab_group = tp_.group();
+      head.vocab_start = tp_.vocab_start(config_.vocab_size);
+      head.vocab_size = config_.vocab_size;
+    }
+    return head;
+  }
 
   // GPT2LMHeadModel has biases throughout.
   bool exports_hugging_face() const override { return config_.bias; }
@@ -118,8 +138,10 @@ class Gpt final : public tessera::Model {
 
  protected:
   at::Tensor compute(const at::Tensor& input_ids) override {
-    // Tied head: the token embedding matrix is the output projection, no extra parameter.
-    return at::linear(compute_hidden(input_ids), wte_->weight);
+    // Tied head: the token embedding matrix is the output projection, no extra parameter. Split
+    // over tensor-parallel ranks, each computes its vocabulary's logits, gathered whole here (the
+    // loss never asks for them: it takes the hidden states and the head).
+    return tp_.gather_vocabulary(at::linear(compute_hidden(input_ids), wte_->weight));
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
@@ -137,9 +159,11 @@ class Gpt final : public tessera::Model {
     tessera::documents::Layout docs;
     if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids);
     const at::Tensor positions =
-        docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options().dtype(at::kLong));
-    at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), config_.dropout,
-                               is_training());
+        docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+    // Under sequence parallelism the residual stream is this rank's slice of the sequence.
+    const at::Tensor position_embeddings = at::embedding(tp_.replicated(wpe_->weight), tp_.sequence_slice(positions));
+    at::Tensor x = tp_.stream_dropout(tp_.vocab_embedding(input_ids, wte_->weight) + position_embeddings,
+                                      config_.dropout, is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
       // The body outlives this call when checkpointed (backward runs it again): it owns the block
       // and the mask.
@@ -152,7 +176,9 @@ class Gpt final : public tessera::Model {
         return checkpointed ? tessera::checkpoint_activations(body, h) : body(h);
       });
     }
-    return ln_f_->forward(x);
+    // The whole sequence, replicated (its gradient summed over the ranks): every rank computes
+    // its vocabulary's logits of every token.
+    return tp_.column_input(ln_f_->forward(x));
   }
 
  public:
@@ -161,11 +187,13 @@ class Gpt final : public tessera::Model {
   void initialize_parameters(const std::vector<at::Tensor>& params) override {
     tessera::gpt_parts::initialize_gpt2_parameters(
         *this, "model/gpt", params, init_seed_, config_.init_std,
-        config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer)));
+        config_.init_std / std::sqrt(2.0 * static_cast<double>(config_.n_layer)), plan_, tp_);
   }
 
  private:
   GptConfig config_;
+  tessera::TensorParallel tp_;
+  tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;
@@ -176,22 +204,29 @@ class Gpt final : public tessera::Model {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  registrar.add<tessera::Model, GptConfig>("gpt", "GPT-2 style decoder-only transformer with tied head",
-                                           [](const GptConfig& yaml) {
-                                             // Weights read from a file at construction: built whole.
-                                             std::optional<tessera::DeferredInitSuspension> whole;
-                                             if (!yaml.init_from.empty()) whole.emplace();
-                                             if (!tessera::is_hf_checkpoint(yaml.init_from)) {
-                                               // A Tessera export folder: its config.json settles what the YAML left out.
-                                               const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "gpt");
-                                               return std::make_shared<Gpt>(
-                                                   exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml, nullptr);
-                                             }
-                                             // A Hugging Face folder: config.json settles what the YAML left out.
-                                             const tessera::HfCheckpoint hf = tessera::hf_import::at_init_from(
-                                                 [&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-                                             return std::make_shared<Gpt>(tessera::gpt2_format::settle_config(yaml, hf.config), &hf);
-                                           });
+  registrar.add<tessera::Model, GptConfig>(
+      "gpt", "GPT-2 style decoder-only transformer with tied head",
+      [](const GptConfig& yaml, const tessera::RunContext& run) {
+        const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
+        // The sizes init_from settled must divide over the tensor-parallel ranks too.
+        auto checked = [&](GptConfig c) {
+          tessera::gpt_parts::check_tensor_parallel(c, run.parallel);
+          return c;
+        };
+        // Weights read from a file at construction: built whole.
+        std::optional<tessera::DeferredInitSuspension> whole;
+        if (!yaml.init_from.empty()) whole.emplace();
+        if (!tessera::is_hf_checkpoint(yaml.init_from)) {
+          // A Tessera export folder: its config.json settles what the YAML left out.
+          const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "gpt");
+          return std::make_shared<Gpt>(
+              checked(exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml), nullptr, tp);
+        }
+        // A Hugging Face folder: config.json settles what the YAML left out.
+        const tessera::HfCheckpoint hf =
+            tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
+        return std::make_shared<Gpt>(checked(tessera::gpt2_format::settle_config(yaml, hf.config)), &hf, tp);
+      });
 }
 
 }  // namespace

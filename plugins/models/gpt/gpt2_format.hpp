@@ -35,6 +35,7 @@ struct GptConfig : gpt_parts::GptArchitecture {
             "folder (config.json + safetensors; architecture fields left out of the YAML come from config.json)")
         .existing_path();
     f.record_given(&GptConfig::given);
+    f.splits_sequence();
   }
 };
 
@@ -129,11 +130,12 @@ inline GptConfig settle_export(GptConfig c, const HfConfig& exported) {
 
 // Copies a Hugging Face GPT-2 checkpoint into `model`'s parameters (GPT-2's names, with or
 // without the `transformer.` prefix published files lack).
-inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model) {
+inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model, const TensorParallelPlan& plan = {},
+                           const TensorParallel& tp = {}) {
   hf_import::WeightImport weights(hf);
   const std::string prefix = weights.has("transformer.wte.weight") ? "transformer." : "";
   for (const auto& item : model.named_parameters()) {
-    weights.copy(prefix + item.key(), item.value(), is_conv1d_weight(item.key()));
+    weights.copy(prefix + item.key(), item.value(), is_conv1d_weight(item.key()), shard_in(plan, item.key()), tp);
   }
   // The head is the token embedding: a stored lm_head must be that same matrix.
   if (weights.has("lm_head.weight")) {

@@ -8,6 +8,7 @@
 
 #include "tessera/config_fields.hpp"
 #include "tessera/error.hpp"
+#include "tessera/parallel/parallel_dims.hpp"
 
 namespace tessera::gpt_parts {
 
@@ -27,6 +28,26 @@ struct GptArchitecture {
 
   std::int64_t head_dim() const { return n_embd / n_head; }
 };
+
+// What tensor parallelism needs of the sizes: heads and vocabulary rows divide over the ranks
+// (the MLP's 4 x n_embd units then do too). Checked at validation and again once init_from has
+// settled the sizes.
+inline void check_tensor_parallel(const GptArchitecture& c, const ParallelDims& dims) {
+  if (dims.tp == 1) return;
+  const std::string tp = std::to_string(dims.tp);
+  if (c.n_head % dims.tp != 0) {
+    throw ConfigError("n_head (" + std::to_string(c.n_head) + ") must be divisible by parallelism.tp (" + tp +
+                          "): each tensor-parallel rank computes n_head / tp of the heads",
+                      "n_head");
+  }
+  if (c.vocab_size % dims.tp != 0) {
+    const std::int64_t padded = (c.vocab_size + dims.tp - 1) / dims.tp * dims.tp;
+    throw ConfigError("vocab_size (" + std::to_string(c.vocab_size) + ") must be divisible by parallelism.tp (" + tp +
+                          "): each tensor-parallel rank holds vocab_size / tp rows of the embedding and the head; pad "
+                          "it (vocab_size: " + std::to_string(padded) + ")",
+                      "vocab_size");
+  }
+}
 
 // What dropout and biases cover differs between the models; the docs say so.
 struct ArchitectureDocs {
@@ -50,6 +71,8 @@ void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& d
   f.field("activation_checkpointing_every", &A::activation_checkpointing_every,
           "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
       .at_least(1);
+  f.splits_over(MeshAxis::tp);
+  f.check_in_run([](const Config& c, const RunContext& run) { check_tensor_parallel(c, run.parallel); });
   f.check([](const Config& c) {
     if (c.n_embd % c.n_head != 0) {
       throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +

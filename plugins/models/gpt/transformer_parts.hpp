@@ -2,6 +2,11 @@
 // self-attention and the dense 4x GELU MLP. Parameter names follow GPT-2 (c_attn, c_proj, c_fc),
 // so exports and checkpoints of both models read the same way. Header-only: each model plugin
 // compiles its own copy (plugins share no code at run time).
+//
+// Tensor parallelism (tessera/parallel/tensor_parallel.hpp): attention is split by heads (c_attn
+// column-parallel in its q, k, v blocks, c_proj row-parallel), the MLP by hidden units (c_fc
+// column, c_proj row); each piece is built at its local size and adds its splits to the model's
+// plan (attention_plan, mlp_plan). With one rank everything is the plain layer.
 #pragma once
 
 #include <ATen/ops/dropout.h>
@@ -25,6 +30,7 @@
 #include "tessera/linear_gelu.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
+#include "tessera/parallel/tensor_parallel.hpp"
 
 namespace tessera::gpt_parts {
 
@@ -58,15 +64,17 @@ class ParameterNames {
   std::map<const c10::TensorImpl*, std::string> names_;
 };
 
-// GPT-2 init, parameter by parameter, for `params` of `model` (named `model_kind` in errors):
-// normal(0, init_std) weights and embeddings, residual output projections (every "c_proj.weight":
-// attention, MLP, experts) normal(0, residual_std) to keep the residual stream's variance flat,
-// ones and zeros for norms and biases. Each tensor's values come from its own generator (the
-// model's init seed and its name), drawn on the CPU: the same values whatever subset is
-// initialised, in whatever order, on whatever device (fsdp initialises its shards unit by unit).
+// GPT-2 init, parameter by parameter, for `params` of `model`: normal(0, init_std) weights and
+// embeddings, residual output projections (every "c_proj.weight": attention, MLP, experts)
+// normal(0, residual_std) to keep the residual stream's variance flat, ones and zeros for norms
+// and biases. Each tensor's values come from its own generator (the model's init seed and its
+// name), drawn on the CPU for the whole parameter and then cut to this rank's part (`plan`, `tp`):
+// the same values whatever subset is initialised, in whatever order, on whatever device (fsdp
+// initialises its shards unit by unit), whatever the tensor-parallel ranks.
 inline void initialize_gpt2_parameters(const torch::nn::Module& model, const char* model_kind,
                                        const std::vector<at::Tensor>& params, std::uint64_t init_seed,
-                                       double init_std, double residual_std) {
+                                       double init_std, double residual_std, const TensorParallelPlan& plan = {},
+                                       const TensorParallel& tp = {}) {
   c10::NoGradGuard no_grad;
   const ParameterNames names(model);
   for (const at::Tensor& p : params) {
@@ -79,11 +87,24 @@ inline void initialize_gpt2_parameters(const torch::nn::Module& model, const cha
     } else if (name.rfind("ln_f.", 0) == 0 || name.find(".ln_") != std::string::npos) {
       p.fill_(1.0);
     } else {
-      at::Tensor values = at::empty(p.sizes(), at::kFloat);
+      const TensorShard shard = shard_in(plan, name);
+      at::Tensor values = at::empty(tp.whole_shape(p.sizes(), shard), at::kFloat);
       values.normal_(0.0, ends_with("c_proj.weight") ? residual_std : init_std, init_generator(init_seed, name));
-      p.copy_(values);
+      p.copy_(tp.part_of(values, shard));
     }
   }
+}
+
+// The number of elements of the whole model's parameters (each split one counted whole): what
+// FLOPs per token are computed from, whatever the tensor-parallel ranks.
+inline std::int64_t whole_parameter_count(const torch::nn::Module& model, const TensorParallelPlan& plan,
+                                          const TensorParallel& tp) {
+  std::int64_t n = 0;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    n += item.value().numel() * (shard_in(plan, item.key()).replicated() ? 1 : tp.size());
+  }
+  return n;
 }
 
 // y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would).
@@ -111,71 +132,94 @@ inline std::shared_ptr<Affine> linear_layer(std::int64_t in, std::int64_t out, b
   return std::make_shared<Affine>(in, out, bias);
 }
 
-// torch::nn::LayerNorm has no bias switch, so this one holds its own affine parameters.
+// torch::nn::LayerNorm has no bias switch, so this one holds its own affine parameters. Under
+// sequence parallelism it normalises this rank's slice of the sequence, its gradients summed
+// over the ranks.
 class LayerNorm : public torch::nn::Module {
  public:
-  LayerNorm(std::int64_t dim, bool bias) : dim_(dim) {
+  LayerNorm(std::int64_t dim, bool bias, TensorParallel tp = {}) : dim_(dim), tp_(std::move(tp)) {
     weight_ = register_parameter("weight", parameter({dim}, 1.0));
     if (bias) bias_ = register_parameter("bias", parameter({dim}, 0.0));
   }
-  at::Tensor forward(const at::Tensor& x) { return at::layer_norm(x, {dim_}, weight_, bias_); }
+  at::Tensor forward(const at::Tensor& x) {
+    return at::layer_norm(x, {dim_}, tp_.replicated(weight_), bias_.defined() ? tp_.replicated(bias_) : bias_);
+  }
 
  private:
   std::int64_t dim_;
+  TensorParallel tp_;
   at::Tensor weight_, bias_;  // bias_ stays undefined when bias is off
 };
 
+// A row-parallel projection back to the residual stream: this rank's input units times its
+// columns of the weight, summed over the ranks (scattered onto sequence slices under sequence
+// parallelism), then the bias, then dropout of the stream.
+inline at::Tensor row_parallel_output(const TensorParallel& tp, const Affine& layer, const at::Tensor& x,
+                                      double dropout, bool training) {
+  if (tp.size() == 1) return at::dropout(layer.forward(x), dropout, training);
+  at::Tensor y = tp.row_output(at::linear(x, layer.weight));
+  if (layer.bias.defined()) y = y + tp.replicated(layer.bias);
+  return tp.stream_dropout(y, dropout, training);
+}
+
 class CausalSelfAttention : public torch::nn::Module {
  public:
-  CausalSelfAttention(std::int64_t n_embd, std::int64_t n_head, bool bias, double dropout)
-      : n_head_(n_head),
+  CausalSelfAttention(std::int64_t n_embd, std::int64_t n_head, bool bias, double dropout, TensorParallel tp = {})
+      : n_head_(tp.local(n_head)),
         dropout_(dropout),
-        qkv_(register_module("c_attn", linear_layer(n_embd, 3 * n_embd, bias))),
-        out_(register_module("c_proj", linear_layer(n_embd, n_embd, bias))) {}
+        tp_(std::move(tp)),
+        qkv_(register_module("c_attn", linear_layer(n_embd, 3 * tp_.local(n_embd), bias))),
+        out_(register_module("c_proj", linear_layer(tp_.local(n_embd), n_embd, bias))) {}
 
   // `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see; causal without.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {}) {
     const double attn_dropout = is_training() ? dropout_ : 0.0;
+    const at::Tensor qkv = qkv_->forward(tp_.column_input(x));  // this rank's heads, the whole sequence
     at::Tensor y;
-    if (mask.defined()) {
-      const std::int64_t batch = x.size(0), seq = x.size(1), embd = x.size(2);
-      // [B, T, 3C] -> three [B, H, T, C/H]
-      std::vector<at::Tensor> qkv = qkv_->forward(x)
-                                        .view({batch, seq, 3, n_head_, embd / n_head_})
-                                        .permute({2, 0, 3, 1, 4})
-                                        .unbind(0);
-      y = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], mask, attn_dropout, /*is_causal=*/false)
-              .transpose(1, 2)
-              .contiguous()
-              .view({batch, seq, embd});
-    } else {
-      // Causal: tessera::causal_self_attention picks the kernel (its own on a CPU).
-      y = causal_self_attention(qkv_->forward(x), n_head_, attn_dropout);
+    {
+      // Attention dropout on this rank's own heads: masks of its own.
+      ShardedRandomness own(tp_, qkv.device());
+      if (mask.defined()) {
+        const std::int64_t batch = qkv.size(0), seq = qkv.size(1), embd = qkv.size(2) / 3;
+        // [B, T, 3C] -> three [B, H, T, C/H]
+        std::vector<at::Tensor> heads =
+            qkv.view({batch, seq, 3, n_head_, embd / n_head_}).permute({2, 0, 3, 1, 4}).unbind(0);
+        y = at::scaled_dot_product_attention(heads[0], heads[1], heads[2], mask, attn_dropout, /*is_causal=*/false)
+                .transpose(1, 2)
+                .contiguous()
+                .view({batch, seq, embd});
+      } else {
+        // Causal: tessera::causal_self_attention picks the kernel (its own on a CPU).
+        y = causal_self_attention(qkv, n_head_, attn_dropout);
+      }
     }
-    return at::dropout(out_->forward(y), dropout_, is_training());
+    return row_parallel_output(tp_, *out_, y, dropout_, is_training());
   }
 
   std::shared_ptr<Affine>& out_proj() { return out_; }
   std::shared_ptr<Affine>& qkv_proj() { return qkv_; }
 
  private:
-  std::int64_t n_head_;
+  std::int64_t n_head_;  // this rank's
   double dropout_;
+  TensorParallel tp_;
   std::shared_ptr<Affine> qkv_, out_;
 };
 
 class Mlp : public torch::nn::Module {
  public:
   // `approximate`: "none" for the exact GELU, "tanh" for GPT-2's (Hugging Face's gelu_new).
-  Mlp(std::int64_t n_embd, bool bias, double dropout, std::string approximate = "none")
+  Mlp(std::int64_t n_embd, bool bias, double dropout, std::string approximate = "none", TensorParallel tp = {})
       : dropout_(dropout),
         approximate_(std::move(approximate)),
-        up_(register_module("c_fc", linear_layer(n_embd, 4 * n_embd, bias))),
-        down_(register_module("c_proj", linear_layer(4 * n_embd, n_embd, bias))) {}
+        tp_(std::move(tp)),
+        up_(register_module("c_fc", linear_layer(n_embd, tp_.local(4 * n_embd), bias))),
+        down_(register_module("c_proj", linear_layer(tp_.local(4 * n_embd), n_embd, bias))) {}
 
   // gelu(c_fc(x)) through tessera::linear_gelu, which picks the kernel (its own on a CPU).
   at::Tensor forward(const at::Tensor& x) {
-    return at::dropout(down_->forward(linear_gelu(x, up_->weight, up_->bias, approximate_)), dropout_, is_training());
+    const at::Tensor hidden = linear_gelu(tp_.column_input(x), up_->weight, up_->bias, approximate_);
+    return row_parallel_output(tp_, *down_, hidden, dropout_, is_training());
   }
 
   std::shared_ptr<Affine>& up_proj() { return up_; }
@@ -184,7 +228,23 @@ class Mlp : public torch::nn::Module {
  private:
   double dropout_;
   std::string approximate_;
+  TensorParallel tp_;
   std::shared_ptr<Affine> up_, down_;
 };
+
+// The splits of a CausalSelfAttention at `prefix` ("h.0.attn."): q, k and v heads in c_attn's
+// three blocks, c_proj's input units.
+inline void attention_plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {
+  plan[prefix + "c_attn.weight"] = TensorShard::columns(3);
+  if (bias) plan[prefix + "c_attn.bias"] = TensorShard{0, 3};
+  plan[prefix + "c_proj.weight"] = TensorShard::rows();
+}
+
+// The splits of an Mlp at `prefix` ("h.0.mlp."): c_fc's hidden units, c_proj's input units.
+inline void mlp_plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {
+  plan[prefix + "c_fc.weight"] = TensorShard::columns();
+  if (bias) plan[prefix + "c_fc.bias"] = TensorShard{0, 1};
+  plan[prefix + "c_proj.weight"] = TensorShard::rows();
+}
 
 }  // namespace tessera::gpt_parts

@@ -32,14 +32,17 @@ using tessera::gpt_parts::Mlp;
 // Pre-norm block: attention, then either the dense MLP or the MoE feed-forward.
 class Block : public torch::nn::Module {
  public:
-  Block(const GptMoeConfig& s, bool moe_block)
-      : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias))),
-        attn(register_module("attn", std::make_shared<CausalSelfAttention>(s.n_embd, s.n_head, s.bias, s.dropout))),
-        ln_2(register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias))) {
+  // Tensor parallelism splits the attention and the dense MLP; the experts are whole on every
+  // tensor-parallel rank (which routes the same tokens: no sequence parallelism here).
+  Block(const GptMoeConfig& s, bool moe_block, const tessera::TensorParallel& tp)
+      : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp))),
+        attn(register_module("attn",
+                             std::make_shared<CausalSelfAttention>(s.n_embd, s.n_head, s.bias, s.dropout, tp))),
+        ln_2(register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp))) {
     if (moe_block) {
       moe = register_module("moe", std::make_shared<MoeFeedForward>(s));
     } else {
-      mlp = register_module("mlp", std::make_shared<Mlp>(s.n_embd, s.bias, s.dropout));
+      mlp = register_module("mlp", std::make_shared<Mlp>(s.n_embd, s.bias, s.dropout, "none", tp));
     }
   }
 
@@ -67,20 +70,26 @@ class Block : public torch::nn::Module {
 
 class GptMoe final : public tessera::Model, public tessera::MoeRouting {
  public:
-  explicit GptMoe(const GptMoeConfig& s)
+  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp)
       : s_(s),
+        tp_(std::move(tp)),
         init_seed_(tessera::draw_init_seed()),
-        wte_(register_module("wte", std::make_shared<Embedding>(s.vocab_size, s.n_embd))),
+        wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(s.vocab_size), s.n_embd))),
         wpe_(register_module("wpe", std::make_shared<Embedding>(s.max_seq_len, s.n_embd))) {
     auto stack = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < s.n_layer; ++i) {
-      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i))));
+      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_)));
+      const std::string block = "h." + std::to_string(i) + ".";
+      tessera::gpt_parts::attention_plan(plan_, block + "attn.", s.bias);
       if (blocks_.back()->moe) {
         moe_layers_.push_back(blocks_.back()->moe);
         moe_blocks_.push_back(static_cast<std::int64_t>(blocks_.size()) - 1);
+      } else {
+        tessera::gpt_parts::mlp_plan(plan_, block + "mlp.", s.bias);
       }
     }
-    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias));
+    plan_["wte.weight"] = tessera::TensorShard::vocabulary();
+    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp_));
     // Deferred (built by the host for a run): the parameters are shapes on the meta device until
     // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
     if (!has_deferred_parameters()) initialize_parameters(parameters());
@@ -88,15 +97,26 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     // table is a lookup (no FLOPs); the tied token embedding is the output matmul.
     const std::int64_t per_expert = 2 * s.n_embd * s.expert_width() + (s.bias ? s.expert_width() + s.n_embd : 0);
     const auto idle = static_cast<std::int64_t>(moe_layers_.size()) * (s.num_experts - s.top_k) * per_expert;
-    active_params_ = static_cast<double>(num_parameters() - wpe_->weight.numel() - idle);
+    active_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
+                                         wpe_->weight.numel() - idle);
   }
+
+  tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
 
   std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() override {
     return {blocks_.begin(), blocks_.end()};
   }
   // The tied head (as gpt's): a chunked loss gets the final norm's output and the embedding.
   bool has_output_head() const override { return true; }
-  tessera::OutputHead output_head() override { return {wte_->weight, {}}; }
+  tessera::OutputHead output_head() override {
+    tessera::OutputHead head{wte_->weight, {}};
+    if (tp_.size() > 1) {
+      head.vocab_group = tp_.group();
+      head.vocab_start = tp_.vocab_start(s_.vocab_size);
+      head.vocab_size = s_.vocab_size;
+    }
+    return head;
+  }
 
   std::int64_t vocab_size() const override { return s_.vocab_size; }
   std::int64_t max_seq_len() const override { return s_.max_seq_len; }
@@ -120,7 +140,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 
  protected:
   at::Tensor compute(const at::Tensor& input_ids) override {
-    return at::linear(compute_hidden(input_ids), wte_->weight);
+    return tp_.gather_vocabulary(at::linear(compute_hidden(input_ids), wte_->weight));
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
@@ -134,7 +154,8 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
                            std::to_string(s_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
     }
     const at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong));
-    at::Tensor x = at::dropout(wte_->forward(input_ids) + wpe_->forward(positions), s_.dropout, is_training());
+    at::Tensor x = at::dropout(tp_.vocab_embedding(input_ids, wte_->weight) + wpe_->forward(positions), s_.dropout,
+                               is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
       const std::shared_ptr<Block>& block = blocks_[i];
       const bool checkpointed = tessera::checkpoints_block(s_.activation_checkpointing,
@@ -144,7 +165,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
       });
     }
     collect_auxiliary_loss();
-    return ln_f_->forward(x);
+    return tp_.column_input(ln_f_->forward(x));
   }
 
  private:
@@ -164,11 +185,13 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   // values the model built whole has.
   void initialize_parameters(const std::vector<at::Tensor>& params) override {
     tessera::gpt_parts::initialize_gpt2_parameters(*this, "model/gpt_moe", params, init_seed_, s_.init_std,
-                                                   s_.residual_std());
+                                                   s_.residual_std(), plan_, tp_);
   }
 
  private:
   GptMoeConfig s_;
+  tessera::TensorParallel tp_;
+  tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> wte_, wpe_;
   std::vector<std::shared_ptr<Block>> blocks_;
@@ -182,7 +205,9 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptMoeConfig>(
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
-      [](const GptMoeConfig& c) { return std::make_shared<GptMoe>(c); });
+      [](const GptMoeConfig& c, const tessera::RunContext& run) {
+        return std::make_shared<GptMoe>(c, tessera::TensorParallel::of(run));
+      });
 }
 
 }  // namespace

@@ -46,13 +46,15 @@ using tessera::llama::LlamaConfig;
 
 class RmsNorm : public torch::nn::Module {
  public:
-  RmsNorm(std::int64_t dim, double eps) : dim_(dim), eps_(eps) {
+  RmsNorm(std::int64_t dim, double eps, tessera::TensorParallel tp = {}) : dim_(dim), eps_(eps), tp_(std::move(tp)) {
     weight = register_parameter("weight", tessera::gpt_parts::parameter({dim}, 1.0));
   }
   // Normalised in float32 whatever the compute dtype, as Hugging Face's LlamaRMSNorm does, then
-  // scaled in the input's dtype.
+  // scaled in the input's dtype. Under sequence parallelism on this rank's slice of the sequence,
+  // the weight's gradient summed over the ranks.
   at::Tensor forward(const at::Tensor& x) const {
-    return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) * weight.to(x.scalar_type());
+    return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) *
+           tp_.replicated(weight).to(x.scalar_type());
   }
 
   at::Tensor weight;
@@ -60,7 +62,15 @@ class RmsNorm : public torch::nn::Module {
  private:
   std::int64_t dim_;
   double eps_;
+  tessera::TensorParallel tp_;
 };
+
+// A row-parallel projection without bias: this rank's input units times its columns of the
+// weight, summed over the tensor-parallel ranks (scattered onto sequence slices under sequence
+// parallelism).
+at::Tensor row_parallel(const tessera::TensorParallel& tp, const Affine& layer, const at::Tensor& x) {
+  return tp.size() == 1 ? layer.forward(x) : tp.row_output(at::linear(x, layer.weight));
+}
 
 // The rotary tables: cos and sin of position x frequency, [max_seq_len, head_dim], float32.
 // Frequencies 1 / theta^(2i / d) for i < d/2, scaled Llama-3-style when asked, each used twice
@@ -96,19 +106,23 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 class Attention : public torch::nn::Module {
  public:
-  explicit Attention(const LlamaConfig& c)
-      : n_head_(c.n_head),
-        n_kv_head_(c.kv_heads()),
+  // Under tensor parallelism this rank computes its n_head / tp query heads and n_kv_head / tp
+  // key/value heads (grouped-query attention stays grouped within a rank).
+  Attention(const LlamaConfig& c, tessera::TensorParallel tp)
+      : n_head_(tp.local(c.n_head)),
+        n_kv_head_(tp.local(c.kv_heads())),
         head_dim_(c.head_size()),
         dropout_(c.dropout),
-        q_(register_module("q_proj", std::make_shared<Affine>(c.n_embd, c.n_head * c.head_size(), false))),
-        k_(register_module("k_proj", std::make_shared<Affine>(c.n_embd, c.kv_heads() * c.head_size(), false))),
-        v_(register_module("v_proj", std::make_shared<Affine>(c.n_embd, c.kv_heads() * c.head_size(), false))),
-        o_(register_module("o_proj", std::make_shared<Affine>(c.n_head * c.head_size(), c.n_embd, false))) {}
+        tp_(std::move(tp)),
+        q_(register_module("q_proj", std::make_shared<Affine>(c.n_embd, n_head_ * c.head_size(), false))),
+        k_(register_module("k_proj", std::make_shared<Affine>(c.n_embd, n_kv_head_ * c.head_size(), false))),
+        v_(register_module("v_proj", std::make_shared<Affine>(c.n_embd, n_kv_head_ * c.head_size(), false))),
+        o_(register_module("o_proj", std::make_shared<Affine>(n_head_ * c.head_size(), c.n_embd, false))) {}
 
   // cos, sin: [seq, head_dim] (or [batch, 1, seq, head_dim] for packed documents) in x's compute
   // dtype; `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
+    const at::Tensor x = tp_.column_input(input);  // the whole sequence
     const std::int64_t batch = x.size(0), seq = x.size(1);
     // [B, T, H·D] -> [B, H, T, D]
     auto heads = [&](const at::Tensor& t, std::int64_t n) { return t.view({batch, seq, n, head_dim_}).transpose(1, 2); };
@@ -117,40 +131,51 @@ class Attention : public torch::nn::Module {
     const at::Tensor v = heads(v_->forward(x), n_kv_head_);
     const double dropout = is_training() ? dropout_ : 0.0;
     const bool gqa = n_kv_head_ != n_head_;
-    at::Tensor y = mask.defined()
-                       ? at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt, gqa)
-                       : tessera::causal_attention(q, k, v, dropout);
-    return o_->forward(y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}));
+    at::Tensor y;
+    {
+      // Attention dropout on this rank's own heads: masks of its own.
+      tessera::ShardedRandomness own(tp_, q.device());
+      y = mask.defined() ? at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt, gqa)
+                         : tessera::causal_attention(q, k, v, dropout);
+    }
+    return row_parallel(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}));
   }
 
  private:
-  std::int64_t n_head_, n_kv_head_, head_dim_;
+  std::int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
   double dropout_;
+  tessera::TensorParallel tp_;
   std::shared_ptr<Affine> q_, k_, v_, o_;
 };
 
 // down(silu(gate(x)) * up(x))
 class SwiGlu : public torch::nn::Module {
  public:
-  explicit SwiGlu(const LlamaConfig& c)
-      : gate_(register_module("gate_proj", std::make_shared<Affine>(c.n_embd, c.mlp_size(), false))),
-        up_(register_module("up_proj", std::make_shared<Affine>(c.n_embd, c.mlp_size(), false))),
-        down_(register_module("down_proj", std::make_shared<Affine>(c.mlp_size(), c.n_embd, false))) {}
+  // Under tensor parallelism this rank computes intermediate_size / tp hidden units.
+  SwiGlu(const LlamaConfig& c, tessera::TensorParallel tp)
+      : tp_(std::move(tp)),
+        gate_(register_module("gate_proj", std::make_shared<Affine>(c.n_embd, tp_.local(c.mlp_size()), false))),
+        up_(register_module("up_proj", std::make_shared<Affine>(c.n_embd, tp_.local(c.mlp_size()), false))),
+        down_(register_module("down_proj", std::make_shared<Affine>(tp_.local(c.mlp_size()), c.n_embd, false))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return down_->forward(at::silu(gate_->forward(x)) * up_->forward(x)); }
+  at::Tensor forward(const at::Tensor& input) {
+    const at::Tensor x = tp_.column_input(input);
+    return row_parallel(tp_, *down_, at::silu(gate_->forward(x)) * up_->forward(x));
+  }
 
  private:
+  tessera::TensorParallel tp_;
   std::shared_ptr<Affine> gate_, up_, down_;
 };
 
 class Block : public torch::nn::Module {
  public:
-  explicit Block(const LlamaConfig& c)
-      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps))),
-        self_attn(register_module("self_attn", std::make_shared<Attention>(c))),
+  Block(const LlamaConfig& c, const tessera::TensorParallel& tp)
+      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))),
+        self_attn(register_module("self_attn", std::make_shared<Attention>(c, tp))),
         post_attention_layernorm(
-            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps))),
-        mlp(register_module("mlp", std::make_shared<SwiGlu>(c))) {}
+            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))),
+        mlp(register_module("mlp", std::make_shared<SwiGlu>(c, tp))) {}
 
   at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
     x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
@@ -166,16 +191,28 @@ class Block : public torch::nn::Module {
 class Llama final : public tessera::Model {
  public:
   // `hf`: a Hugging Face Llama folder to take the weights from (c.init_from), already read.
-  Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf)
+  // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
+  Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp)
       : config_(c),
+        tp_(std::move(tp)),
         init_seed_(tessera::draw_init_seed()),
-        embed_tokens_(register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.n_embd))) {
+        embed_tokens_(register_module("embed_tokens", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))) {
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c)));
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_)));
+      const std::string block = "layers." + std::to_string(i) + ".";
+      for (const char* column : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"}) {
+        plan_[block + column + ".weight"] = tessera::TensorShard::columns();
+      }
+      plan_[block + "self_attn.o_proj.weight"] = tessera::TensorShard::rows();
+      plan_[block + "mlp.down_proj.weight"] = tessera::TensorShard::rows();
     }
-    norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps));
-    if (!c.tie_embeddings) lm_head_ = register_module("lm_head", std::make_shared<Affine>(c.n_embd, c.vocab_size, false));
+    plan_["embed_tokens.weight"] = tessera::TensorShard::vocabulary();
+    norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp_));
+    if (!c.tie_embeddings) {
+      lm_head_ = register_module("lm_head", std::make_shared<Affine>(c.n_embd, tp_.local(c.vocab_size), false));
+      plan_["lm_head.weight"] = tessera::TensorShard::vocabulary();
+    }
     // Derived from the config, not learned: neither parameters nor state (an import or a
     // checkpoint never carries them).
     std::tie(cos_, sin_) = rotary_tables(c);
@@ -185,18 +222,28 @@ class Llama final : public tessera::Model {
       tokenizer_files_ = hf->tokenizer_files;
       special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
-      tessera::hf_import::load_tessera_weights(*this, c.init_from);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_);
     }
     // 6N + 12·L·H·D·T (PaLM appendix B). N counts the head (tied or not) but not a separate
-    // input embedding: a lookup costs no FLOPs.
-    flop_params_ = static_cast<double>(num_parameters() - (c.tie_embeddings ? 0 : embed_tokens_->weight.numel()));
+    // input embedding: a lookup costs no FLOPs. The whole model's N, whatever part of it this
+    // rank holds.
+    flop_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
+                                       (c.tie_embeddings ? 0 : c.vocab_size * c.n_embd));
   }
+
+  tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
 
   std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() override { return {blocks_.begin(), blocks_.end()}; }
 
   bool has_output_head() const override { return true; }
   tessera::OutputHead output_head() override {
-    return {config_.tie_embeddings ? embed_tokens_->weight : lm_head_->weight, {}};
+    tessera::OutputHead head{config_.tie_embeddings ? embed_tokens_->weight : lm_head_->weight, {}};
+    if (tp_.size() > 1) {
+      head.vocab_group = tp_.group();
+      head.vocab_start = tp_.vocab_start(config_.vocab_size);
+      head.vocab_size = config_.vocab_size;
+    }
+    return head;
   }
 
   bool masks_documents() const override { return true; }
@@ -234,15 +281,19 @@ class Llama final : public tessera::Model {
         continue;
       }
       const bool residual = name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos;
-      at::Tensor values = at::empty(p.sizes(), at::kFloat);
+      // The whole tensor's values, cut to this rank's part: the same model whatever the ranks.
+      const tessera::TensorShard shard = tessera::shard_in(plan_, name);
+      at::Tensor values = at::empty(tp_.whole_shape(p.sizes(), shard), at::kFloat);
       values.normal_(0.0, residual ? residual_std : config_.init_std, tessera::init_generator(init_seed_, name));
-      p.copy_(values);
+      p.copy_(tp_.part_of(values, shard));
     }
   }
 
  protected:
   at::Tensor compute(const at::Tensor& input_ids) override {
-    return at::linear(compute_hidden(input_ids), output_head().weight);
+    // Split over tensor-parallel ranks, each computes its vocabulary's logits, gathered whole here
+    // (the loss never asks for them: it takes the hidden states and the head).
+    return tp_.gather_vocabulary(at::linear(compute_hidden(input_ids), output_head().weight));
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
@@ -255,7 +306,8 @@ class Llama final : public tessera::Model {
       throw tessera::Error("model/llama: sequence length " + std::to_string(seq) + " exceeds max_seq_len " +
                            std::to_string(config_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
     }
-    at::Tensor x = embed_tokens_->forward(input_ids);
+    // Under sequence parallelism the residual stream is this rank's slice of the sequence.
+    at::Tensor x = tp_.vocab_embedding(input_ids, embed_tokens_->weight);
     // The tables in the compute dtype (as Hugging Face casts them), on the input's device: under
     // autocast the projections they multiply come out in the autocast dtype.
     const at::ScalarType dtype =
@@ -288,13 +340,17 @@ class Llama final : public tessera::Model {
         return checkpointed ? tessera::checkpoint_activations(body, h) : body(h);
       });
     }
-    return norm_->forward(x);
+    // The whole sequence, replicated (its gradient summed over the ranks): every rank computes
+    // its vocabulary's logits of every token.
+    return tp_.column_input(norm_->forward(x));
   }
 
  private:
   void import_weights(const tessera::HfCheckpoint& hf) {
     tessera::hf_import::WeightImport weights(hf);
-    for (const auto& item : named_parameters()) weights.copy(tessera::llama::hf_name(item.key()), item.value());
+    for (const auto& item : named_parameters()) {
+      weights.copy(tessera::llama::hf_name(item.key()), item.value(), false, tessera::shard_in(plan_, item.key()), tp_);
+    }
     if (config_.tie_embeddings && weights.has("lm_head.weight")) {
       // A tied checkpoint may still store the head; it must be the embedding.
       if (!at::equal(weights.tensor("lm_head.weight"), weights.tensor("model.embed_tokens.weight"))) {
@@ -309,6 +365,8 @@ class Llama final : public tessera::Model {
   }
 
   LlamaConfig config_;
+  tessera::TensorParallel tp_;
+  tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> embed_tokens_;
   std::vector<std::shared_ptr<Block>> blocks_;
@@ -324,18 +382,25 @@ class Llama final : public tessera::Model {
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, LlamaConfig>(
       "llama", "Llama decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; Hugging Face import/export",
-      [](const LlamaConfig& yaml) {
+      [](const LlamaConfig& yaml, const tessera::RunContext& run) {
+        const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
+        // The sizes init_from settled must divide over the tensor-parallel ranks too.
+        auto checked = [&](LlamaConfig c) {
+          LlamaConfig::check_tensor_parallel(c, run.parallel);
+          return c;
+        };
         // Weights read from files at construction: built whole.
         std::optional<tessera::DeferredInitSuspension> whole;
         if (!yaml.init_from.empty()) whole.emplace();
         if (!tessera::is_hf_checkpoint(yaml.init_from)) {
           // A Tessera export folder: its config.json settles what the YAML left out.
           const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "llama");
-          return std::make_shared<Llama>(exported ? tessera::llama::settle_export(yaml, *exported) : yaml, nullptr);
+          return std::make_shared<Llama>(checked(exported ? tessera::llama::settle_export(yaml, *exported) : yaml),
+                                         nullptr, tp);
         }
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Llama>(tessera::llama::settle_config(yaml, hf.config), &hf);
+        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp);
       });
 }
 

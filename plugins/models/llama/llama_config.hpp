@@ -71,6 +71,27 @@ struct LlamaConfig {
     }
   }
 
+  // What tensor parallelism needs of the sizes: query and key/value heads, MLP units and
+  // vocabulary rows divide over the ranks. Checked at validation and again once init_from has
+  // settled the sizes.
+  static void check_tensor_parallel(const LlamaConfig& c, const ParallelDims& dims) {
+    if (dims.tp == 1) return;
+    const std::string tp = std::to_string(dims.tp);
+    auto require = [&](std::int64_t count, const char* what, const char* field) {
+      if (count % dims.tp == 0) return;
+      std::string message = std::string(what) + " (" + std::to_string(count) + ") must be divisible by parallelism.tp (" +
+                            tp + "): each tensor-parallel rank holds " + what + " / tp of them";
+      if (std::string(field) == "vocab_size") {
+        message += "; pad it (vocab_size: " + std::to_string((count + dims.tp - 1) / dims.tp * dims.tp) + ")";
+      }
+      throw ConfigError(message, field);
+    };
+    require(c.n_head, "n_head", "n_head");
+    require(c.kv_heads(), "n_kv_head", "n_kv_head");
+    require(c.mlp_size(), "intermediate_size", "intermediate_size");
+    require(c.vocab_size, "vocab_size", "vocab_size");
+  }
+
   static void declare(ConfigFields<LlamaConfig>& f) {
     using C = LlamaConfig;
     f.field("vocab_size", &C::vocab_size, "number of token ids").at_least(1);
@@ -102,6 +123,9 @@ struct LlamaConfig {
         .existing_path();
     f.record_given(&C::given);
     f.check(&LlamaConfig::check);
+    f.splits_over(MeshAxis::tp);
+    f.splits_sequence();
+    f.check_in_run([](const LlamaConfig& c, const RunContext& run) { check_tensor_parallel(c, run.parallel); });
   }
 };
 

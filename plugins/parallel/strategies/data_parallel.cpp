@@ -53,6 +53,7 @@ void DataParallel::check_setup(const char* what) const {
 void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, tessera::Communicator& comm) {
   if (comm_) throw tessera::Error("parallel/" + options_.name + ": setup() runs once per run");
   comm_ = &comm;
+  unit_comm_ = options_.shard_group ? options_.shard_group.get() : comm_;
   broadcast_from_rank0(model);
   const std::vector<at::Tensor> params = optimizer.parameters();
   if (params.empty()) throw tessera::Error("parallel/" + options_.name + ": the optimizer has no parameters");
@@ -84,6 +85,7 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
     c10::NoGradGuard no_grad;
     for (auto& p : frozen) comm_->broadcast(p, 0);
   }
+  counted_.assign(units_.size(), {});
   ready_.assign(units_.size(), false);
   optimized_ = params;
   const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
@@ -97,6 +99,7 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
       names_[u].push_back(name != names.end() ? name->second : "(not a parameter of the model)");
     }
     used_[u].assign(units_[u]->params().size(), false);
+    counted_[u].assign(units_[u]->params().size(), true);
   }
   install_grad_hooks();
   if (options_.shard_parameters) model.set_forward_hooks(shared_from_this());
@@ -104,7 +107,11 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   for (const auto& u : units_) numel += u->numel();
   tessera::log::info("parallel/", options_.name, ": ", params.size(), " parameters (", numel, " elements) in ",
                      units_.size(), options_.shard_parameters ? " units" : " buckets", " over ",
-                     comm.world_size(), comm.world_size() == 1 ? " rank" : " ranks");
+                     comm.world_size(), comm.world_size() == 1 ? " rank" : " ranks",
+                     unit_comm_ != comm_ ? " (hybrid: sharded over " + std::to_string(unit_comm_->world_size()) +
+                                               ", replicated over " +
+                                               std::to_string(options_.replicate_group->world_size()) + ")"
+                                         : std::string());
 }
 
 void DataParallel::broadcast_from_rank0(tessera::Model& model) {
@@ -124,7 +131,7 @@ void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
   std::int64_t bytes = 0;
   auto close = [&] {
     if (bucket.empty()) return;
-    units_.push_back(std::make_unique<FlatUnit>(bucket, *comm_, options_.reduction, false, options_.precision));
+    units_.push_back(std::make_unique<FlatUnit>(bucket, *unit_comm_, options_.reduction, false, options_.precision));
     bucket.clear();
     bytes = 0;
   };
@@ -251,6 +258,32 @@ void DataParallel::drop_unused_gradients() {
 void DataParallel::finish_gradients() {
   check_setup("finish_gradients");
   if (in_backward_) complete_backward();
+  reduce_over_replicas();
+}
+
+void DataParallel::reduce_over_replicas() {
+  if (!options_.replicate_group || options_.replicate_group->world_size() == 1) return;
+  std::vector<std::shared_ptr<tessera::PendingCollective>> pending;
+  std::vector<at::Tensor> grads = gradients();
+  for (auto& g : grads) pending.push_back(options_.replicate_group->all_reduce_async(g));
+  for (auto& p : pending) p->wait();
+}
+
+void DataParallel::count_in_grad_norm(const std::vector<bool>& counted) {
+  check_setup("count_in_grad_norm");
+  if (counted.size() != optimized_.size()) {
+    throw tessera::Error("parallel/" + options_.name + ": count_in_grad_norm got " + std::to_string(counted.size()) +
+                         " flags for " + std::to_string(optimized_.size()) + " parameters");
+  }
+  for (std::size_t k = 0; k < counted.size(); ++k) {
+    const auto [u, i] = where_.at(optimized_[k].unsafeGetTensorImpl());
+    counted_[u][i] = counted[k];
+    counts_all_ = counts_all_ && counted[k];
+  }
+}
+
+bool DataParallel::is_optimizer_state_replica() const {
+  return options_.replicate_group && options_.replicate_group->rank() != 0;
 }
 
 std::vector<at::Tensor> DataParallel::gradients() {
@@ -262,11 +295,20 @@ std::vector<at::Tensor> DataParallel::gradients() {
 at::Tensor DataParallel::grad_norm_squared_share() {
   std::vector<at::Tensor> grads = gradients();
   if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
-  // ddp: every rank holds the same whole gradient, so rank 0 alone counts it. The others' zero
-  // is made where the gradients are (ddp's options_.device is the host's default): a host zero
-  // would be copied to the GPU, a wait for it, every step.
-  if (options_.reduction == GradReduction::all_reduce && comm_->rank() != 0) {
+  // ddp: every rank holds the same whole gradient, so rank 0 alone counts it; hybrid sharding:
+  // the first replica of each shard. The others' zero is made where the gradients are (ddp's
+  // options_.device is the host's default): a host zero would be copied to the GPU, a wait for
+  // it, every step.
+  if ((options_.reduction == GradReduction::all_reduce && comm_->rank() != 0) || is_optimizer_state_replica()) {
     return at::zeros({}, grads.front().options().dtype(at::kFloat));
+  }
+  if (!counts_all_) {
+    // The parameters this rank counts, as their pieces of the gradients it keeps.
+    grads.clear();
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      for (at::Tensor& piece : units_[u]->owned_gradient_pieces(counted_[u])) grads.push_back(piece);
+    }
+    if (grads.empty()) return at::zeros({}, units_.front()->owned_gradient().options().dtype(at::kFloat));
   }
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
   for (auto& n : norms) n = n.to(at::kFloat);

@@ -8,7 +8,13 @@
 //          fills and keeps only the shard.
 //   fsdp   parameters sharded at rest as well, in the model's wrapping units (a GPT's blocks):
 //          each unit is gathered just before its forward and again before its backward, and
-//          freed after each; gradients are reduce-scattered per unit as in zero2.
+//          freed after each; gradients are reduce-scattered per unit as in zero2. With
+//          parallelism.dp_replicate > 1, hybrid sharding: sharded over the dp_shard ranks,
+//          replicated (gradient shards all-reduced) across the dp_replicate ranks.
+//
+// All of them work over the data-parallel ranks of the device mesh; with tensor parallelism the
+// parameters are this rank's parts, and the norm counts the replicated ones on tensor-parallel
+// rank 0 only (count_in_grad_norm).
 //
 // Collectives start from autograd hooks while backward still runs (overlap), always in the same
 // unit order on every rank.
@@ -43,6 +49,10 @@ struct DataParallelOptions {
   UnitPrecision precision;            // what is gathered (fsdp) and reduced
   c10::Device device{c10::kCPU};      // the run's device: where fsdp gives deferred parameters storage
   bool find_unused_parameters = false;  // ddp, zero: parameters unused in a step are agreed on, not refused
+  // fsdp with parallelism.dp_replicate > 1 (hybrid sharding): units shard over `shard_group` (the
+  // mesh's dp_shard ranks), and each gradient shard is then all-reduced over `replicate_group`
+  // (the dp_replicate ranks holding the same shard). Null: shard over every data-parallel rank.
+  std::shared_ptr<tessera::Communicator> shard_group, replicate_group;
 };
 
 // The model's parameter names by tensor: how the strategies name the parameters of their units.
@@ -59,6 +69,8 @@ class DataParallel final : public tessera::ParallelStrategy,
   void finish_gradients() override;
   std::vector<at::Tensor> gradients() override;
   at::Tensor grad_norm_squared_share() override;
+  void count_in_grad_norm(const std::vector<bool>& counted) override;
+  bool is_optimizer_state_replica() const override;
   void optimizer_step(tessera::Optimizer& optimizer) override;
   void zero_grad(tessera::Optimizer& optimizer) override;
   tessera::ParallelMemory memory() const override;
@@ -97,8 +109,12 @@ class DataParallel final : public tessera::ParallelStrategy,
   void release(FlatUnit& unit);
   void check_setup(const char* what) const;
 
+  // Hybrid sharding: the unit gradients all-reduced over the replicas.
+  void reduce_over_replicas();
+
   DataParallelOptions options_;
-  tessera::Communicator* comm_ = nullptr;
+  tessera::Communicator* comm_ = nullptr;       // every data-parallel rank
+  tessera::Communicator* unit_comm_ = nullptr;  // the ranks units shard over (comm_ unless hybrid)
   // In the order their reductions start: reverse of the forward order (backward's order).
   std::vector<std::unique_ptr<FlatUnit>> units_;
   std::vector<bool> ready_;
@@ -116,6 +132,9 @@ class DataParallel final : public tessera::ParallelStrategy,
   std::vector<std::vector<std::string>> names_;
   std::vector<std::vector<bool>> used_;
   bool all_used_ = true;  // the last settle found no parameter unused
+  // Per unit and parameter: whether this rank counts it in the gradient norm (count_in_grad_norm).
+  std::vector<std::vector<bool>> counted_;
+  bool counts_all_ = true;
 };
 
 }  // namespace tessera_plugins

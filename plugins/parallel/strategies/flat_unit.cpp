@@ -198,6 +198,21 @@ void FlatUnit::wait_reduction() {
 
 at::Tensor FlatUnit::owned_gradient() const { return grad_shard_.defined() ? grad_shard_ : grad_flat_; }
 
+std::vector<at::Tensor> FlatUnit::owned_gradient_pieces(const std::vector<bool>& counted) const {
+  std::vector<at::Tensor> pieces;
+  const bool whole = !grad_shard_.defined();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!counted[i]) continue;
+    if (whole) {
+      pieces.push_back(grad_flat_.narrow(0, offsets_[i], params_[i].numel()));
+      continue;
+    }
+    const auto [begin, end] = shard_range(i);
+    if (end > begin) pieces.push_back(grad_shard_.narrow(0, begin, end - begin));
+  }
+  return pieces;
+}
+
 std::shared_ptr<tessera::PendingCollective> FlatUnit::start_gather() {
   c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
   const std::size_t bytes = static_cast<std::size_t>(shard_numel_ * world_) * full_.element_size();

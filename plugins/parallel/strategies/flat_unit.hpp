@@ -69,6 +69,8 @@ class FlatUnit {
   void reset_ready();
   // Gradients the optimizer step reads: the whole flat gradient (ddp) or this rank's shard.
   at::Tensor owned_gradient() const;
+  // The pieces of owned_gradient() that belong to the parameters i with counted[i] (views).
+  std::vector<at::Tensor> owned_gradient_pieces(const std::vector<bool>& counted) const;
 
   // --- Parameters ------------------------------------------------------------------------------
   bool gathered() const { return gathered_; }

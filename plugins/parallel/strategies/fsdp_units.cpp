@@ -50,10 +50,10 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
       continue;
     }
     forward_units_[i] = units_.size();
-    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *comm_, options_.reduction, true, options_.precision, &deferred));
+    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *unit_comm_, options_.reduction, true, options_.precision, &deferred));
   }
   if (!rest.empty()) {
-    units_.push_back(std::make_unique<FlatUnit>(rest, *comm_, options_.reduction, true, options_.precision, &deferred));
+    units_.push_back(std::make_unique<FlatUnit>(rest, *unit_comm_, options_.reduction, true, options_.precision, &deferred));
     root_ = units_.back().get();
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "data_parallel.hpp"
+#include "tessera/parallel/device_mesh.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
@@ -89,6 +90,11 @@ void register_components(tessera::Registrar& registrar) {
         o.prefetch = c.prefetch;
         o.precision.param = dtype_of(c.param_dtype);
         o.precision.reduce = dtype_of(c.reduce_dtype);
+        if (run.mesh && run.mesh->dims().dp_replicate > 1) {
+          // Hybrid sharding: shard within dp_shard, replicate across dp_replicate.
+          o.shard_group = run.mesh->group_ptr({tessera::MeshAxis::dp_shard});
+          o.replicate_group = run.mesh->group_ptr({tessera::MeshAxis::dp_replicate});
+        }
         return std::make_shared<DataParallel>(o);
       });
 }

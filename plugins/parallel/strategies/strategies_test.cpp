@@ -284,6 +284,15 @@ class CountingCommunicator final : public Communicator {
     ++reduce_scatters;
     return inner_->reduce_scatter_async(out, in, op);
   }
+  std::shared_ptr<PendingCollective> all_to_all_async(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in) override {
+    return inner_->all_to_all_async(out, in);
+  }
+  std::shared_ptr<PendingCollective> send_async(at::Tensor& t, std::int64_t peer, int tag) override {
+    return inner_->send_async(t, peer, tag);
+  }
+  std::shared_ptr<PendingCollective> recv_async(at::Tensor& t, std::int64_t peer, int tag) override {
+    return inner_->recv_async(t, peer, tag);
+  }
   void broadcast(at::Tensor& t, std::int64_t root) override { inner_->broadcast(t, root); }
   void barrier() override { inner_->barrier(); }
   int all_reduces = 0, all_gathers = 0, reduce_scatters = 0;

@@ -1,5 +1,6 @@
-// How a component reaches the other ranks of a run: its rank, the world size and the collectives
-// data-parallel training needs. The host backs it with LibTorch's c10d (Gloo on CPU, NCCL on
+// How a component reaches the other ranks of a run (or of one group of its device mesh,
+// tessera/parallel/device_mesh.hpp): its rank, the group's size and the collectives data and
+// model parallelism need. The host backs it with LibTorch's c10d (Gloo on CPU, NCCL on
 // CUDA); a run of one process gets a communicator whose collectives return at once. Plugins
 // never see c10d.
 #pragma once
@@ -43,6 +44,15 @@ class TESSERA_API Communicator {
   // Rank r's output receives the reduction over ranks of their inputs[r].
   virtual std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                                                   ReduceOp op = ReduceOp::sum) = 0;
+  // outputs[r] receives rank r's inputs[this rank]: every rank sends inputs[r] to rank r. Sizes
+  // may differ per pair (an MoE's tokens per expert), but outputs[r] must have the shape of what
+  // rank r sends this one. One tensor per rank in each list.
+  virtual std::shared_ptr<PendingCollective> all_to_all_async(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs) = 0;
+  // Point to point with rank `peer` of this communicator: a send is matched by the peer's
+  // receive with the same tag, in order. Not a collective: only the two ranks take part.
+  virtual std::shared_ptr<PendingCollective> send_async(at::Tensor& tensor, std::int64_t peer, int tag = 0) = 0;
+  virtual std::shared_ptr<PendingCollective> recv_async(at::Tensor& tensor, std::int64_t peer, int tag = 0) = 0;
   virtual void broadcast(at::Tensor& tensor, std::int64_t root) = 0;
   virtual void barrier() = 0;
   // Seconds this process has spent blocked waiting for collectives to finish (the part of
@@ -53,6 +63,11 @@ class TESSERA_API Communicator {
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);
   void all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input);
   void reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& inputs, ReduceOp op = ReduceOp::sum);
+  void all_to_all(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs);
 };
+
+// A communicator of one rank: collectives return at once (all_gather and reduce_scatter copy,
+// all_to_all copies its one tensor); point to point has no peer and throws.
+TESSERA_API std::shared_ptr<Communicator> make_single_rank_communicator();
 
 }  // namespace tessera

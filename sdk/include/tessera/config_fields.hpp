@@ -157,6 +157,15 @@ class ConfigFields {
   // run (`tessera validate`, before anything is built) and before the factory: nested
   // components are null during validation, so a rule must not use them.
   void check(std::function<void(const Config&)> rule) { rules_.push_back(std::move(rule)); }
+  // A rule that needs the run: its `parallelism:` degrees (RunContext::parallel), to refuse, say,
+  // heads that do not divide over the tensor-parallel ranks. Runs when the other rules do.
+  void check_in_run(std::function<void(const Config&, const RunContext&)> rule) {
+    run_rules_.push_back(std::move(rule));
+  }
+  // The component splits its work over this mesh axis (Schema::splits_over).
+  void splits_over(MeshAxis axis) { schema_.splits_over(axis_name(axis)); }
+  // ... and over the sequence under tensor parallelism (parallelism.sequence_parallel).
+  void splits_sequence() { schema_.splits_over("sequence_parallel"); }
 
   const Schema& schema() const { return schema_; }
 
@@ -165,6 +174,7 @@ class ConfigFields {
     Config config = prototype_;
     for (const auto& reader : readers_) reader(config, values);
     for (const auto& rule : rules_) rule(config);
+    for (const auto& rule : run_rules_) rule(config, values.context());
     return config;
   }
 
@@ -173,6 +183,7 @@ class ConfigFields {
   Schema schema_;
   std::vector<std::function<void(Config&, const ComponentConfig&)>> readers_;
   std::vector<std::function<void(const Config&)>> rules_;
+  std::vector<std::function<void(const Config&, const RunContext&)>> run_rules_;
 };
 
 // The declaration Config::declare makes.

@@ -6,9 +6,12 @@
 #include <memory>
 #include <string>
 
+#include "tessera/parallel/parallel_dims.hpp"
+
 namespace tessera {
 
 class Communicator;
+class DeviceMesh;
 
 struct RunContext {
   std::string name;      // the run's name (spec key `name`)
@@ -22,6 +25,11 @@ struct RunContext {
   std::int64_t world_size = 1;
   // The other ranks (tessera/communicator.hpp); set by the host for every run, also of one rank.
   std::shared_ptr<Communicator> communicator;
+  // The run's `parallelism:` degrees: known when a spec is validated, before any process group.
+  ParallelDims parallel;
+  // The device mesh over those degrees (tessera/parallel/device_mesh.hpp): this rank's groups.
+  // Set by the host when the run starts (null while a spec is only validated).
+  std::shared_ptr<const DeviceMesh> mesh;
 };
 
 // Where a component's output path lands: relative paths are inside the run directory.

@@ -28,8 +28,9 @@ struct EvalTotals {
 };
 
 // Runs `batches` micro-batches of `micro_batch_size` from `data` (read from where it stands;
-// every rank reads its own shard) through `model` and `loss` on run.device in run.precision,
-// then all-reduces the sums over run.communicator when there are several ranks. Every rank must
+// every data-parallel rank reads its own shard: set_shard(data_parallel_group(run))) through
+// `model` and `loss` on run.device in run.precision, then all-reduces the sums over the
+// data-parallel ranks (tensor-parallel peers evaluate the same batches). Every rank must
 // call it with the same `batches`: under fsdp each forward pass is a collective. Every batch's
 // token ids are checked against model.vocab_size() first (check_token_ids), and with several
 // ranks they agree on each batch's draw before its forward pass: a rank whose data fails throws

@@ -26,7 +26,9 @@ class TESSERA_API Loss {
   // with Model::has_output_head().
   virtual bool takes_hidden_states() const { return false; }
   // hidden [batch, seq, hidden], head: the model's projection, labels [batch, seq]. The default
-  // projects all tokens at once and calls compute().
+  // projects all tokens at once and calls compute(); with a vocabulary-parallel head it gathers
+  // the whole logits first (correct for any loss; cross_entropy reduces over the vocabulary's
+  // ranks instead and never gathers them).
   virtual LossSum compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels);
 };
 

@@ -19,6 +19,7 @@
 #include "tessera/export.hpp"
 #include "tessera/hugging_face.hpp"
 #include "tessera/output_head.hpp"
+#include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/stateful.hpp"
 
 namespace tessera {
@@ -94,6 +95,14 @@ class TESSERA_API Model : public torch::nn::Module {
   // the architecture even where the run's YAML never spelled it out. "" (the default): the
   // YAML's fields alone are written.
   virtual std::string architecture_json() const { return {}; }
+
+  // --- Tensor parallelism (tessera/parallel/tensor_parallel.hpp) --------------------------------
+  // How each parameter splits over the run's tensor-parallel ranks, by name (absent: replicated);
+  // with tp > 1 this rank's parameters are its parts of them. A model that splits nothing returns
+  // the empty plan, and its config declares no splits_over(tp), so validation refuses tp > 1.
+  // The host reads the plan to gather whole parameters for checkpoints and exports and to cut
+  // them again under another mesh, and to count replicated gradients once in the global norm.
+  virtual TensorParallelPlan tensor_parallel_plan() const { return {}; }
 
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.

@@ -13,6 +13,10 @@
 // A run of one rank has a strategy too: the host's `local` one (a null object), so the trainer
 // runs one step shape for every run. A strategy built for a run of one rank must give that
 // rank's plain result.
+//
+// The strategy works over the data-parallel ranks of the run's device mesh (the `comm` of setup()
+// is DeviceMesh::data_parallel()); with tensor parallelism its parameters are this rank's parts,
+// and reduce_loss_and_grad_norm() gets the group of every rank that computes the loss.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -65,7 +69,13 @@ class TESSERA_API ParallelStrategy {
   // The gradients this rank's optimizer step reads (whole, or this rank's shard of them).
   virtual std::vector<at::Tensor> gradients() = 0;
   // This rank's share of the squared global gradient norm; the shares of all ranks sum to it.
+  // Parameters count_in_grad_norm() left out are not in it.
   virtual at::Tensor grad_norm_squared_share() = 0;
+  // Which of optimizer.parameters() this rank counts in the global norm; called once after
+  // setup() when the run has tensor parallelism, whose ranks each hold some parameters whole (a
+  // norm's weight): tensor-parallel rank 0 alone counts those, or the norm would count them tp
+  // times. The default accepts only "every parameter" and refuses anything else.
+  virtual void count_in_grad_norm(const std::vector<bool>& counted);
   // After finish_gradients(): `loss_sum` (this rank's summed token loss) summed over ranks, and
   // the global gradient norm. The default does both in one collective, summing
   // [loss_sum, grad_norm_squared_share()] and taking the root; a strategy with a more direct
@@ -87,6 +97,9 @@ class TESSERA_API ParallelStrategy {
   virtual void load_full_parameters(Model& model, const StateDict& state) = 0;
   // Whether ranks hold different optimizer state (each its own part of every parameter).
   virtual bool shards_optimizer_state() const = 0;
+  // Whether another rank holds this rank's part of sharded optimizer state as well (a replica of
+  // hybrid sharding, other than the first): checkpoints then write only the first's.
+  virtual bool is_optimizer_state_replica() const { return false; }
   // For each parameter of optimizer.parameters(), the elements [begin, end) of the flattened
   // parameter that this rank's optimizer state covers ([0, numel) when not sharded).
   virtual std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const = 0;

@@ -73,9 +73,17 @@ class TESSERA_API Schema {
   const std::vector<FieldSpec>& fields() const { return fields_; }
   const FieldSpec* find(const std::string& name) const;
 
+  // The device-mesh axes the component itself splits its work over beyond data parallelism
+  // ("tp", ...; tessera/parallel/parallel_dims.hpp): validation refuses a spec whose
+  // `parallelism:` asks a model for an axis it does not list.
+  void splits_over(std::string axis);
+  const std::vector<std::string>& mesh_axes() const { return mesh_axes_; }
+  bool splits_over_axis(const std::string& axis) const;
+
  private:
   FieldSpec& add(std::string name, FieldType type, std::string doc);
   std::vector<FieldSpec> fields_;
+  std::vector<std::string> mesh_axes_;
 };
 
 // Renders a value for messages and docs: 6e-4, "text", [1, 2], true.

@@ -33,6 +33,10 @@ struct CheckpointState {
   StateDict optimizer;             // the optimizer's state_dict on this rank
   // "param.<i>" -> int64 [begin, end, numel]: the part of parameter i (flattened) it covers.
   StateDict optimizer_ranges;
+  // Under tensor parallelism, "param.<i>" -> which part of the whole parameter i is
+  // (tensor_parallel_layout in reshard.hpp); empty otherwise.
+  StateDict optimizer_layouts;
+  std::string mesh = "1 rank";  // the run's device mesh, ParallelDims::describe()
   StateDict data;  // the dataset's state on this rank
   StateDict rng;   // this rank's generators
   std::string config_yaml;        // rank 0: the resolved spec

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessera/communicator.hpp"
+#include "tessera/parallel/device_mesh.hpp"
 
 namespace tessera::core {
 
@@ -58,6 +59,16 @@ std::shared_ptr<Communicator> make_gloo_communicator(const DistributedEnv& env, 
 // throws once `timeout` passes.
 std::shared_ptr<Communicator> make_nccl_communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
                                                      c10::Device device);
+// The communicator of the ranks `members` (ranks of `world`, ascending, this rank among them):
+// a process group of the world's backend on its store under `name`. Every member must make it,
+// and every rank its groups in the same order (their rendezvous is a collective of the members).
+std::shared_ptr<Communicator> make_subgroup(Communicator& world, const std::string& name,
+                                            const std::vector<std::int64_t>& members);
+// The device mesh of `dims` over `world`: a process group for each of the mesh's standard groups
+// that has more than one rank and fewer than all (DeviceMesh::standard_groups, made in that
+// order). A mesh of data parallelism alone makes none.
+std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>& world, const ParallelDims& dims);
+
 // Ends the process groups of a communicator made above, for a run that finished normally: NCCL
 // destroys its communicators once their queued work is done (without this, its destructor aborts
 // them and warns that the group was not destroyed). Collectives started later throw. Does nothing

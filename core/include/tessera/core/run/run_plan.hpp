@@ -12,6 +12,7 @@
 #include "tessera/core/checkpoint/checkpoint_store.hpp"
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/run/parallelism_settings.hpp"
 #include "tessera/core/run/run_settings.hpp"
 #include "tessera/core/train/trainer_settings.hpp"
 
@@ -35,12 +36,13 @@ struct RunPlan {
   RunSettings settings;
   TrainerSettings trainer;
   CheckpointSettings checkpoint;
+  ParallelismSettings parallelism;  // as written; context.parallel holds the resolved degrees
   CheckpointStore checkpoints;  // checkpoint.dir (default RUN_DIR/checkpoints) and RUN_DIR/exports
   std::vector<std::string> spec_plugin_paths;  // plugins.paths
   std::vector<std::string> cli_plugin_paths;   // --plugin-path
   DistributedEnv env;
-  // Name, run directory, seed, device ("cuda" made cuda:LOCAL_RANK), rank and world size; the
-  // communicator is joined when the run starts.
+  // Name, run directory, seed, device ("cuda" made cuda:LOCAL_RANK), rank, world size and the
+  // mesh's degrees (parallel); the communicator and the mesh are made when the run starts.
   RunContext context;
   std::string strategy;  // the parallel variant, or "none" for one rank without one
   std::string resume;    // --resume

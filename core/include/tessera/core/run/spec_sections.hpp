@@ -1,5 +1,6 @@
 // The fixed shape of a run spec: its top-level keys, the trainer's component roles, and the
-// schemas of the sections the host reads itself (plugins, settings, trainer, checkpoint), for
+// schemas of the sections the host reads itself (plugins, settings, trainer, checkpoint,
+// parallelism), for
 // validation, `tessera describe`, the JSON Schema and docs/components.md.
 #pragma once
 
@@ -33,5 +34,6 @@ Schema plugins_schema();
 Schema settings_schema();
 Schema trainer_schema();
 Schema checkpoint_schema();
+Schema parallelism_schema();
 
 }  // namespace tessera::core

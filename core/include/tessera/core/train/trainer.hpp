@@ -31,6 +31,8 @@
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
 #include "tessera/parallel.hpp"
+#include "tessera/parallel/device_mesh.hpp"
+#include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/scheduler.hpp"
 
 namespace tessera::core {
@@ -114,6 +116,8 @@ class Trainer : private CallbackEvents {
   Loss& loss() { return *parts_.loss; }
   // The run's context, with the communicator joined.
   const RunContext& context() const { return context_; }
+  // Trainable parameters of the whole model (a tensor-parallel rank holds a part of them).
+  std::int64_t parameter_count() const;
   // Set by the first step.
   const MemoryReport& memory() const { return memory_; }
 
@@ -188,9 +192,17 @@ class Trainer : private CallbackEvents {
   double elapsed_s() const;
   MemoryReport measure_memory() const;
 
+  // The tensor-parallel plan of the model by optimizer parameter: which are this rank's parts
+  // of whole parameters (checkpoints gather and cut them; the norm counts the others once).
+  std::vector<TensorShard> optimizer_shards() const;
+
   TrainerParts parts_;
   TrainerSettings settings_;
   RunContext context_;
+  // The run's mesh (the data-parallel-only one when the context has none): the strategy works
+  // over its data-parallel group, the loss and norm over its loss group.
+  std::shared_ptr<const DeviceMesh> mesh_;
+  TensorParallel tp_;
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head

@@ -1,0 +1,18 @@
+// A model's whole parameters under tensor parallelism: joined from the tensor-parallel ranks'
+// parts for checkpoints and exports, and cut again into this rank's parts when loading, by the
+// model's plan (Model::tensor_parallel_plan). Checkpoints hold whole parameters, so a run saved
+// under one mesh resumes under another.
+#pragma once
+
+#include "tessera/parallel/tensor_parallel.hpp"
+#include "tessera/stateful.hpp"
+
+namespace tessera::core {
+
+// `local`: this rank's parameters by name (its parts of split ones). A collective over the
+// tensor-parallel group: every rank of it calls it with the same names; each gets the whole.
+StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp);
+// This rank's parts of `whole` (every other tensor as it is).
+StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp);
+
+}  // namespace tessera::core

@@ -1,0 +1,28 @@
+// The device mesh's process groups: one per standard group of the mesh, each over its members'
+// c10d backend, made by every rank in the same order.
+#include <map>
+#include <string>
+
+#include "tessera/core/distributed/distributed.hpp"
+#include "tessera/log.hpp"
+
+namespace tessera::core {
+
+std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>& world, const ParallelDims& dims) {
+  const std::int64_t rank = world->rank();
+  std::map<std::string, std::shared_ptr<Communicator>> groups;
+  for (const auto& axes : DeviceMesh::standard_groups()) {
+    const std::string name = DeviceMesh::group_name(dims, axes);
+    const auto members = DeviceMesh::group_members(dims, axes, rank);
+    if (name.empty() || groups.count(name) || members.size() <= 1 ||
+        static_cast<std::int64_t>(members.size()) == world->world_size()) {
+      continue;
+    }
+    // Each group of the same axes has its own keys: its first member tells it apart.
+    groups[name] = make_subgroup(*world, "mesh/" + name + "/" + std::to_string(members.front()), members);
+  }
+  if (!groups.empty() && rank == 0) log::info("device mesh: ", dims.describe());
+  return std::make_shared<DeviceMesh>(dims, rank, world, std::move(groups));
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,71 @@
+#include "tessera/core/run/parallelism_settings.hpp"
+
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::core {
+
+void ParallelismSettings::declare(ConfigFields<ParallelismSettings>& f) {
+  using P = ParallelismSettings;
+  f.field("dp_replicate", &P::dp_replicate,
+          "data-parallel replicas (fsdp: hybrid sharding, each replica sharded over dp_shard ranks)")
+      .at_least(1);
+  f.field("dp_shard", &P::dp_shard,
+          "data-parallel ranks that shard (fsdp, zero) or replicate (ddp) the model; -1: the ranks the other axes "
+          "leave")
+      .at_least(-1);
+  f.field("tp", &P::tp, "tensor-parallel ranks: attention heads, MLP units and the vocabulary split over them")
+      .at_least(1);
+  f.field("cp", &P::cp, "context-parallel ranks (one sequence split over them); not available yet: 1").at_least(1);
+  f.field("pp", &P::pp, "pipeline stages; not available yet: 1").at_least(1);
+  f.field("ep", &P::ep, "expert-parallel ranks, borrowed from the data-parallel ones; not available yet: 1").at_least(1);
+  f.field("sequence_parallel", &P::sequence_parallel,
+          "with tp > 1: norms, dropout and residuals on sequence slices (all-gather / reduce-scatter instead of "
+          "all-reduce)");
+  f.check([](const P& p) {
+    if (p.dp_shard == 0) throw ConfigError("must be at least 1, or -1 for the ranks the other axes leave", "dp_shard");
+    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"cp", p.cp}, {"pp", p.pp}, {"ep", p.ep}}) {
+      if (value != 1) {
+        throw ConfigError(std::string(name) + " " + std::to_string(value) +
+                              ": this Tessera does not split over " + name + " yet; set it to 1",
+                          name);
+      }
+    }
+    if (p.sequence_parallel && p.tp == 1) {
+      throw ConfigError("needs tp > 1 (it splits the sequence over the tensor-parallel ranks); set it to false or raise tp",
+                        "sequence_parallel");
+    }
+  });
+}
+
+ParallelDims resolve_parallel_dims(const ParallelismSettings& s, std::int64_t world_size, bool launched) {
+  ParallelDims dims;
+  dims.dp_replicate = s.dp_replicate;
+  dims.tp = s.tp;
+  dims.cp = s.cp;
+  dims.pp = s.pp;
+  dims.ep = s.ep;
+  dims.sequence_parallel = s.sequence_parallel;
+  const std::int64_t others = s.dp_replicate * s.tp * s.cp * s.pp;
+  if (s.dp_shard > 0) {
+    dims.dp_shard = s.dp_shard;
+  } else if (!launched) {
+    dims.dp_shard = 1;
+  } else if (world_size % others != 0) {
+    throw ConfigError("-1 takes the ranks the other axes leave, but their product " + std::to_string(others) +
+                          " does not divide the " + std::to_string(world_size) + " ranks of this run",
+                      "dp_shard");
+  } else {
+    dims.dp_shard = world_size / others;
+  }
+  if (launched && dims.world_size() != world_size) {
+    throw ConfigError("the mesh " + dims.describe() + " has " + std::to_string(dims.world_size()) +
+                          " ranks but this run has " + std::to_string(world_size) +
+                          "; make the product of dp_replicate, dp_shard, tp, cp and pp the number of ranks",
+                      s.dp_shard > 0 ? "dp_shard" : "tp");
+  }
+  return dims;
+}
+
+}  // namespace tessera::core

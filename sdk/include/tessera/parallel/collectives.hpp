@@ -1,0 +1,41 @@
+// Communication inside a model's forward pass, as autograd functions whose backward is the
+// collective that keeps gradients right (Megatron-LM's mappings). All model parallelism is built
+// from these; `group` is one of the run's mesh groups (DeviceMesh::tensor_parallel(), ...), and
+// with a group of one rank every function returns its input.
+//
+//   function            forward                      backward
+//   copy_to             identity                     all-reduce (sum)
+//   reduce_from         all-reduce (sum)             identity
+//   split_to            this rank's chunk of dim     all-gather along dim
+//   gather_from         all-gather along dim         this rank's chunk of the gradient
+//   reduce_scatter_to   reduce-scatter along dim     all-gather along dim
+//   all_gather_from     all-gather along dim         reduce-scatter along dim
+//
+// Chunks along `dim` are equal: the size of `dim` must divide by the group's size.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "tessera/communicator.hpp"
+#include "tessera/export.hpp"
+
+namespace tessera::collectives {
+
+TESSERA_API at::Tensor copy_to(const at::Tensor& x, const std::shared_ptr<Communicator>& group);
+TESSERA_API at::Tensor reduce_from(const at::Tensor& x, const std::shared_ptr<Communicator>& group);
+TESSERA_API at::Tensor split_to(const at::Tensor& x, std::int64_t dim, const std::shared_ptr<Communicator>& group);
+TESSERA_API at::Tensor gather_from(const at::Tensor& x, std::int64_t dim, const std::shared_ptr<Communicator>& group);
+TESSERA_API at::Tensor reduce_scatter_to(const at::Tensor& x, std::int64_t dim,
+                                         const std::shared_ptr<Communicator>& group);
+TESSERA_API at::Tensor all_gather_from(const at::Tensor& x, std::int64_t dim,
+                                       const std::shared_ptr<Communicator>& group);
+
+// The same collectives on plain tensors (no autograd): the whole of `x` gathered along `dim`, and
+// the sum over the group scattered along `dim`.
+TESSERA_API at::Tensor all_gather_along(const at::Tensor& x, std::int64_t dim, Communicator& group);
+TESSERA_API at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, Communicator& group);
+
+}  // namespace tessera::collectives

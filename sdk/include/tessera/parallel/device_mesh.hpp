@@ -1,0 +1,73 @@
+// The device mesh of a run (spec section `parallelism:`): the ranks arranged on named axes, this
+// rank's coordinate on each, and a communicator per axis and per group of axes. The host builds
+// it before any component (RunContext::mesh); a run of one rank, or of data parallelism alone,
+// has the trivial mesh, so components never branch on whether there is one.
+//
+// Axes, outer to inner (torchtitan's order: the tensor-parallel peers are neighbouring ranks, on
+// one node's fast links):   pp, dp_replicate, dp_shard, cp, tp
+// Rank r's coordinates are r written in that mixed radix. `ep` is not an axis of its own: expert
+// parallelism borrows its ranks from the data-parallel ones.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/communicator.hpp"
+#include "tessera/context.hpp"
+#include "tessera/export.hpp"
+#include "tessera/parallel/parallel_dims.hpp"
+
+namespace tessera {
+
+class TESSERA_API DeviceMesh {
+ public:
+  // The groups the host makes, each named by its axes joined with '_' in mesh order ("tp",
+  // "dp_replicate_dp_shard", ...). `groups` maps those names to this rank's communicator in each;
+  // a group of one rank may be missing (a local communicator stands in).
+  DeviceMesh(ParallelDims dims, std::int64_t rank, std::shared_ptr<Communicator> world,
+             std::map<std::string, std::shared_ptr<Communicator>> groups);
+  // The mesh of a run without model parallelism: every rank data-parallel (dp_shard = world).
+  static std::shared_ptr<DeviceMesh> data_parallel_only(std::shared_ptr<Communicator> world);
+
+  const ParallelDims& dims() const { return dims_; }
+  std::int64_t rank() const { return rank_; }
+  std::int64_t coordinate(MeshAxis axis) const;
+
+  Communicator& world() const { return *world_; }
+  // The ranks that differ from this one only on `axes` (in any order); one rank: a local group.
+  Communicator& group(const std::vector<MeshAxis>& axes) const;
+  std::shared_ptr<Communicator> group_ptr(const std::vector<MeshAxis>& axes) const;
+  Communicator& tensor_parallel() const { return group({MeshAxis::tp}); }
+  // The data-parallel ranks (dp_replicate x dp_shard): the ranks that read different data and
+  // hold the same model shard. A strategy (ddp, zero, fsdp) works over this group.
+  Communicator& data_parallel() const { return group({MeshAxis::dp_replicate, MeshAxis::dp_shard}); }
+  // Every rank that computes the loss of one stage of the model: all but pp.
+  Communicator& loss_group() const {
+    return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp});
+  }
+
+  // The name of the group of `axes` ("dp_replicate_dp_shard"), in mesh order, axes of size 1 left
+  // out ("" when none is left: the rank alone).
+  static std::string group_name(const ParallelDims& dims, const std::vector<MeshAxis>& axes);
+  // The global ranks of the group of `axes` that contains global rank `member`, ascending.
+  static std::vector<std::int64_t> group_members(const ParallelDims& dims, const std::vector<MeshAxis>& axes,
+                                                 std::int64_t member);
+  // Every group name the host must make for the named groups above.
+  static std::vector<std::vector<MeshAxis>> standard_groups();
+
+ private:
+  ParallelDims dims_;
+  std::int64_t rank_;
+  std::shared_ptr<Communicator> world_;
+  std::map<std::string, std::shared_ptr<Communicator>> groups_;
+  std::shared_ptr<Communicator> alone_;
+};
+
+// The data-parallel group of a run (DeviceMesh::data_parallel()): the ranks that read different
+// data. The whole run when it has no mesh yet; one rank when it has no communicator.
+TESSERA_API std::shared_ptr<Communicator> data_parallel_group(const RunContext& run);
+
+}  // namespace tessera
