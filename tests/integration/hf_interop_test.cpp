@@ -225,6 +225,40 @@ std::vector<double> step_losses(const std::string& metrics) {
   return losses;
 }
 
+// A tensor-parallel run saves and exports whole models: the hf exports of a Llama (grouped-query,
+// untied head) and a GPT-2 imported by init_from and trained on 2 tensor-parallel ranks load in
+// transformers with nothing missing or unexpected, give the loss `tessera eval` gives on one rank
+// from the run's checkpoint (cut again for one rank), and the one-rank run's export's loss.
+TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  reference("make-llama " + dir_.file("llama") + " --kv-heads 2");
+  reference("make-gpt2 " + dir_.file("gpt2"));
+  for (const std::string variant : {"llama", "gpt"}) {
+    SCOPED_TRACE(variant);
+    const std::string start = dir_.file(variant == "gpt" ? "gpt2" : "llama");
+    double exported_loss[2] = {NAN, NAN};
+    for (const int tp : {2, 1}) {
+      const std::string name = variant + "-tp" + std::to_string(tp);
+      const std::string path = spec(name, model_yaml(variant, start), tokens);
+      const std::string train = " train " + path + " --set checkpoint.export_format=hf";
+      std::string out;
+      ASSERT_EQ(run_command(testing::tessera_binary() +
+                                (tp == 1 ? train : " launch --nproc-per-node 2 --" + train + " --set parallelism.tp=2"),
+                            out),
+                0)
+          << out;
+      const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
+      exported_loss[tp - 1] = reference_loss(exported, tokens, "--strict");
+      if (tp == 2) {
+        EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[1]), kLossTolerance);
+        EXPECT_GT(relative(exported_loss[1], reference_loss(start, tokens)), 1e-3) << "training changed nothing";
+      }
+    }
+    EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "tp 2 against one rank";
+  }
+}
+
 TEST_F(HfInterop, LlamaTrainsLikeAPlainPyTorchLoopOnOneAndTwoRanks) {
   const std::string tokens = dir_.file("tokens.bin");
   reference("tokens " + tokens + " --count 20000 --vocab 256");

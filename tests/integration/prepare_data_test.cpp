@@ -103,6 +103,16 @@ TEST_F(PrepareData, WritesPythonsIdsJoinedByEosAndAnIndex) {
   // And a dtype other than the index's.
   EXPECT_EQ(run_command(tessera("validate " + spec + " --set components.train_data.config.dtype=uint32"), out), 2) << out;
   EXPECT_NE(out.find("holds uint16 ids"), std::string::npos) << out;
+  // The dataset need not repeat the model's vocabulary: without vocab_size it gets the model's.
+  const std::string plain = dir_.write(
+      "plain.yaml", "include: [" + tiny() + "]\ncomponents:\n  model: {component_key: model, variant_key: gpt, config: "
+                    "{vocab_size: 500, n_layer: 1, n_head: 2, n_embd: 32, max_seq_len: 32}}\n"
+                    "  train_data: {component_key: dataset, variant_key: tokens, config: {path: " +
+                    dir_.file("out/train.bin") + ", dtype: uint16, seq_len: 32}}\n");
+  EXPECT_EQ(run_command(tessera("validate " + plain), out), 2) << out;
+  EXPECT_NE(out.find("was tokenised with 700 ids"), std::string::npos) << out;
+  EXPECT_NE(out.find("more than vocab_size 500"), std::string::npos) << out;
+  EXPECT_EQ(run_command(tessera("validate " + plain + " --set components.model.config.vocab_size=700"), out), 0) << out;
 }
 
 TEST_F(PrepareData, SameInputsGiveTheSameBytesWhateverTheThreads) {

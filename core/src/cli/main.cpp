@@ -26,7 +26,7 @@ const char* kUsage =
     "                     tokenise text or JSON lines into a token file for dataset/tokens\n"
     "  components         list the registered components and the plugin files they come from\n"
     "  describe KIND/VARIANT\n"
-    "                     show a component's config schema (also: describe trainer|settings|checkpoint)\n"
+    "                     show a component's config schema (also: describe trainer|settings|checkpoint|parallelism)\n"
     "  schema             print a JSON Schema of the run spec (for editors)\n"
     "  launch --nproc-per-node N -- COMMAND ...\n"
     "                     start N ranks of COMMAND (e.g. train CONFIG) with torchrun's variables\n"

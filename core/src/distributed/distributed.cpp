@@ -164,9 +164,11 @@ class C10dCommunicator final : public Communicator {
   std::int64_t rank() const override { return rank_; }
   std::int64_t world_size() const override { return world_; }
   double wait_seconds() const override { return clock_.seconds(); }
+  std::int64_t bytes_communicated() const override { return bytes_.load(); }
 
   std::shared_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
     check_open();
+    count({tensor});
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     if (on_host_group({tensor})) {
@@ -179,6 +181,7 @@ class C10dCommunicator final : public Communicator {
   }
   std::shared_ptr<PendingCollective> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& input) override {
     check_open();
+    count(outputs);
     std::vector<at::Tensor> all = outputs;
     all.push_back(input);
     const bool host = on_host_group(all);
@@ -191,6 +194,7 @@ class C10dCommunicator final : public Communicator {
   std::shared_ptr<PendingCollective> reduce_scatter_async(at::Tensor& output, std::vector<at::Tensor>& inputs,
                                                           ReduceOp op) override {
     check_open();
+    count(inputs);
     std::vector<at::Tensor> all = inputs;
     all.push_back(output);
     const bool host = on_host_group(all);
@@ -208,6 +212,7 @@ class C10dCommunicator final : public Communicator {
     if (static_cast<std::int64_t>(outputs.size()) != world_ || static_cast<std::int64_t>(inputs.size()) != world_) {
       throw Error("all_to_all: one tensor per rank in each list (" + std::to_string(world_) + " ranks)");
     }
+    count(inputs);
     // As one flat exchange with split sizes (Gloo has no list form): rank r's part of the input
     // goes to rank r, and the output's parts come back in rank order.
     std::vector<std::int64_t> in_splits, out_splits;
@@ -229,18 +234,21 @@ class C10dCommunicator final : public Communicator {
   }
   std::shared_ptr<PendingCollective> send_async(at::Tensor& tensor, std::int64_t peer, int tag) override {
     check_open();
+    count({tensor});
     Staging staging = staging_on(device_);
     std::vector<at::Tensor> tensors{staging.in(tensor.contiguous())};
     return std::make_shared<KeepingAlive>(pending(backend_->send(tensors, static_cast<int>(peer), tag)), tensors);
   }
   std::shared_ptr<PendingCollective> recv_async(at::Tensor& tensor, std::int64_t peer, int tag) override {
     check_open();
+    count({tensor});
     Staging staging = staging_on(device_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
     return staging.pending(backend_->recv(tensors, static_cast<int>(peer), tag));
   }
   void broadcast(at::Tensor& tensor, std::int64_t root) override {
     check_open();
+    count({tensor});
     const bool host = on_host_group({tensor});
     Staging staging = staging_on(host ? c10::Device(c10::kCPU) : device_);
     std::vector<at::Tensor> tensors{staging.in_out(tensor)};
@@ -304,6 +312,11 @@ class C10dCommunicator final : public Communicator {
                   ": a collective was started after the run shut its process group down");
     }
   }
+  void count(const std::vector<at::Tensor>& tensors) {
+    std::int64_t bytes = 0;
+    for (const auto& t : tensors) bytes += static_cast<std::int64_t>(t.nbytes());
+    bytes_ += bytes;
+  }
   bool on_host_group(const std::vector<at::Tensor>& tensors) const {
     return host_backend_ && travels_on_host_group(tensors);
   }
@@ -349,6 +362,7 @@ class C10dCommunicator final : public Communicator {
   c10::Device device_;
   std::chrono::milliseconds timeout_;
   WaitClock clock_;
+  std::atomic<std::int64_t> bytes_{0};  // bytes_communicated()
   bool closed_ = false;
 };
 

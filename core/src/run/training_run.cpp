@@ -12,6 +12,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/core/components/component_factory.hpp"
+#include "tessera/core/run/component_defaults.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/log.hpp"
@@ -48,6 +49,22 @@ void check_device_exists(const RunPlan& plan) {
                         "; use device: cpu, or one GPU per local rank");
 }
 
+// Sequence parallelism splits every training sequence over the tensor-parallel ranks: the
+// training data's seq_len (where its config states one) must divide.
+void check_sequence_splits(const RunPlan& plan) {
+  const ConfigNode* data = plan.components().find("train_data");
+  const ConfigNode* config = data && data->is_map() ? data->find("config") : nullptr;
+  const ConfigNode* seq_len = config && config->is_map() ? config->find("seq_len") : nullptr;
+  if (!seq_len || !seq_len->is_scalar()) return;
+  char* end = nullptr;
+  const long long length = std::strtoll(seq_len->scalar().c_str(), &end, 10);
+  const std::int64_t tp = plan.context.parallel.tp;
+  if (*end != '\0' || length <= 0 || length % tp == 0) return;
+  throw ConfigIssue(seq_len->pos(), "components.train_data.config.seq_len",
+                    "seq_len " + seq_len->scalar() + " does not split over the " + std::to_string(tp) +
+                        " tensor-parallel ranks of sequence parallelism; make it a multiple of " + std::to_string(tp));
+}
+
 // A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
   const ParallelDims& dims = plan.context.parallel;
@@ -63,6 +80,7 @@ void check_model_splits(const RunPlan& plan, const Registry& registry) {
                       "parallelism.tp is " + std::to_string(dims.tp) +
                       "; set parallelism.tp: 1 (or use a model that does: gpt, gpt_moe, llama)");
   }
+  if (dims.sequence_parallel) check_sequence_splits(plan);
   if (dims.sequence_parallel && !info->schema.splits_over_axis("sequence_parallel")) {
     const ConfigNode* parallelism = plan.spec.find("parallelism");
     const ConfigNode* flag = parallelism && parallelism->is_map() ? parallelism->find("sequence_parallel") : nullptr;
@@ -107,6 +125,9 @@ void seed_everything(std::uint64_t seed, const std::string& device) {
 
 TrainingRun::TrainingRun(const RunOptions& options) : plan_(plan_and_configure_logging(options)) {
   host_.load_directories(plugin_search_path(plan_.spec_plugin_paths, plan_.cli_plugin_paths));
+  if (ConfigNode* components = plan_.spec.find("components")) {
+    give_datasets_the_model_vocabulary(*components, host_.registry());
+  }
   ComponentFactory(host_.registry(), plan_.context).validate(plan_.components());
   check_model_splits(plan_, host_.registry());
 }

@@ -47,12 +47,13 @@ struct Trainer::StepInputs {
 
 struct Trainer::StepClock {
   Clock::time_point begin, data, backward, optimizer;
-  double waited_before = 0;  // the communicator's wait time when the step began
+  double waited_before = 0;  // the mesh's wait time when the step began
+  std::int64_t bytes_before = 0;  // the mesh's communicated bytes when the step began
 };
 
 StepMetrics Trainer::step() {
   if (progress_.step == 0 && started_ == Clock::time_point{}) started_ = Clock::now();
-  StepClock clock{Clock::now(), {}, {}, {}, context_.communicator->wait_seconds()};
+  StepClock clock{Clock::now(), {}, {}, {}, mesh_->wait_seconds(), mesh_->bytes_communicated()};
   if (control_.skip_requested()) {
     // Asked after the last optimizer step (on_collect_metrics, on_step_end, an evaluation):
     // skipping a later, healthy step instead would be wrong.
@@ -305,7 +306,11 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
   m.time_data_s = seconds_between(clock.begin, clock.data);
   m.time_forward_backward_s = seconds_between(clock.data, clock.backward);
   m.time_optimizer_s = seconds_between(clock.backward, clock.optimizer);
-  m.time_communication_s = context_.communicator->wait_seconds() - clock.waited_before;
+  m.time_communication_s = mesh_->wait_seconds() - clock.waited_before;
+  // Every collective of the step and of the events before it, over all of the mesh's groups.
+  if (mesh_->dims().world_size() > 1) {
+    m.extra["communicated_bytes"] = static_cast<double>(mesh_->bytes_communicated() - clock.bytes_before);
+  }
   const MemoryStats memory = memory_stats(device_);
   m.memory_in_use_bytes = memory.in_use;
   m.memory_peak_bytes = memory.peak;

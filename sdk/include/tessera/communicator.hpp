@@ -58,6 +58,11 @@ class TESSERA_API Communicator {
   // Seconds this process has spent blocked waiting for collectives to finish (the part of
   // communication not hidden behind computation), since the communicator was made.
   virtual double wait_seconds() const { return 0; }
+  // Payload bytes of the collectives and sends this process started here, since the
+  // communicator was made: each collective's tensor bytes (an all-reduce's buffer, an
+  // all-gather's whole output, a reduce-scatter's whole input; what travels over the wire is
+  // about 2 (n - 1) / n of that for a ring all-reduce, (n - 1) / n for the others).
+  virtual std::int64_t bytes_communicated() const { return 0; }
 
   // The same collectives, waited for.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum);

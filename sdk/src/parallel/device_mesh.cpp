@@ -157,6 +157,22 @@ std::shared_ptr<Communicator> DeviceMesh::group_ptr(const std::vector<MeshAxis>&
 
 Communicator& DeviceMesh::group(const std::vector<MeshAxis>& axes) const { return *group_ptr(axes); }
 
+std::int64_t DeviceMesh::bytes_communicated() const {
+  std::int64_t bytes = world_->bytes_communicated();
+  for (const auto& [name, group] : groups_) {
+    if (group != world_) bytes += group->bytes_communicated();
+  }
+  return bytes;
+}
+
+double DeviceMesh::wait_seconds() const {
+  double seconds = world_->wait_seconds();
+  for (const auto& [name, group] : groups_) {
+    if (group != world_) seconds += group->wait_seconds();
+  }
+  return seconds;
+}
+
 std::vector<std::vector<MeshAxis>> DeviceMesh::standard_groups() {
   return {{MeshAxis::tp},
           {MeshAxis::dp_replicate},

@@ -55,6 +55,9 @@ class TESSERA_API DeviceMesh {
   // The global ranks of the group of `axes` that contains global rank `member`, ascending.
   static std::vector<std::int64_t> group_members(const ParallelDims& dims, const std::vector<MeshAxis>& axes,
                                                  std::int64_t member);
+  // Communicator::bytes_communicated and wait_seconds summed over the world and every group.
+  std::int64_t bytes_communicated() const;
+  double wait_seconds() const;
   // Every group name the host must make for the named groups above.
   static std::vector<std::vector<MeshAxis>> standard_groups();
 

@@ -43,7 +43,7 @@ class TrainingRun {
   // --resume auto: the newest valid checkpoint as rank 0 finds it ("" for none), on every rank.
   std::string agreed_resumable_checkpoint(Communicator& comm) const;
 
-  const RunPlan plan_;
+  RunPlan plan_;  // completed by the constructor (component defaults), fixed after it
   PluginHost host_;
   std::shared_ptr<Communicator> communicator_;  // joined by make_trainer()
 };
