@@ -152,6 +152,27 @@ TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
   }
 }
 
+// init_from a Tessera export: each tensor-parallel rank takes its part of every tensor, and the
+// run continues as one rank starting from the export does.
+TEST_F(TensorParallel, InitFromATesseraExportCutsItsTensorsForEachRank) {
+  std::string out;
+  ASSERT_EQ(train(1, "tiny_tp", "--set trainer.max_steps=4 --set checkpoint.export_at_end=true", "source", out), 0) << out;
+  const std::string exported = dir_.file("source") + "/exports/step_00000004";
+  ASSERT_TRUE(fs::exists(exported + "/model.safetensors")) << out;
+  const std::string from = " --set components.model.config.init_from=" + exported + " --set trainer.max_steps=4";
+  ASSERT_EQ(train(1, "tiny_tp", from, "one", out), 0) << out;
+  ASSERT_EQ(train(2, "tiny_tp", from + " --set parallelism.tp=2", "tp2", out), 0) << out;
+  const auto one = read_metrics(dir_.file("one") + "/metrics.jsonl");
+  const auto tp2 = read_metrics(dir_.file("tp2") + "/metrics.jsonl");
+  const auto source = read_metrics(dir_.file("source") + "/metrics.jsonl");
+  ASSERT_EQ(one.size(), 4u);
+  ASSERT_EQ(tp2.size(), 4u);
+  EXPECT_LT(double(one.front()["loss"]), double(source.front()["loss"])) << "it starts from the trained weights";
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(double(tp2[i]["loss"]), double(one[i]["loss"]), 2e-5 * double(one[i]["loss"])) << "step " << i + 1;
+  }
+}
+
 // Every rank's largest model state is reported at step 1: a tensor-parallel rank of 2 holds about
 // half of one rank's parameters and optimizer state (the norms and some biases stay whole).
 TEST_F(TensorParallel, ModelStateBytesPerRankFallWithTp) {
