@@ -22,7 +22,9 @@ struct Layout {
   at::Tensor attention_mask;  // [batch, 1, seq, seq] bool: true where attending is allowed
 };
 
-inline Layout layout(const at::Tensor& document_ids, const at::Tensor& input_ids) {
+// `with_mask` false: positions alone (context-parallel attention builds its own masks from the
+// document ids, chunk by chunk, and never needs the [seq, seq] mask).
+inline Layout layout(const at::Tensor& document_ids, const at::Tensor& input_ids, bool with_mask = true) {
   if (document_ids.sizes() != input_ids.sizes()) {
     throw Error("document_ids must have the shape of input_ids [batch, seq]");
   }
@@ -34,6 +36,7 @@ inline Layout layout(const at::Tensor& document_ids, const at::Tensor& input_ids
                                      docs.narrow(1, 1, seq - 1) != docs.narrow(1, 0, seq - 1)},
                                     1);
   const at::Tensor start_of = std::get<0>(at::cummax(at::where(starts, index, at::zeros_like(index)), 1));
+  if (!with_mask) return {index - start_of, at::Tensor()};
   const at::Tensor causal = at::ones({seq, seq}, docs.options().dtype(at::kBool)).tril();
   const at::Tensor same = docs.unsqueeze(2) == docs.unsqueeze(1);
   return {index - start_of, same.logical_and(causal).unsqueeze(1)};

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "tessera/communicator.hpp"
+#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/error.hpp"
 #include "tessera/precision.hpp"
@@ -53,8 +54,11 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     AutocastGuard autocast(device, run.precision);
     // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and head, as
     // in training: the loss reduces over the ranks instead of gathering whole logits.
-    const bool from_hidden =
-        model.has_output_head() && (loss.takes_hidden_states() || model.output_head().vocab_parallel());
+    // So does a context-parallel slice, whose loss is taken on its labels and summed over the
+    // slices below.
+    const ContextParallel cp = ContextParallel::of(run);
+    const bool from_hidden = model.has_output_head() &&
+                             (loss.takes_hidden_states() || model.output_head().vocab_parallel() || cp.size() > 1);
     // Summed on the device: no host synchronisation until the loop is done.
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     std::int64_t targets = 0, inputs = 0;
@@ -63,13 +67,14 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
       Batch batch = draw_agreed(data, micro_batch_size, vocab_size, run);
       const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
       const at::Tensor documents = batch.document_ids.defined() ? batch.document_ids.to(device) : at::Tensor();
-      const LossSum part = from_hidden ? loss.compute_from_hidden(model.forward_hidden(input_ids, documents),
-                                                                  model.output_head(), labels)
+      const LossSum part = from_hidden ? loss_from_hidden(loss, model.forward_hidden(input_ids, documents),
+                                                          model.output_head(), cp.slice(labels))
                                        : loss.compute(model.forward(input_ids, documents), labels);
       loss_sum += part.sum.to(at::kDouble);
       targets += batch.num_target_tokens;
       inputs += batch.input_ids.numel();
     }
+    if (cp.size() > 1) cp.group()->all_reduce(loss_sum);  // the slices' losses of the same batches
     sums = at::stack({loss_sum.cpu(), at::scalar_tensor(static_cast<double>(targets), at::kDouble),
                       at::scalar_tensor(static_cast<double>(inputs), at::kDouble),
                       at::scalar_tensor(static_cast<double>(batches), at::kDouble)});

@@ -1,6 +1,6 @@
-// Tensor parallelism end to end, through `tessera launch` on Gloo ranks: every mesh trains as
-// one rank with as much accumulation does (per-step loss and grad norm, with clipping and
-// accumulation), for gpt and llama; with dropout a run is repeatable and resumes bit-exactly;
+// Tensor and context parallelism end to end, through `tessera launch` on Gloo ranks: every mesh
+// trains as one rank with as much accumulation does (per-step loss and grad norm, with clipping
+// and accumulation), for gpt and llama, with packed documents under context parallelism; with dropout a run is repeatable and resumes bit-exactly;
 // checkpoints reshard across meshes; a tensor-parallel rank holds about half the parameters; and
 // every mesh the model cannot take is one positioned error at validation.
 #include <cmath>
@@ -27,6 +27,9 @@ void PrintTo(const MeshCase& c, std::ostream* os) { *os << c.name; }
 
 const std::string kFsdp = " --set components.parallel.component_key=parallel --set components.parallel.variant_key=fsdp";
 const std::string kDdp = " --set components.parallel.component_key=parallel --set components.parallel.variant_key=ddp";
+// Packed documents: every newline of the text ends one, attention stays within each.
+const std::string kDocuments =
+    "--set components.train_data.config.document_mask=true --set components.train_data.config.eos_id=10";
 
 class TensorParallel : public Cli {
  protected:
@@ -80,7 +83,24 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"llama_tp4", "tiny_llama_tp", 4, 1, "--set parallelism.tp=4",
                                "--set components.model.config.n_kv_head=4"},
                       MeshCase{"llama_fsdp2_tp2", "tiny_llama_tp", 4, 2, "--set parallelism.tp=2" + kFsdp},
-                      MeshCase{"llama_ddp2_tp2", "tiny_llama_tp", 4, 2, "--set parallelism.tp=2" + kDdp}),
+                      MeshCase{"llama_ddp2_tp2", "tiny_llama_tp", 4, 2, "--set parallelism.tp=2" + kDdp},
+                      // Context parallelism: ring and Ulysses, with and without packed documents.
+                      MeshCase{"gpt_cp2_ring", "tiny_tp", 2, 1, "--set parallelism.cp=2"},
+                      MeshCase{"gpt_cp2_ulysses", "tiny_tp", 2, 1, "--set parallelism.cp=2 --set parallelism.cp_type=ulysses"},
+                      MeshCase{"gpt_cp2_ring_documents", "tiny_tp", 2, 1, "--set parallelism.cp=2", kDocuments},
+                      MeshCase{"gpt_cp2_ulysses_documents", "tiny_tp", 2, 1,
+                               "--set parallelism.cp=2 --set parallelism.cp_type=ulysses", kDocuments},
+                      MeshCase{"llama_cp2_ring", "tiny_llama_tp", 2, 1, "--set parallelism.cp=2"},
+                      MeshCase{"llama_cp2_ulysses", "tiny_llama_tp", 2, 1,
+                               "--set parallelism.cp=2 --set parallelism.cp_type=ulysses"},
+                      MeshCase{"llama_cp2_ring_documents", "tiny_llama_tp", 2, 1, "--set parallelism.cp=2", kDocuments},
+                      MeshCase{"llama_cp2_ulysses_documents", "tiny_llama_tp", 2, 1,
+                               "--set parallelism.cp=2 --set parallelism.cp_type=ulysses", kDocuments},
+                      MeshCase{"gpt_fsdp2_cp2", "tiny_tp", 4, 2, "--set parallelism.cp=2" + kFsdp},
+                      MeshCase{"llama_fsdp2_cp2_ulysses", "tiny_llama_tp", 4, 2,
+                               "--set parallelism.cp=2 --set parallelism.cp_type=ulysses" + kFsdp},
+                      MeshCase{"llama_cp2_tp2_sp", "tiny_llama_tp", 4, 1,
+                               "--set parallelism.cp=2 --set parallelism.tp=2 --set parallelism.sequence_parallel=true"}),
     [](const ::testing::TestParamInfo<MeshCase>& info) { return info.param.name; });
 
 // With dropout (the replicated stream's masks the same on both ranks, the heads' and the sequence
@@ -130,6 +150,8 @@ TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
       {"1_to_tp4", 1, "", 4, "--set parallelism.tp=4"},
       // The same global batch: 2 data-parallel ranks of 2 micro-batches, then 4 of 1.
       {"fsdp2_tp2_to_fsdp4", 4, "--set parallelism.tp=2" + kFsdp, 4, "--set trainer.grad_accum=1" + kFsdp},
+      {"cp2_to_1", 2, "--set parallelism.cp=2", 1, ""},
+      {"fsdp2_cp2_to_fsdp2", 4, "--set parallelism.cp=2" + kFsdp, 2, kFsdp},
   };
   for (const Reshard& r : cases) {
     SCOPED_TRACE(r.name);
@@ -207,10 +229,17 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
       {"tiny_llama_tp", "--set parallelism.tp=2 --set components.model.config.intermediate_size=65",
        "intermediate_size (65) must be divisible by parallelism.tp (2)"},
       {"tiny_tp", "--set parallelism.sequence_parallel=true", "sequence_parallel: needs tp > 1"},
-      {"tiny_tp", "--set parallelism.cp=2", "parallelism.cp: cp 2: this Tessera does not split over cp yet"},
+      {"tiny_tp", "--set parallelism.pp=2", "parallelism.pp: pp 2: this Tessera does not split over pp yet"},
       {"tiny_tp", "--set parallelism.tp=2 --set parallelism.sequence_parallel=true "
                   "--set components.train_data.config.seq_len=31 --set components.model.config.max_seq_len=31",
        "seq_len 31 does not split over the 2 tensor-parallel ranks of sequence parallelism"},
+      {"tiny_tp", "--set parallelism.cp=2 --set components.train_data.config.seq_len=30 "
+                  "--set components.model.config.max_seq_len=30",
+       "seq_len 30 does not split into the 2 x cp (4) chunks of context parallelism"},
+      {"tiny_tp", "--set parallelism.cp=2 --set parallelism.cp_type=ulysses --set parallelism.tp=4",
+       "n_head (4) over tp 4 must be divisible by parallelism.cp (2) for ulysses attention"},
+      {"tiny_llama_tp", "--set parallelism.cp=2 --set components.model.config.dropout=0.1",
+       "attention across context-parallel slices has no dropout"},
   };
   for (const Bad& c : cases) {
     SCOPED_TRACE(c.args);

@@ -159,9 +159,11 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, Che
   out.optimizer = merge_optimizer_files(written_parts);
   const std::int64_t mine = rank < out.metadata.world_size ? rank : 0;
   out.data = read_safetensors(folder.file(CheckpointFolder::rank_file(mine, CheckpointFolder::kData)).string()).tensors;
-  if (rank < out.metadata.world_size) {
-    out.rng = read_safetensors(folder.file(CheckpointFolder::rank_file(rank, CheckpointFolder::kRng)).string()).tensors;
-  }
+  // Every rank's default generators are in the same state (they draw the same numbers, so that
+  // tensor-parallel peers drop the same units of replicated activations): a rank beyond the saved
+  // ones takes rank 0's. The sharded stream's state is per tensor-parallel rank (trainer_state.cpp
+  // keeps it only where that rank is the same).
+  out.rng = read_safetensors(folder.file(CheckpointFolder::rank_file(mine, CheckpointFolder::kRng)).string()).tensors;
   return out;
 }
 

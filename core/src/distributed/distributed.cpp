@@ -230,7 +230,15 @@ class C10dCommunicator final : public Communicator {
     // c10d takes the split sizes by reference and Gloo's work moves them away: give it copies.
     std::vector<std::int64_t> out_counts = out_splits, in_counts = in_splits;
     auto work = backend_->alltoall_base(out, in, out_counts, in_counts, a2a);
-    return std::make_shared<SplitResult>(pending(std::move(work)), out, outputs, out_splits, in);
+    // Outputs elsewhere than the group's device (host tensors given to NCCL) are copied from the
+    // result once it is there: the host waits for it, with the timeout.
+    const bool copied_elsewhere =
+        !device_.is_cpu() && std::any_of(outputs.begin(), outputs.end(), [&](const at::Tensor& t) { return t.device() != device_; });
+    std::shared_ptr<PendingCollective> inner =
+        copied_elsewhere ? std::make_shared<C10dCollective>(std::move(work), rank_, &clock_,
+                                                            std::vector<std::pair<at::Tensor, at::Tensor>>{}, timeout_)
+                         : pending(std::move(work));
+    return std::make_shared<SplitResult>(std::move(inner), out, outputs, out_splits, in);
   }
   std::shared_ptr<PendingCollective> send_async(at::Tensor& tensor, std::int64_t peer, int tag) override {
     check_open();

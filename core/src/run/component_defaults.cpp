@@ -5,18 +5,23 @@
 namespace tessera::core {
 namespace {
 
-// Every component of kind dataset below `node` (inline ones inside other components too).
-void each_dataset(ConfigNode& node, const std::function<void(ConfigNode&)>& visit) {
+template <class Node, class Visit>
+void walk(Node& node, const std::string& kind, const std::string& path, const Visit& visit) {
   if (node.is_map()) {
-    const ConfigNode* kind = node.find("component_key");
-    if (kind && kind->is_scalar() && kind->scalar() == "dataset") visit(node);
-    for (auto& entry : node.entries()) each_dataset(entry.value, visit);
+    const ConfigNode* key = node.find("component_key");
+    if (key && key->is_scalar() && key->scalar() == kind) visit(node, path);
+    for (auto& entry : node.entries()) walk(entry.value, kind, join_path(path, entry.key), visit);
   } else if (node.is_sequence()) {
-    for (auto& item : node.items()) each_dataset(item, visit);
+    for (std::size_t i = 0; i < node.items().size(); ++i) walk(node.items()[i], kind, index_path(path, i), visit);
   }
 }
 
 }  // namespace
+
+void for_each_component(const ConfigNode& components, const std::string& kind,
+                        const std::function<void(const ConfigNode&, const std::string&)>& visit) {
+  walk(components, kind, "components", visit);
+}
 
 void give_datasets_the_model_vocabulary(ConfigNode& components, const Registry& registry) {
   if (!components.is_map()) return;
@@ -26,7 +31,7 @@ void give_datasets_the_model_vocabulary(ConfigNode& components, const Registry& 
   // Only a vocabulary the spec states: one init_from settles is known when the model is built.
   if (!vocab || !vocab->is_scalar()) return;
   const ConfigNode copy = *vocab;
-  each_dataset(components, [&](ConfigNode& dataset) {
+  walk(components, "dataset", "components", [&](ConfigNode& dataset, const std::string&) {
     const ConfigNode* variant = dataset.find("variant_key");
     if (!variant || !variant->is_scalar()) return;
     const ComponentInfo* info = registry.find("dataset", variant->scalar());

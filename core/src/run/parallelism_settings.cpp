@@ -17,7 +17,12 @@ void ParallelismSettings::declare(ConfigFields<ParallelismSettings>& f) {
       .at_least(-1);
   f.field("tp", &P::tp, "tensor-parallel ranks: attention heads, MLP units and the vocabulary split over them")
       .at_least(1);
-  f.field("cp", &P::cp, "context-parallel ranks (one sequence split over them); not available yet: 1").at_least(1);
+  f.field("cp", &P::cp, "context-parallel ranks: every sequence split over them (balanced for causal attention)")
+      .at_least(1);
+  f.field("cp_type", &P::cp_type,
+          "how attention crosses the context-parallel slices: ring (key/value blocks passed around) or ulysses "
+          "(all-to-all to head slices; heads divisible by cp)")
+      .one_of({"ring", "ulysses"});
   f.field("pp", &P::pp, "pipeline stages; not available yet: 1").at_least(1);
   f.field("ep", &P::ep, "expert-parallel ranks, borrowed from the data-parallel ones; not available yet: 1").at_least(1);
   f.field("sequence_parallel", &P::sequence_parallel,
@@ -25,7 +30,7 @@ void ParallelismSettings::declare(ConfigFields<ParallelismSettings>& f) {
           "all-reduce)");
   f.check([](const P& p) {
     if (p.dp_shard == 0) throw ConfigError("must be at least 1, or -1 for the ranks the other axes leave", "dp_shard");
-    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"cp", p.cp}, {"pp", p.pp}, {"ep", p.ep}}) {
+    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"pp", p.pp}, {"ep", p.ep}}) {
       if (value != 1) {
         throw ConfigError(std::string(name) + " " + std::to_string(value) +
                               ": this Tessera does not split over " + name + " yet; set it to 1",
@@ -47,6 +52,7 @@ ParallelDims resolve_parallel_dims(const ParallelismSettings& s, std::int64_t wo
   dims.pp = s.pp;
   dims.ep = s.ep;
   dims.sequence_parallel = s.sequence_parallel;
+  dims.cp_type = s.cp_type;
   const std::int64_t others = s.dp_replicate * s.tp * s.cp * s.pp;
   if (s.dp_shard > 0) {
     dims.dp_shard = s.dp_shard;

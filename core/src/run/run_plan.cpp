@@ -161,7 +161,8 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
   plan.checkpoints = CheckpointStore::for_run(context.run_dir, plan.checkpoint.dir);
 
   ensure_metrics_sink(root);
-  ensure_parallel_strategy(root, context.parallel.data_parallel());
+  // Context-parallel peers sum their gradients as data-parallel ranks do.
+  ensure_parallel_strategy(root, context.parallel.data_parallel() * context.parallel.cp);
   plan.strategy = "none";
   if (const ConfigNode* components = root.find("components"); components && components->is_map()) {
     plan.strategy = variant_of(*components, "parallel", "none");

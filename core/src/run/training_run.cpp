@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "tessera/callback.hpp"
 #include "tessera/core/components/component_factory.hpp"
@@ -49,38 +50,51 @@ void check_device_exists(const RunPlan& plan) {
                         "; use device: cpu, or one GPU per local rank");
 }
 
-// Sequence parallelism splits every training sequence over the tensor-parallel ranks: the
-// training data's seq_len (where its config states one) must divide.
+// Context parallelism cuts every sequence into 2 x cp chunks, and sequence parallelism splits a
+// rank's slice over the tensor-parallel ranks: every dataset's seq_len (where its config states
+// one: the training data, an evaluation's) must divide.
 void check_sequence_splits(const RunPlan& plan) {
-  const ConfigNode* data = plan.components().find("train_data");
-  const ConfigNode* config = data && data->is_map() ? data->find("config") : nullptr;
-  const ConfigNode* seq_len = config && config->is_map() ? config->find("seq_len") : nullptr;
-  if (!seq_len || !seq_len->is_scalar()) return;
-  char* end = nullptr;
-  const long long length = std::strtoll(seq_len->scalar().c_str(), &end, 10);
-  const std::int64_t tp = plan.context.parallel.tp;
-  if (*end != '\0' || length <= 0 || length % tp == 0) return;
-  throw ConfigIssue(seq_len->pos(), "components.train_data.config.seq_len",
-                    "seq_len " + seq_len->scalar() + " does not split over the " + std::to_string(tp) +
-                        " tensor-parallel ranks of sequence parallelism; make it a multiple of " + std::to_string(tp));
+  const ParallelDims& dims = plan.context.parallel;
+  const std::int64_t parts = (dims.cp > 1 ? 2 * dims.cp : 1) * (dims.sequence_parallel ? dims.tp : 1);
+  if (parts == 1) return;
+  for_each_component(plan.components(), "dataset", [&](const ConfigNode& dataset, const std::string& path) {
+    const ConfigNode* config = dataset.find("config");
+    const ConfigNode* seq_len = config && config->is_map() ? config->find("seq_len") : nullptr;
+    if (!seq_len || !seq_len->is_scalar()) return;
+    char* end = nullptr;
+    const long long length = std::strtoll(seq_len->scalar().c_str(), &end, 10);
+    if (*end != '\0' || length <= 0 || length % parts == 0) return;
+    std::string why;
+    if (dims.cp > 1) why = "into the 2 x cp (" + std::to_string(2 * dims.cp) + ") chunks of context parallelism";
+    if (dims.sequence_parallel) {
+      why += std::string(why.empty() ? "over" : ", each over") + " the " + std::to_string(dims.tp) +
+             " tensor-parallel ranks of sequence parallelism";
+    }
+    throw ConfigIssue(seq_len->pos(), path + ".config.seq_len",
+                      "seq_len " + seq_len->scalar() + " does not split " + why + "; make it a multiple of " +
+                          std::to_string(parts));
+  });
 }
 
 // A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
   const ParallelDims& dims = plan.context.parallel;
-  if (dims.tp == 1) return;
+  if (dims.tp == 1 && dims.cp == 1) return;
+  if (dims.sequence_parallel || dims.cp > 1) check_sequence_splits(plan);
   const ConfigNode* model = plan.components().find("model");
   const ConfigNode* variant = model && model->is_map() ? model->find("variant_key") : nullptr;
   if (!variant || !variant->is_scalar()) return;
   const ComponentInfo* info = registry.find("model", variant->scalar());
   if (!info) return;
-  if (!info->schema.splits_over_axis("tp")) {
+  for (const auto& [axis, degree, what] :
+       {std::tuple<const char*, std::int64_t, const char*>{"tp", dims.tp, "its layers over tensor-parallel ranks"},
+        {"cp", dims.cp, "its sequences over context-parallel ranks"}}) {
+    if (degree == 1 || info->schema.splits_over_axis(axis)) continue;
     throw ConfigIssue(variant->pos(), "components.model.variant_key",
-                      "model/" + variant->scalar() + " does not split its layers over tensor-parallel ranks, but "
-                      "parallelism.tp is " + std::to_string(dims.tp) +
-                      "; set parallelism.tp: 1 (or use a model that does: gpt, gpt_moe, llama)");
+                      "model/" + variant->scalar() + " does not split " + what + ", but parallelism." + axis + " is " +
+                          std::to_string(degree) + "; set parallelism." + axis +
+                          ": 1 (or use a model that does: gpt, gpt_moe, llama)");
   }
-  if (dims.sequence_parallel) check_sequence_splits(plan);
   if (dims.sequence_parallel && !info->schema.splits_over_axis("sequence_parallel")) {
     const ConfigNode* parallelism = plan.spec.find("parallelism");
     const ConfigNode* flag = parallelism && parallelism->is_map() ? parallelism->find("sequence_parallel") : nullptr;

@@ -8,17 +8,27 @@ namespace tessera::core {
 
 StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp) {
   if (tp.size() == 1) return local;
+  // The parts travel to tensor-parallel rank 0 alone, one parameter at a time: no rank ever holds
+  // more than the whole model once (rank 0) or its own part (the others).
+  const bool keeper = tp.rank() == 0;
+  Communicator& group = *tp.group();
   StateDict whole;
   for (const auto& [name, part] : local) {  // in name order, the same on every rank
     const TensorShard shard = shard_in(plan, name);
     if (shard.replicated()) {
-      whole[name] = part;
+      if (keeper) whole[name] = part;
       continue;
     }
-    const at::Tensor mine = part.contiguous();
-    std::vector<at::Tensor> parts;
-    for (std::int64_t r = 0; r < tp.size(); ++r) parts.push_back(at::empty_like(mine));
-    tp.group()->all_gather(parts, mine);
+    at::Tensor mine = part.contiguous();
+    if (!keeper) {
+      group.send_async(mine, 0)->wait();
+      continue;
+    }
+    std::vector<at::Tensor> parts{mine};
+    for (std::int64_t r = 1; r < tp.size(); ++r) {
+      parts.push_back(at::empty_like(mine));
+      group.recv_async(parts.back(), r)->wait();
+    }
     whole[name] = TensorParallel::join(parts, shard);
   }
   return whole;

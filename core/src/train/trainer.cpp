@@ -61,13 +61,19 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   if (!context_.communicator) throw Error("trainer: the run context has no communicator");
   mesh_ = context_.mesh ? context_.mesh : DeviceMesh::data_parallel_only(context_.communicator);
   tp_ = TensorParallel::of(context_);
+  cp_ = ContextParallel::of(context_);
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
   // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and the head:
   // whole logits would be gathered otherwise.
+  // So does a model's slice of the sequence under context parallelism (the logits of one rank's
+  // slice are not the whole sequence's): the loss takes the slice's labels.
   hidden_loss_ = parts_.loss->takes_hidden_states() ||
-                 (parts_.model->has_output_head() && parts_.model->output_head().vocab_parallel());
+                 (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || cp_.size() > 1));
+  if (cp_.size() > 1 && !parts_.model->has_output_head()) {
+    throw Error("trainer: parallelism.cp needs a model that exposes its hidden states and output head");
+  }
   vocab_size_ = parts_.model->vocab_size();
   if (hidden_loss_ && !parts_.model->has_output_head()) {
     throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
@@ -79,7 +85,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   }
   place_model();
   parts_.model->train();
-  strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->data_parallel());
+  strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->gradient_group());
   if (tp_.size() > 1) {
     // A parameter every tensor-parallel rank holds whole counts once in the global norm.
     std::vector<bool> counted;

@@ -58,9 +58,9 @@ CheckpointState Trainer::capture() {
   }
   st.optimizer_sharded = strategy_.shards_optimizer_state();
   // One writer per distinct part: every rank of sharded state but a hybrid replica's copy; without
-  // sharding, data-parallel rank 0 (one per tensor-parallel rank).
+  // sharding, the strategy's rank 0 (one per tensor-parallel rank).
   st.write_optimizer = st.optimizer_sharded ? !strategy_.is_optimizer_state_replica()
-                                            : mesh_->data_parallel().rank() == 0;
+                                            : mesh_->gradient_group().rank() == 0;
   if (st.write_optimizer) {
     st.optimizer = on_host(parts_.optimizer->state_dict());
     const auto params = parts_.optimizer->parameters();
@@ -77,6 +77,8 @@ CheckpointState Trainer::capture() {
   st.rng["cpu"] = at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state();
   if (device_.is_cuda()) st.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
   for (const auto& [key, state] : ShardedRng::state_dict()) st.rng["sharded/" + key] = state;
+  // Whose sharded stream it is: only the same tensor-parallel rank may continue it.
+  if (ShardedRng::seeded()) st.rng["sharded/tp"] = at::tensor({tp_.rank(), tp_.size()}, at::kLong);
   return st;
 }
 
@@ -131,7 +133,14 @@ void Trainer::restore(const std::string& checkpoint_path) {
   for (const auto& [key, state] : ck.rng) {
     if (key.rfind("sharded/", 0) == 0) sharded[key.substr(8)] = state;
   }
-  if (!sharded.empty()) ShardedRng::load_state_dict(sharded);
+  // The sharded stream of the same tensor-parallel rank of the same size continues; under another
+  // mesh it starts afresh from this rank's seed (seeded by the run): two ranks must never share one.
+  const auto owner = sharded.find("tp");
+  if (owner != sharded.end() && owner->second.numel() == 2 && owner->second[0].item<std::int64_t>() == tp_.rank() &&
+      owner->second[1].item<std::int64_t>() == tp_.size()) {
+    sharded.erase(owner);
+    ShardedRng::load_state_dict(sharded);
+  }
   progress_.step = ck.metadata.step;
   progress_.tokens = ck.metadata.tokens;
   progress_.samples = ck.metadata.samples;

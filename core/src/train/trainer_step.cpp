@@ -119,7 +119,9 @@ at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
   const double inv_tokens = inputs.inv_tokens();
   // A model's own loss terms (MoE balancing) are means per forward: each micro-batch of each
   // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
-  const double aux_weight = 1.0 / static_cast<double>(settings_.grad_accum * mesh_->data_parallel().world_size());
+  // (Each context-parallel rank's forward covers its slice of the micro-batch.)
+  const double aux_weight =
+      1.0 / static_cast<double>(settings_.grad_accum * mesh_->data_parallel().world_size() * cp_.size());
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   std::optional<MicroBatchGraph::StepScope> on_graph_stream;
   if (graph_) on_graph_stream.emplace(*graph_);
@@ -164,8 +166,10 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
   if (hidden_loss_) {
     const at::Tensor hidden =
         in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward_hidden(input_ids, documents); });
+    // Under context parallelism the hidden states are this rank's slice of the sequence.
+    const at::Tensor targets = cp_.slice(labels);
     return in_component(parts_.names.loss, "forward", step,
-                        [&] { return parts_.loss->compute_from_hidden(hidden, parts_.model->output_head(), labels); });
+                        [&] { return loss_from_hidden(*parts_.loss, hidden, parts_.model->output_head(), targets); });
   }
   const at::Tensor logits =
       in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward(input_ids, documents); });

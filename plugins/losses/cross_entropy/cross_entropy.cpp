@@ -49,6 +49,8 @@ class CrossEntropyLoss final : public tessera::Loss {
   }
 
   bool takes_hidden_states() const override { return chunk_size_ > 0; }
+  // A vocabulary split over tensor-parallel ranks is reduced over them, chunk by chunk.
+  bool handles_vocab_parallel_head() const override { return true; }
 
   tessera::LossSum compute_from_hidden(const at::Tensor& hidden, const tessera::OutputHead& head,
                                        const at::Tensor& labels) override {

@@ -41,16 +41,16 @@ using tessera::gpt_parts::Mlp;
 
 class Block : public torch::nn::Module {
  public:
-  Block(const GptConfig& c, const tessera::TensorParallel& tp)
+  Block(const GptConfig& c, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp)
       : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp))),
         attn(register_module("attn",
-                             std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.bias, c.dropout, tp))),
+                             std::make_shared<CausalSelfAttention>(c.n_embd, c.n_head, c.bias, c.dropout, tp, cp))),
         ln_2(register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp))),
         mlp(register_module("mlp", std::make_shared<Mlp>(c.n_embd, c.bias, c.dropout,
                                                          c.activation == "gelu_tanh" ? "tanh" : "none", tp))) {}
 
-  at::Tensor forward(at::Tensor x, const at::Tensor& mask = {}) {
-    x = x + attn->forward(ln_1->forward(x), mask);
+  at::Tensor forward(at::Tensor x, const at::Tensor& mask = {}, const at::Tensor& documents = {}) {
+    x = x + attn->forward(ln_1->forward(x), mask, documents);
     return x + mlp->forward(ln_2->forward(x));
   }
 
@@ -64,16 +64,18 @@ class Gpt final : public tessera::Model {
  public:
   // `hf`: a Hugging Face GPT-2 folder to take the weights from (c.init_from), already read.
   // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
-  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp)
+  // `cp`: the run's context-parallel ranks; this rank computes its slice of every sequence.
+  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp, tessera::ContextParallel cp)
       : config_(c),
         tp_(std::move(tp)),
+        cp_(std::move(cp)),
         init_seed_(tessera::draw_init_seed()),
         wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))),
         wpe_(register_module("wpe", std::make_shared<Embedding>(c.max_seq_len, c.n_embd))) {
     // A plain module as container names parameters h.0.attn.c_attn.weight, ... like GPT-2.
     auto layers = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_)));
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_)));
       const std::string block = "h." + std::to_string(i) + ".";
       tessera::gpt_parts::attention_plan(plan_, block + "attn.", c.bias);
       tessera::gpt_parts::mlp_plan(plan_, block + "mlp.", c.bias);
@@ -141,7 +143,10 @@ class Gpt final : public tessera::Model {
     // Tied head: the token embedding matrix is the output projection, no extra parameter. Split
     // over tensor-parallel ranks, each computes its vocabulary's logits, gathered whole here (the
     // loss never asks for them: it takes the hidden states and the head).
-    return tp_.gather_vocabulary(at::linear(compute_hidden(input_ids), wte_->weight));
+    return tessera::gpt_parts::logits_of_any_length(
+        input_ids, tessera::gpt_parts::sequence_multiple(tp_, cp_), document_ids().defined(), [&](const at::Tensor& ids) {
+          return cp_.gather(tp_.gather_vocabulary(at::linear(compute_hidden(ids), wte_->weight)));
+        });
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
@@ -155,20 +160,25 @@ class Gpt final : public tessera::Model {
                            " exceeds max_seq_len " + std::to_string(config_.max_seq_len) +
                            "; raise max_seq_len or shorten the data's seq_len");
     }
-    // Packed documents: positions restart at each, attention stays within each.
+    // Packed documents: positions restart at each, attention stays within each (context-parallel
+    // attention masks them from the document ids themselves).
+    const bool sliced = cp_.size() > 1;
     tessera::documents::Layout docs;
-    if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids);
-    const at::Tensor positions =
-        docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options().dtype(at::kLong)).unsqueeze(0);
-    // Under sequence parallelism the residual stream is this rank's slice of the sequence.
+    if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids, !sliced);
+    const at::Tensor documents = sliced && document_ids().defined() ? document_ids().to(input_ids.device(), at::kLong)
+                                                                   : at::Tensor();
+    // Under context parallelism this rank's slice of every sequence, at its global positions;
+    // under sequence parallelism the residual stream is its tensor-parallel slice of that.
+    const at::Tensor positions = cp_.slice(
+        docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options().dtype(at::kLong)).unsqueeze(0));
     const at::Tensor position_embeddings = at::embedding(tp_.replicated(wpe_->weight), tp_.sequence_slice(positions));
-    at::Tensor x = tp_.stream_dropout(tp_.vocab_embedding(input_ids, wte_->weight) + position_embeddings,
+    at::Tensor x = tp_.stream_dropout(tp_.vocab_embedding(cp_.slice(input_ids), wte_->weight) + position_embeddings,
                                       config_.dropout, is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
       // The body outlives this call when checkpointed (backward runs it again): it owns the block
       // and the mask.
-      tessera::BlockBody body = [block = blocks_[i], mask = docs.attention_mask](const at::Tensor& h) {
-        return block->forward(h, mask);
+      tessera::BlockBody body = [block = blocks_[i], mask = docs.attention_mask, documents](const at::Tensor& h) {
+        return block->forward(h, mask, documents);
       };
       const bool checkpointed = tessera::checkpoints_block(
           config_.activation_checkpointing, config_.activation_checkpointing_every, static_cast<std::int64_t>(i));
@@ -193,6 +203,7 @@ class Gpt final : public tessera::Model {
  private:
   GptConfig config_;
   tessera::TensorParallel tp_;
+  tessera::ContextParallel cp_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> wte_, wpe_;
@@ -208,9 +219,11 @@ void register_components(tessera::Registrar& registrar) {
       "gpt", "GPT-2 style decoder-only transformer with tied head",
       [](const GptConfig& yaml, const tessera::RunContext& run) {
         const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
+        const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
         // The sizes init_from settled must divide over the tensor-parallel ranks too.
         auto checked = [&](GptConfig c) {
-          tessera::gpt_parts::check_tensor_parallel(c, run.parallel);
+          tessera::gpt_parts::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
+          tessera::gpt_parts::check_context_parallel(c.n_head, c.n_head, c.dropout, run.parallel);
           return c;
         };
         // Weights read from a file at construction: built whole.
@@ -220,12 +233,12 @@ void register_components(tessera::Registrar& registrar) {
           // A Tessera export folder: its config.json settles what the YAML left out.
           const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "gpt");
           return std::make_shared<Gpt>(
-              checked(exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml), nullptr, tp);
+              checked(exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml), nullptr, tp, cp);
         }
         // A Hugging Face folder: config.json settles what the YAML left out.
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Gpt>(checked(tessera::gpt2_format::settle_config(yaml, hf.config)), &hf, tp);
+        return std::make_shared<Gpt>(checked(tessera::gpt2_format::settle_config(yaml, hf.config)), &hf, tp, cp);
       });
 }
 

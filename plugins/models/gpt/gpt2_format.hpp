@@ -36,6 +36,10 @@ struct GptConfig : gpt_parts::GptArchitecture {
         .existing_path();
     f.record_given(&GptConfig::given);
     f.splits_sequence();
+    // With init_from the sizes the YAML leaves out come from its config.json: checked once settled.
+    f.check_in_run([](const GptConfig& c, const RunContext& run) {
+      if (c.init_from.empty()) gpt_parts::check_mesh(c, run);
+    });
   }
 };
 

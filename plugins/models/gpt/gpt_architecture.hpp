@@ -32,7 +32,8 @@ struct GptArchitecture {
 // What tensor parallelism needs of the sizes: heads and vocabulary rows divide over the ranks
 // (the MLP's 4 x n_embd units then do too). Checked at validation and again once init_from has
 // settled the sizes.
-inline void check_tensor_parallel(const GptArchitecture& c, const ParallelDims& dims) {
+// `from_checkpoint`: the sizes came from init_from's weights, whose vocabulary cannot be padded.
+inline void check_tensor_parallel(const GptArchitecture& c, const ParallelDims& dims, bool from_checkpoint = false) {
   if (dims.tp == 1) return;
   const std::string tp = std::to_string(dims.tp);
   if (c.n_head % dims.tp != 0) {
@@ -43,10 +44,39 @@ inline void check_tensor_parallel(const GptArchitecture& c, const ParallelDims& 
   if (c.vocab_size % dims.tp != 0) {
     const std::int64_t padded = (c.vocab_size + dims.tp - 1) / dims.tp * dims.tp;
     throw ConfigError("vocab_size (" + std::to_string(c.vocab_size) + ") must be divisible by parallelism.tp (" + tp +
-                          "): each tensor-parallel rank holds vocab_size / tp rows of the embedding and the head; pad "
-                          "it (vocab_size: " + std::to_string(padded) + ")",
+                          "): each tensor-parallel rank holds vocab_size / tp rows of the embedding and the head; " +
+                          (from_checkpoint ? std::string("init_from's weights have that many rows; use a tp that divides it")
+                                           : "pad it (vocab_size: " + std::to_string(padded) + ")"),
                       "vocab_size");
   }
+}
+
+// What context parallelism needs: no dropout (attention across slices has none), and with
+// Ulysses the heads of a tensor-parallel rank divide over the context-parallel ranks.
+inline void check_context_parallel(std::int64_t heads, std::int64_t kv_heads, double dropout, const ParallelDims& dims) {
+  if (dims.cp == 1) return;
+  const std::string cp = std::to_string(dims.cp);
+  if (dropout > 0) {
+    throw ConfigError("dropout " + std::to_string(dropout) + " with parallelism.cp " + cp +
+                          ": attention across context-parallel slices has no dropout; set dropout: 0",
+                      "dropout");
+  }
+  if (dims.cp_type == "ulysses" && (heads / dims.tp) % dims.cp != 0) {
+    throw ConfigError("n_head (" + std::to_string(heads) + ") over tp " + std::to_string(dims.tp) +
+                          " must be divisible by parallelism.cp (" + cp +
+                          ") for ulysses attention, which splits each rank's heads over the context-parallel ranks; "
+                          "use cp_type: ring",
+                      "n_head");
+  }
+  (void)kv_heads;  // too few key/value heads are replicated for the exchange, and the log says so
+}
+
+// The mesh rules on the sizes the YAML states (a model taking its sizes from init_from checks
+// them again once they are settled, and skips this).
+template <class Config>
+void check_mesh(const Config& c, const RunContext& run) {
+  check_tensor_parallel(c, run.parallel);
+  check_context_parallel(c.n_head, c.n_head, c.dropout, run.parallel);
 }
 
 // What dropout and biases cover differs between the models; the docs say so.
@@ -72,7 +102,7 @@ void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& d
           "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
       .at_least(1);
   f.splits_over(MeshAxis::tp);
-  f.check_in_run([](const Config& c, const RunContext& run) { check_tensor_parallel(c, run.parallel); });
+  f.splits_over(MeshAxis::cp);
   f.check([](const Config& c) {
     if (c.n_embd % c.n_head != 0) {
       throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +

@@ -9,6 +9,7 @@
 // plan (attention_plan, mlp_plan). With one rank everything is the plain layer.
 #pragma once
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
@@ -20,8 +21,10 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +33,7 @@
 #include "tessera/linear_gelu.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
+#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 
 namespace tessera::gpt_parts {
@@ -164,22 +168,33 @@ inline at::Tensor row_parallel_output(const TensorParallel& tp, const Affine& la
 
 class CausalSelfAttention : public torch::nn::Module {
  public:
-  CausalSelfAttention(std::int64_t n_embd, std::int64_t n_head, bool bias, double dropout, TensorParallel tp = {})
+  // `cp`: under context parallelism x is this rank's slice of the sequence and attention crosses
+  // the slices (tessera/parallel/context_parallel.hpp).
+  CausalSelfAttention(std::int64_t n_embd, std::int64_t n_head, bool bias, double dropout, TensorParallel tp = {},
+                      ContextParallel cp = {})
       : n_head_(tp.local(n_head)),
         dropout_(dropout),
         tp_(std::move(tp)),
+        cp_(std::move(cp)),
         qkv_(register_module("c_attn", linear_layer(n_embd, 3 * tp_.local(n_embd), bias))),
         out_(register_module("c_proj", linear_layer(tp_.local(n_embd), n_embd, bias))) {}
 
   // `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see; causal without.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {}) {
+  // Under context parallelism `documents` (optional, [batch, whole seq]) stands for the mask.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {}, const at::Tensor& documents = {}) {
     const double attn_dropout = is_training() ? dropout_ : 0.0;
     const at::Tensor qkv = qkv_->forward(tp_.column_input(x));  // this rank's heads, the whole sequence
     at::Tensor y;
     {
       // Attention dropout on this rank's own heads: masks of its own.
-      ShardedRandomness own(tp_, qkv.device());
-      if (mask.defined()) {
+      std::optional<ShardedRandomness> own;
+      if (attn_dropout > 0) own.emplace(tp_, qkv.device());
+      if (cp_.size() > 1) {
+        const std::int64_t batch = qkv.size(0), seq = qkv.size(1), embd = qkv.size(2) / 3;
+        std::vector<at::Tensor> heads =
+            qkv.view({batch, seq, 3, n_head_, embd / n_head_}).permute({2, 0, 3, 1, 4}).unbind(0);
+        y = cp_.attend(heads[0], heads[1], heads[2], documents).transpose(1, 2).contiguous().view({batch, seq, embd});
+      } else if (mask.defined()) {
         const std::int64_t batch = qkv.size(0), seq = qkv.size(1), embd = qkv.size(2) / 3;
         // [B, T, 3C] -> three [B, H, T, C/H]
         std::vector<at::Tensor> heads =
@@ -203,6 +218,7 @@ class CausalSelfAttention : public torch::nn::Module {
   std::int64_t n_head_;  // this rank's
   double dropout_;
   TensorParallel tp_;
+  ContextParallel cp_;
   std::shared_ptr<Affine> qkv_, out_;
 };
 
@@ -231,6 +247,28 @@ class Mlp : public torch::nn::Module {
   TensorParallel tp_;
   std::shared_ptr<Affine> up_, down_;
 };
+
+// Sequences that sequence and context parallelism split must have a length that is a multiple
+// of this: 2 x cp chunks, each over the tensor-parallel ranks under sequence parallelism.
+inline std::int64_t sequence_multiple(const TensorParallel& tp, const ContextParallel& cp) {
+  return (cp.size() > 1 ? 2 * cp.size() : 1) * (tp.sequence_parallel() ? tp.size() : 1);
+}
+
+// Logits of every position for input_ids of any length (sampling grows a prompt one token at a
+// time): the ids are padded at the end to the multiple the parallelism needs (causal attention:
+// the padding changes no earlier position) and the padding's logits dropped. `logits_of` maps
+// ids of a splittable length to their whole logits. Packed documents need splittable lengths.
+inline at::Tensor logits_of_any_length(const at::Tensor& input_ids, std::int64_t multiple, bool documents,
+                                       const std::function<at::Tensor(const at::Tensor&)>& logits_of) {
+  const std::int64_t seq = input_ids.size(1), padded = (seq + multiple - 1) / multiple * multiple;
+  if (padded == seq) return logits_of(input_ids);
+  if (documents) {
+    throw Error("packed documents of " + std::to_string(seq) + " positions: sequence or context parallelism needs a "
+                "multiple of " + std::to_string(multiple));
+  }
+  const at::Tensor tail = input_ids.narrow(1, seq - 1, 1).expand({input_ids.size(0), padded - seq});
+  return logits_of(at::cat({input_ids, tail}, 1)).narrow(1, 0, seq);
+}
 
 // The splits of a CausalSelfAttention at `prefix` ("h.0.attn."): q, k and v heads in c_attn's
 // three blocks, c_proj's input units.

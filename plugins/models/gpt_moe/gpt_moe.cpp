@@ -34,10 +34,10 @@ class Block : public torch::nn::Module {
  public:
   // Tensor parallelism splits the attention and the dense MLP; the experts are whole on every
   // tensor-parallel rank (which routes the same tokens: no sequence parallelism here).
-  Block(const GptMoeConfig& s, bool moe_block, const tessera::TensorParallel& tp)
+  Block(const GptMoeConfig& s, bool moe_block, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp)
       : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp))),
         attn(register_module("attn",
-                             std::make_shared<CausalSelfAttention>(s.n_embd, s.n_head, s.bias, s.dropout, tp))),
+                             std::make_shared<CausalSelfAttention>(s.n_embd, s.n_head, s.bias, s.dropout, tp, cp))),
         ln_2(register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp))) {
     if (moe_block) {
       moe = register_module("moe", std::make_shared<MoeFeedForward>(s));
@@ -70,15 +70,18 @@ class Block : public torch::nn::Module {
 
 class GptMoe final : public tessera::Model, public tessera::MoeRouting {
  public:
-  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp)
+  // Under context parallelism (`cp`) this rank computes its slice of every sequence; the router
+  // sees that slice's tokens.
+  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp, tessera::ContextParallel cp)
       : s_(s),
         tp_(std::move(tp)),
+        cp_(std::move(cp)),
         init_seed_(tessera::draw_init_seed()),
         wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(s.vocab_size), s.n_embd))),
         wpe_(register_module("wpe", std::make_shared<Embedding>(s.max_seq_len, s.n_embd))) {
     auto stack = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < s.n_layer; ++i) {
-      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_)));
+      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_, cp_)));
       const std::string block = "h." + std::to_string(i) + ".";
       tessera::gpt_parts::attention_plan(plan_, block + "attn.", s.bias);
       if (blocks_.back()->moe) {
@@ -140,7 +143,10 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 
  protected:
   at::Tensor compute(const at::Tensor& input_ids) override {
-    return tp_.gather_vocabulary(at::linear(compute_hidden(input_ids), wte_->weight));
+    return tessera::gpt_parts::logits_of_any_length(
+        input_ids, tessera::gpt_parts::sequence_multiple(tp_, cp_), document_ids().defined(), [&](const at::Tensor& ids) {
+          return cp_.gather(tp_.gather_vocabulary(at::linear(compute_hidden(ids), wte_->weight)));
+        });
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
@@ -153,9 +159,10 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
       throw tessera::Error("model/gpt_moe: sequence length " + std::to_string(seq) + " exceeds max_seq_len " +
                            std::to_string(s_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
     }
-    const at::Tensor positions = at::arange(seq, input_ids.options().dtype(at::kLong));
-    at::Tensor x = at::dropout(tp_.vocab_embedding(input_ids, wte_->weight) + wpe_->forward(positions), s_.dropout,
-                               is_training());
+    // This rank's slice of every sequence under context parallelism, at its global positions.
+    const at::Tensor positions = cp_.positions(seq, input_ids.device());
+    at::Tensor x = at::dropout(tp_.vocab_embedding(cp_.slice(input_ids), wte_->weight) + wpe_->forward(positions),
+                               s_.dropout, is_training());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
       const std::shared_ptr<Block>& block = blocks_[i];
       const bool checkpointed = tessera::checkpoints_block(s_.activation_checkpointing,
@@ -191,6 +198,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
  private:
   GptMoeConfig s_;
   tessera::TensorParallel tp_;
+  tessera::ContextParallel cp_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> wte_, wpe_;
@@ -206,7 +214,7 @@ void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptMoeConfig>(
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
       [](const GptMoeConfig& c, const tessera::RunContext& run) {
-        return std::make_shared<GptMoe>(c, tessera::TensorParallel::of(run));
+        return std::make_shared<GptMoe>(c, tessera::TensorParallel::of(run), tessera::ContextParallel::of(run));
       });
 }
 

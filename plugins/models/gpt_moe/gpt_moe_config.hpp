@@ -45,6 +45,7 @@ struct GptMoeConfig : gpt_parts::GptArchitecture {
             "weight of the router z-loss mean(logsumexp(logits)^2), summed over MoE layers")
         .at_least(0);
     f.field("renormalize_topk", &C::renormalize_topk, "divide the k gate probabilities by their sum");
+    f.check_in_run([](const C& c, const RunContext& run) { gpt_parts::check_mesh(c, run); });
     f.check([](const C& c) {
       if (c.top_k > c.num_experts) {
         throw ConfigError("top_k (" + std::to_string(c.top_k) + ") must not exceed num_experts (" +

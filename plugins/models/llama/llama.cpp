@@ -108,20 +108,25 @@ class Attention : public torch::nn::Module {
  public:
   // Under tensor parallelism this rank computes its n_head / tp query heads and n_kv_head / tp
   // key/value heads (grouped-query attention stays grouped within a rank).
-  Attention(const LlamaConfig& c, tessera::TensorParallel tp)
+  // Under context parallelism (`cp`) the input is this rank's slice of the sequence and
+  // attention crosses the slices.
+  Attention(const LlamaConfig& c, tessera::TensorParallel tp, tessera::ContextParallel cp)
       : n_head_(tp.local(c.n_head)),
         n_kv_head_(tp.local(c.kv_heads())),
         head_dim_(c.head_size()),
         dropout_(c.dropout),
         tp_(std::move(tp)),
+        cp_(std::move(cp)),
         q_(register_module("q_proj", std::make_shared<Affine>(c.n_embd, n_head_ * c.head_size(), false))),
         k_(register_module("k_proj", std::make_shared<Affine>(c.n_embd, n_kv_head_ * c.head_size(), false))),
         v_(register_module("v_proj", std::make_shared<Affine>(c.n_embd, n_kv_head_ * c.head_size(), false))),
         o_(register_module("o_proj", std::make_shared<Affine>(n_head_ * c.head_size(), c.n_embd, false))) {}
 
   // cos, sin: [seq, head_dim] (or [batch, 1, seq, head_dim] for packed documents) in x's compute
-  // dtype; `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see.
-  at::Tensor forward(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
+  // dtype; `mask` (optional, [batch, 1, seq, seq] bool): which keys each query may see; under
+  // context parallelism `documents` (optional, [batch, whole seq]) instead.
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                     const at::Tensor& documents) {
     const at::Tensor x = tp_.column_input(input);  // the whole sequence
     const std::int64_t batch = x.size(0), seq = x.size(1);
     // [B, T, H·D] -> [B, H, T, D]
@@ -134,9 +139,15 @@ class Attention : public torch::nn::Module {
     at::Tensor y;
     {
       // Attention dropout on this rank's own heads: masks of its own.
-      tessera::ShardedRandomness own(tp_, q.device());
-      y = mask.defined() ? at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt, gqa)
-                         : tessera::causal_attention(q, k, v, dropout);
+      std::optional<tessera::ShardedRandomness> own;
+      if (dropout > 0) own.emplace(tp_, q.device());
+      if (cp_.size() > 1) {
+        y = cp_.attend(q, k, v, documents);
+      } else {
+        y = mask.defined()
+                ? at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt, gqa)
+                : tessera::causal_attention(q, k, v, dropout);
+      }
     }
     return row_parallel(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}));
   }
@@ -145,6 +156,7 @@ class Attention : public torch::nn::Module {
   std::int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
   double dropout_;
   tessera::TensorParallel tp_;
+  tessera::ContextParallel cp_;
   std::shared_ptr<Affine> q_, k_, v_, o_;
 };
 
@@ -170,15 +182,16 @@ class SwiGlu : public torch::nn::Module {
 
 class Block : public torch::nn::Module {
  public:
-  Block(const LlamaConfig& c, const tessera::TensorParallel& tp)
+  Block(const LlamaConfig& c, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp)
       : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))),
-        self_attn(register_module("self_attn", std::make_shared<Attention>(c, tp))),
+        self_attn(register_module("self_attn", std::make_shared<Attention>(c, tp, cp))),
         post_attention_layernorm(
             register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))),
         mlp(register_module("mlp", std::make_shared<SwiGlu>(c, tp))) {}
 
-  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask) {
-    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
+  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                     const at::Tensor& documents) {
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, documents);
     return x + mlp->forward(post_attention_layernorm->forward(x));
   }
 
@@ -192,14 +205,17 @@ class Llama final : public tessera::Model {
  public:
   // `hf`: a Hugging Face Llama folder to take the weights from (c.init_from), already read.
   // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
-  Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp)
+  // `cp`: the run's context-parallel ranks; this rank computes its slice of every sequence.
+  Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp,
+        tessera::ContextParallel cp)
       : config_(c),
         tp_(std::move(tp)),
+        cp_(std::move(cp)),
         init_seed_(tessera::draw_init_seed()),
         embed_tokens_(register_module("embed_tokens", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))) {
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_)));
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_)));
       const std::string block = "layers." + std::to_string(i) + ".";
       for (const char* column : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"}) {
         plan_[block + column + ".weight"] = tessera::TensorShard::columns();
@@ -293,7 +309,10 @@ class Llama final : public tessera::Model {
   at::Tensor compute(const at::Tensor& input_ids) override {
     // Split over tensor-parallel ranks, each computes its vocabulary's logits, gathered whole here
     // (the loss never asks for them: it takes the hidden states and the head).
-    return tp_.gather_vocabulary(at::linear(compute_hidden(input_ids), output_head().weight));
+    return tessera::gpt_parts::logits_of_any_length(
+        input_ids, tessera::gpt_parts::sequence_multiple(tp_, cp_), document_ids().defined(), [&](const at::Tensor& ids) {
+          return cp_.gather(tp_.gather_vocabulary(at::linear(compute_hidden(ids), output_head().weight)));
+        });
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
@@ -306,8 +325,9 @@ class Llama final : public tessera::Model {
       throw tessera::Error("model/llama: sequence length " + std::to_string(seq) + " exceeds max_seq_len " +
                            std::to_string(config_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
     }
-    // Under sequence parallelism the residual stream is this rank's slice of the sequence.
-    at::Tensor x = tp_.vocab_embedding(input_ids, embed_tokens_->weight);
+    // Under context parallelism this rank's slice of every sequence; under sequence parallelism
+    // the residual stream is its tensor-parallel slice of that.
+    at::Tensor x = tp_.vocab_embedding(cp_.slice(input_ids), embed_tokens_->weight);
     // The tables in the compute dtype (as Hugging Face casts them), on the input's device: under
     // autocast the projections they multiply come out in the autocast dtype.
     const at::ScalarType dtype =
@@ -321,17 +341,24 @@ class Llama final : public tessera::Model {
     }
     at::Tensor cos = cos_on_.narrow(0, 0, seq);
     at::Tensor sin = sin_on_.narrow(0, 0, seq);
-    // Packed documents: rotary angles restart at each, attention stays within each.
+    // Packed documents: rotary angles restart at each, attention stays within each
+    // (context-parallel attention masks them from the document ids themselves).
+    const bool sliced = cp_.size() > 1;
     tessera::documents::Layout docs;
-    if (document_ids().defined()) {
-      docs = tessera::documents::layout(document_ids(), input_ids);
-      const at::Tensor flat = docs.positions.flatten();
-      cos = cos.index_select(0, flat).view({input_ids.size(0), 1, seq, -1});
-      sin = sin.index_select(0, flat).view({input_ids.size(0), 1, seq, -1});
+    if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids, !sliced);
+    if (docs.positions.defined() || sliced) {
+      // The angles of this rank's positions (global ones under context parallelism).
+      const at::Tensor positions = cp_.slice(docs.positions.defined() ? docs.positions
+                                                                      : at::arange(seq, input_ids.options()).unsqueeze(0));
+      const at::Tensor flat = positions.flatten();
+      cos = cos_on_.index_select(0, flat).view({positions.size(0), 1, positions.size(1), -1});
+      sin = sin_on_.index_select(0, flat).view({positions.size(0), 1, positions.size(1), -1});
     }
+    const at::Tensor documents = sliced && document_ids().defined() ? document_ids().to(input_ids.device(), at::kLong)
+                                                                   : at::Tensor();
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      tessera::BlockBody body = [block = blocks_[i], cos, sin, mask = docs.attention_mask](const at::Tensor& h) {
-        return block->forward(h, cos, sin, mask);
+      tessera::BlockBody body = [block = blocks_[i], cos, sin, mask = docs.attention_mask, documents](const at::Tensor& h) {
+        return block->forward(h, cos, sin, mask, documents);
       };
       const bool checkpointed = tessera::checkpoints_block(config_.activation_checkpointing,
                                                            config_.activation_checkpointing_every,
@@ -366,6 +393,7 @@ class Llama final : public tessera::Model {
 
   LlamaConfig config_;
   tessera::TensorParallel tp_;
+  tessera::ContextParallel cp_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> embed_tokens_;
@@ -384,9 +412,11 @@ void register_components(tessera::Registrar& registrar) {
       "llama", "Llama decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; Hugging Face import/export",
       [](const LlamaConfig& yaml, const tessera::RunContext& run) {
         const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
-        // The sizes init_from settled must divide over the tensor-parallel ranks too.
+        const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
+        // The sizes init_from settled must divide over the tensor- and context-parallel ranks too.
         auto checked = [&](LlamaConfig c) {
-          LlamaConfig::check_tensor_parallel(c, run.parallel);
+          LlamaConfig::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
+          LlamaConfig::check_context_parallel(c, run.parallel);
           return c;
         };
         // Weights read from files at construction: built whole.
@@ -396,11 +426,11 @@ void register_components(tessera::Registrar& registrar) {
           // A Tessera export folder: its config.json settles what the YAML left out.
           const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "llama");
           return std::make_shared<Llama>(checked(exported ? tessera::llama::settle_export(yaml, *exported) : yaml),
-                                         nullptr, tp);
+                                         nullptr, tp, cp);
         }
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp);
+        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp, cp);
       });
 }
 

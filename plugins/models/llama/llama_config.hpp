@@ -74,7 +74,8 @@ struct LlamaConfig {
   // What tensor parallelism needs of the sizes: query and key/value heads, MLP units and
   // vocabulary rows divide over the ranks. Checked at validation and again once init_from has
   // settled the sizes.
-  static void check_tensor_parallel(const LlamaConfig& c, const ParallelDims& dims) {
+  // `from_checkpoint`: the sizes came from init_from's weights, whose vocabulary cannot be padded.
+  static void check_tensor_parallel(const LlamaConfig& c, const ParallelDims& dims, bool from_checkpoint = false) {
     if (dims.tp == 1) return;
     const std::string tp = std::to_string(dims.tp);
     auto require = [&](std::int64_t count, const char* what, const char* field) {
@@ -82,7 +83,8 @@ struct LlamaConfig {
       std::string message = std::string(what) + " (" + std::to_string(count) + ") must be divisible by parallelism.tp (" +
                             tp + "): each tensor-parallel rank holds " + what + " / tp of them";
       if (std::string(field) == "vocab_size") {
-        message += "; pad it (vocab_size: " + std::to_string((count + dims.tp - 1) / dims.tp * dims.tp) + ")";
+        message += from_checkpoint ? std::string("; init_from's weights have that many rows; use a tp that divides it")
+                                   : "; pad it (vocab_size: " + std::to_string((count + dims.tp - 1) / dims.tp * dims.tp) + ")";
       }
       throw ConfigError(message, field);
     };
@@ -90,6 +92,24 @@ struct LlamaConfig {
     require(c.kv_heads(), "n_kv_head", "n_kv_head");
     require(c.mlp_size(), "intermediate_size", "intermediate_size");
     require(c.vocab_size, "vocab_size", "vocab_size");
+  }
+
+  // What context parallelism needs: no attention dropout across slices, and with Ulysses each
+  // tensor-parallel rank's query heads divide over the context-parallel ranks (key/value heads
+  // that do not are replicated for the exchange, and the log says so).
+  static void check_context_parallel(const LlamaConfig& c, const ParallelDims& dims) {
+    if (dims.cp == 1) return;
+    if (c.dropout > 0) {
+      throw ConfigError("dropout " + std::to_string(c.dropout) + " with parallelism.cp " + std::to_string(dims.cp) +
+                            ": attention across context-parallel slices has no dropout; set dropout: 0",
+                        "dropout");
+    }
+    if (dims.cp_type == "ulysses" && (c.n_head / dims.tp) % dims.cp != 0) {
+      throw ConfigError("n_head (" + std::to_string(c.n_head) + ") over tp " + std::to_string(dims.tp) +
+                            " must be divisible by parallelism.cp (" + std::to_string(dims.cp) +
+                            ") for ulysses attention; use cp_type: ring",
+                        "n_head");
+    }
   }
 
   static void declare(ConfigFields<LlamaConfig>& f) {
@@ -124,8 +144,14 @@ struct LlamaConfig {
     f.record_given(&C::given);
     f.check(&LlamaConfig::check);
     f.splits_over(MeshAxis::tp);
+    f.splits_over(MeshAxis::cp);
     f.splits_sequence();
-    f.check_in_run([](const LlamaConfig& c, const RunContext& run) { check_tensor_parallel(c, run.parallel); });
+    // With init_from the sizes the YAML leaves out come from its config.json: checked once settled.
+    f.check_in_run([](const LlamaConfig& c, const RunContext& run) {
+      if (!c.init_from.empty()) return;
+      check_tensor_parallel(c, run.parallel);
+      check_context_parallel(c, run.parallel);
+    });
   }
 };
 

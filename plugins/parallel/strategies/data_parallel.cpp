@@ -59,6 +59,9 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   if (params.empty()) throw tessera::Error("parallel/" + options_.name + ": the optimizer has no parameters");
   if (options_.shard_parameters) {
     build_fsdp_units(model, params);
+    if (options_.replicate_group && options_.replicate_group->world_size() > 1) {
+      for (auto& u : units_) u->take_first_replicas_shard(*options_.replicate_group);
+    }
   } else {
     // The model's registration order, not the optimizer's (which may group parameters, e.g. by
     // weight decay): backward produces gradients roughly in reverse of it.

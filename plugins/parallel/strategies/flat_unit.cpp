@@ -198,6 +198,11 @@ void FlatUnit::wait_reduction() {
 
 at::Tensor FlatUnit::owned_gradient() const { return grad_shard_.defined() ? grad_shard_ : grad_flat_; }
 
+void FlatUnit::take_first_replicas_shard(tessera::Communicator& replicas) {
+  c10::NoGradGuard no_grad;
+  replicas.broadcast(param_shard_, 0);
+}
+
 std::vector<at::Tensor> FlatUnit::owned_gradient_pieces(const std::vector<bool>& counted) const {
   std::vector<at::Tensor> pieces;
   const bool whole = !grad_shard_.defined();

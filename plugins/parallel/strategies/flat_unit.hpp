@@ -89,6 +89,9 @@ class FlatUnit {
   std::pair<std::int64_t, std::int64_t> owned_range(std::size_t i) const;
   // fsdp: after the whole buffer was written (loading a checkpoint), refreshes this rank's shard.
   void shard_from_full();
+  // Hybrid sharding: this rank's shard becomes the first replica's (`replicas`: the ranks
+  // holding the same shard), so replicas start alike whatever each one's initialisation did.
+  void take_first_replicas_shard(tessera::Communicator& replicas);
 
   // --- Master weights (checkpoints) --------------------------------------------------------------
   // Whether the gathered parameters are a cast of the master weights (param dtype set and other).

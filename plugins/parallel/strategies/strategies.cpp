@@ -91,8 +91,9 @@ void register_components(tessera::Registrar& registrar) {
         o.precision.param = dtype_of(c.param_dtype);
         o.precision.reduce = dtype_of(c.reduce_dtype);
         if (run.mesh && run.mesh->dims().dp_replicate > 1) {
-          // Hybrid sharding: shard within dp_shard, replicate across dp_replicate.
-          o.shard_group = run.mesh->group_ptr({tessera::MeshAxis::dp_shard});
+          // Hybrid sharding: shard within dp_shard (and its context-parallel peers), replicate
+          // across dp_replicate.
+          o.shard_group = run.mesh->group_ptr({tessera::MeshAxis::dp_shard, tessera::MeshAxis::cp});
           o.replicate_group = run.mesh->group_ptr({tessera::MeshAxis::dp_replicate});
         }
         return std::make_shared<DataParallel>(o);

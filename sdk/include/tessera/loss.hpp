@@ -30,6 +30,16 @@ class TESSERA_API Loss {
   // the whole logits first (correct for any loss; cross_entropy reduces over the vocabulary's
   // ranks instead and never gathers them).
   virtual LossSum compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels);
+  // Whether compute_from_hidden() handles a head whose vocabulary is split over tensor-parallel
+  // ranks (OutputHead::vocab_parallel) itself. When false, callers use the SDK's default
+  // (Loss::compute_from_hidden, which gathers the logits) for such heads, so a loss written for
+  // whole logits stays right.
+  virtual bool handles_vocab_parallel_head() const { return false; }
 };
+
+// loss.compute_from_hidden(hidden, head, labels), or the SDK's default (whole logits gathered)
+// where the head is vocabulary-parallel and the loss does not handle that itself.
+TESSERA_API LossSum loss_from_hidden(Loss& loss, const at::Tensor& hidden, const OutputHead& head,
+                                     const at::Tensor& labels);
 
 }  // namespace tessera

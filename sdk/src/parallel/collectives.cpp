@@ -122,6 +122,21 @@ struct AllGatherFrom : torch::autograd::Function<AllGatherFrom> {
   }
 };
 
+struct AllToAll : torch::autograd::Function<AllToAll> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t scatter_dim,
+                            std::int64_t gather_dim, std::shared_ptr<Communicator> g) {
+    keep(ctx, g, scatter_dim);
+    ctx->saved_data["gather_dim"] = gather_dim;
+    return all_to_all_along(x, scatter_dim, gather_dim, *g);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto c = capsule_of(ctx);
+    const std::int64_t gather_dim = ctx->saved_data["gather_dim"].toInt();
+    return {all_to_all_along(grads[0], gather_dim, c->dim, *c->group), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 bool alone(const std::shared_ptr<Communicator>& group) { return !group || group->world_size() == 1; }
 
 }  // namespace
@@ -145,6 +160,26 @@ at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, Communica
   at::Tensor out = at::empty_like(chunks.front());
   group.reduce_scatter(out, chunks);
   return out;
+}
+
+at::Tensor all_to_all_along(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
+                            Communicator& group) {
+  if (group.world_size() == 1) return x;
+  scatter_dim = wrap_dim(x, scatter_dim);
+  gather_dim = wrap_dim(x, gather_dim);
+  check_divides(x, scatter_dim, group, "all_to_all");
+  std::vector<at::Tensor> inputs, outputs;
+  for (const at::Tensor& c : x.chunk(group.world_size(), scatter_dim)) {
+    inputs.push_back(c.contiguous());
+    outputs.push_back(at::empty_like(inputs.back()));  // every rank sends chunks of one shape
+  }
+  group.all_to_all(outputs, inputs);
+  return at::cat(outputs, gather_dim);
+}
+
+at::Tensor all_to_all(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
+                      const std::shared_ptr<Communicator>& group) {
+  return alone(group) ? x : AllToAll::apply(x, wrap_dim(x, scatter_dim), wrap_dim(x, gather_dim), group);
 }
 
 at::Tensor copy_to(const at::Tensor& x, const std::shared_ptr<Communicator>& group) {

@@ -180,6 +180,8 @@ std::vector<std::vector<MeshAxis>> DeviceMesh::standard_groups() {
           {MeshAxis::cp},
           {MeshAxis::pp},
           {MeshAxis::dp_replicate, MeshAxis::dp_shard},
+          {MeshAxis::dp_shard, MeshAxis::cp},
+          {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp},
           {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp}};
 }
 

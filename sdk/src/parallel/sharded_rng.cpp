@@ -90,12 +90,21 @@ void ShardedRng::set_state(const c10::Device& device, const at::Tensor& state) {
   }
 }
 
+thread_local int scope_depth = 0;  // open scopes on this thread
+
 ShardedRng::Scope::Scope(const c10::Device& device) : device_(device) {
+  if (scope_depth++ > 0) {
+    nested_ = true;
+    return;
+  }
   Stream& s = stream();
   at::Tensor inside;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.seed) throw Error("ShardedRng: a sharded region drew random numbers before the host seeded the stream");
+    if (!s.seed) {
+      --scope_depth;
+      throw Error("ShardedRng: a sharded region drew random numbers before the host seeded the stream");
+    }
     auto it = s.states.find(device.type());
     inside = it != s.states.end() ? it->second : first_state(device, *s.seed);
   }
@@ -104,6 +113,8 @@ ShardedRng::Scope::Scope(const c10::Device& device) : device_(device) {
 }
 
 ShardedRng::Scope::~Scope() {
+  --scope_depth;
+  if (nested_) return;
   Stream& s = stream();
   const at::Tensor inside = generator_state(device_);
   set_generator_state(device_, outside_);

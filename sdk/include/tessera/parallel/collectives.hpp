@@ -10,6 +10,9 @@
 //   gather_from         all-gather along dim         this rank's chunk of the gradient
 //   reduce_scatter_to   reduce-scatter along dim     all-gather along dim
 //   all_gather_from     all-gather along dim         reduce-scatter along dim
+//   all_to_all          chunk j of scatter_dim to    the inverse all-to-all
+//                       rank j, received pieces
+//                       joined along gather_dim
 //
 // Chunks along `dim` are equal: the size of `dim` must divide by the group's size.
 #pragma once
@@ -33,9 +36,14 @@ TESSERA_API at::Tensor reduce_scatter_to(const at::Tensor& x, std::int64_t dim,
 TESSERA_API at::Tensor all_gather_from(const at::Tensor& x, std::int64_t dim,
                                        const std::shared_ptr<Communicator>& group);
 
+TESSERA_API at::Tensor all_to_all(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
+                                  const std::shared_ptr<Communicator>& group);
+
 // The same collectives on plain tensors (no autograd): the whole of `x` gathered along `dim`, and
 // the sum over the group scattered along `dim`.
 TESSERA_API at::Tensor all_gather_along(const at::Tensor& x, std::int64_t dim, Communicator& group);
 TESSERA_API at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, Communicator& group);
+TESSERA_API at::Tensor all_to_all_along(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
+                                        Communicator& group);
 
 }  // namespace tessera::collectives

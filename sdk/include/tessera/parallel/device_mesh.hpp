@@ -44,6 +44,12 @@ class TESSERA_API DeviceMesh {
   // The data-parallel ranks (dp_replicate x dp_shard): the ranks that read different data and
   // hold the same model shard. A strategy (ddp, zero, fsdp) works over this group.
   Communicator& data_parallel() const { return group({MeshAxis::dp_replicate, MeshAxis::dp_shard}); }
+  // The ranks whose gradients are summed: the data-parallel ranks and their context-parallel
+  // peers (each computed the gradient of its slice of the same sequences). The strategy (ddp,
+  // zero, fsdp) works over this group; the data is split over data_parallel() only.
+  Communicator& gradient_group() const {
+    return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp});
+  }
   // Every rank that computes the loss of one stage of the model: all but pp.
   Communicator& loss_group() const {
     return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp});

@@ -22,6 +22,7 @@ struct TESSERA_API ParallelDims {
   std::int64_t pp = 1;
   std::int64_t ep = 1;
   bool sequence_parallel = false;
+  std::string cp_type = "ring";  // how attention crosses context-parallel slices: ring or ulysses
 
   std::int64_t size(MeshAxis axis) const;
   // Ranks in all: the product of the axes (ep borrows, it does not multiply).

@@ -25,7 +25,8 @@ class TESSERA_API ShardedRng {
   static bool seeded();
 
   // While alive, the default generator of `device` draws from the sharded stream; afterwards it
-  // continues where it was, and the sharded stream where this scope left it.
+  // continues where it was, and the sharded stream where this scope left it. A scope opened
+  // inside another (on the same thread) changes nothing: the outer one already swapped.
   class TESSERA_API Scope {
    public:
     explicit Scope(const c10::Device& device);
@@ -36,6 +37,7 @@ class TESSERA_API ShardedRng {
    private:
     c10::Device device_;
     at::Tensor outside_;  // the default generator's state on entry
+    bool nested_ = false;
   };
 
   // The stream's state on `device` (its generator's state tensor); undefined before it drew there.

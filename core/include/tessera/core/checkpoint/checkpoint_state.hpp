@@ -65,7 +65,7 @@ struct LoadedCheckpoint {
   // ("param.<i>.<field>") whole but flattened; others as saved.
   StateDict optimizer;
   StateDict data;  // this rank's if it was saved, else rank 0's
-  StateDict rng;   // this rank's if it was saved, else empty
+  StateDict rng;   // this rank's if it was saved, else rank 0's
 };
 
 }  // namespace tessera::core

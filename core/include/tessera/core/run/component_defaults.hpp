@@ -5,6 +5,9 @@
 // is refused at validation, with its position.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/registry.hpp"
 
@@ -12,5 +15,10 @@ namespace tessera::core {
 
 // `components`: the spec's components section (changed in place).
 void give_datasets_the_model_vocabulary(ConfigNode& components, const Registry& registry);
+
+// Every component of `kind` in `components` (inline ones inside other components too), with its
+// path ("components.callbacks[1].config.data"), in YAML order.
+void for_each_component(const ConfigNode& components, const std::string& kind,
+                        const std::function<void(const ConfigNode&, const std::string&)>& visit);
 
 }  // namespace tessera::core

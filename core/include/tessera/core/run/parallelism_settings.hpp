@@ -1,10 +1,12 @@
 // The `parallelism` section of a run spec (docs/distributed.md): the device mesh's degrees. The
 // `parallel` component (ddp, zero1, zero2, fsdp) is the data-parallel strategy over the
-// dp_replicate x dp_shard ranks; tp (with sequence_parallel) splits the model's layers. Declared
+// dp_replicate x dp_shard ranks (and their cp peers); tp (with sequence_parallel) splits the
+// model's layers, cp (ring or ulysses attention) every sequence. Declared
 // once (tessera/config_fields.hpp); resolved against the world size into ParallelDims.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tessera/config_fields.hpp"
 #include "tessera/parallel/parallel_dims.hpp"
@@ -19,6 +21,7 @@ struct ParallelismSettings {
   std::int64_t pp = 1;
   std::int64_t ep = 1;
   bool sequence_parallel = false;
+  std::string cp_type = "ring";
 
   static void declare(ConfigFields<ParallelismSettings>& f);
 };

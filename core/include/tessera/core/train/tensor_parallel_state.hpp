@@ -10,7 +10,8 @@
 namespace tessera::core {
 
 // `local`: this rank's parameters by name (its parts of split ones). A collective over the
-// tensor-parallel group: every rank of it calls it with the same names; each gets the whole.
+// tensor-parallel group: every rank of it calls it with the same names; tensor-parallel rank 0
+// gets the whole model, the others an empty dict.
 StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp);
 // This rank's parts of `whole` (every other tensor as it is).
 StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp);

@@ -31,6 +31,7 @@
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
 #include "tessera/parallel.hpp"
+#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/scheduler.hpp"
@@ -203,6 +204,7 @@ class Trainer : private CallbackEvents {
   // over its data-parallel group, the loss and norm over its loss group.
   std::shared_ptr<const DeviceMesh> mesh_;
   TensorParallel tp_;
+  ContextParallel cp_;  // the model computes its slice of every sequence; the loss takes its labels
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
