@@ -23,6 +23,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
+#include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/safetensors.hpp"
 
@@ -56,13 +57,17 @@ bool same(const T& a, const T& b) {
 // `as_written`: config.json's value as the file spells it, when the conversion renamed it.
 template <class T>
 void settle(T& field, const std::string& yaml_key, const std::set<std::string>& given, const std::optional<T>& from_json,
-            const std::string& json_key, const HfConfig& config, const std::string& as_written = "") {
+            const std::string& json_key, const HfConfig& config, const std::string& as_written = "",
+            std::int64_t at_least = 1) {
   if (!from_json) return;
   if constexpr (std::is_same_v<T, std::int64_t>) {
-    // Every count config.json gives is a size (layers, heads, widths, the vocabulary): 0 or less
-    // would divide by zero below, where the YAML's own values were checked to be at least 1.
-    if (*from_json < 1) {
-      throw ConfigError(config.file() + " says " + json_key + ": " + show(*from_json) + "; it must be at least 1", "init_from");
+    // Counts config.json gives are sizes (layers, heads, widths, the vocabulary): 0 or less would
+    // divide by zero below, where the YAML's own values were checked to be at least 1 (a count
+    // that may be 0, such as experts, says so).
+    if (*from_json < at_least) {
+      throw ConfigError(config.file() + " says " + json_key + ": " + show(*from_json) + "; it must be at least " +
+                            std::to_string(at_least),
+                        "init_from");
     }
   }
   if (!given.count(yaml_key)) {
@@ -157,12 +162,12 @@ std::optional<T> read_exported(const HfConfig& config, const std::string& key) {
 
 template <class T>
 void settle_exported(T& field, const std::string& key, const std::set<std::string>& given, const HfConfig& config,
-                     const T& fallback) {
+                     const T& fallback, std::int64_t at_least = 1) {
   std::optional<T> value = read_exported<T>(config, key);
   if (!value && exported_from_elsewhere(config)) return;
   const bool written = value.has_value();
   if (!written) value = fallback;
-  settle(field, key, given, value, key, config, written ? "" : "left out, so the default");
+  settle(field, key, given, value, key, config, written ? "" : "left out, so the default", at_least);
 }
 
 // The special token ids an imported config.json names (bos_token_id, eos_token_id, pad_token_id:
@@ -202,22 +207,29 @@ class WeightImport {
   }
 
   // target <- the checkpoint's `name`, transposed first when `transposed` (GPT-2's Conv1D
-  // weights are stored [in, out]); under tensor parallelism this rank's part of it (`shard`).
+  // weights are stored [in, out]); under tensor or expert parallelism this rank's part of it
+  // (`shard`, split over `ranks`).
   void copy(const std::string& name, const at::Tensor& target, bool transposed = false, const TensorShard& shard = {},
-            const TensorParallel& tp = {}) {
-    at::Tensor source = tensor(name);
+            ShardRanks ranks = {}) {
+    copy_from(name, tensor(name), target, transposed, shard, ranks);
+  }
+  // The same from `source`, a tensor made of the checkpoint's (e.g. experts stacked), reported as `name`.
+  void copy_from(const std::string& name, at::Tensor source, const at::Tensor& target, bool transposed = false,
+                 const TensorShard& shard = {}, ShardRanks ranks = {}) {
+    const at::Tensor stored = source;
     if (transposed && source.dim() == 2) source = source.t();
-    const std::vector<std::int64_t> whole = tp.whole_shape(target.sizes(), shard);
+    const std::vector<std::int64_t> whole = whole_shape(target.sizes(), shard, ranks);
     if (source.sizes() != at::IntArrayRef(whole)) {
       std::vector<std::int64_t> needed = whole;  // as stored
       if (transposed) std::reverse(needed.begin(), needed.end());
-      throw ConfigError(checkpoint_.tensor_file.at(name) + ": tensor " + name + " has shape " +
-                            c10::str(tensor(name).sizes()) + ", the model needs " + c10::str(at::IntArrayRef(needed)) +
+      const auto file = checkpoint_.tensor_file.find(name);
+      throw ConfigError((file != checkpoint_.tensor_file.end() ? file->second : checkpoint_.folder) + ": tensor " + name +
+                            " has shape " + c10::str(stored.sizes()) + ", the model needs " + c10::str(at::IntArrayRef(needed)) +
                             (transposed ? " (stored transposed)" : "") + "; does config.json match the weights?",
                         "init_from");
     }
     c10::NoGradGuard no_grad;
-    at::Tensor(target).copy_(tp.part_of(source, shard));
+    at::Tensor(target).copy_(part_of(source, shard, ranks));
   }
 
   // Known tensors that are not weights (GPT-2's causal-mask buffers): not reported as extra.
@@ -252,7 +264,7 @@ class WeightImport {
 // model.safetensors) or a safetensors file. Missing, extra and misshapen tensors are errors at
 // init_from, as for a Hugging Face folder.
 inline void load_tessera_weights(torch::nn::Module& model, const std::string& from, const TensorParallelPlan& plan = {},
-                                 const TensorParallel& tp = {}) {
+                                 const TensorParallel& tp = {}, const ExpertParallel& ep = {}) {
   std::filesystem::path path(from);
   if (std::filesystem::is_directory(path)) path /= "model.safetensors";
   HfCheckpoint file;
@@ -265,7 +277,8 @@ inline void load_tessera_weights(torch::nn::Module& model, const std::string& fr
   });
   WeightImport weights(file);
   for (const auto& item : model.named_parameters()) {
-    weights.copy(item.key(), item.value(), false, shard_in(plan, item.key()), tp);
+    const TensorShard shard = shard_in(plan, item.key());
+    weights.copy(item.key(), item.value(), false, shard, ranks_of(shard, tp, ep));
   }
   weights.finish();
 }

@@ -1,8 +1,8 @@
 // Hugging Face interop against transformers itself (tools/interop/hf_reference.py, in the
-// project's .venv; tools/setup.sh installs it): tiny random GPT2LMHeadModel and LlamaForCausalLM
-// folders made in Python are imported by `init_from`, `tessera eval` gives transformers' loss on
-// the same tokens; exports load in transformers with nothing missing or unexpected and give the
-// loss `tessera eval` gives; export -> import -> export keeps every tensor's bytes; a Llama trains
+// project's .venv; tools/setup.sh installs it): tiny random GPT2LMHeadModel, LlamaForCausalLM and
+// MixtralForCausalLM folders made in Python are imported by `init_from`, `tessera eval` gives
+// transformers' loss on the same tokens; exports (of tensor- and expert-parallel runs too) load
+// in transformers with nothing missing or unexpected and give the loss `tessera eval` gives; export -> import -> export keeps every tensor's bytes; a Llama trains
 // step for step like a plain PyTorch loop, on 1 rank and on 2 Gloo ranks under fsdp; and broken
 // folders are one positioned error each.
 #include <ATen/ops/equal.h>
@@ -257,6 +257,46 @@ TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
     }
     EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "tp 2 against one rank";
   }
+}
+
+// Mixtral (model/llama with num_experts): a MixtralForCausalLM made by transformers imports with
+// transformers' loss (4 experts of top-2, grouped-query attention); trained on 2 expert-parallel
+// ranks (each holding 2 of every block's experts) its hf export loads in transformers with nothing
+// missing or unexpected and gives the loss of the same training on one rank, and the loss `tessera
+// eval` gives on one rank from the run's checkpoint (its experts joined again).
+TEST_F(HfInterop, MixtralImportsAndExpertParallelRunsExportWholeModels) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  const std::string start = dir_.file("mixtral");
+  reference("make-mixtral " + start + " --experts 4 --top-k 2 --kv-heads 2");
+  const double expected = reference_loss(start, tokens);
+  const double imported = tessera_eval(spec("mixtral", model_yaml("llama", start), tokens));
+  EXPECT_LT(relative(imported, expected), kLossTolerance) << "tessera " << imported << ", transformers " << expected;
+
+  // Without the balance loss (it is each micro-batch's, and one rank's two micro-batches are not
+  // the two ranks' batches) the runs compute the same steps.
+  const std::string model = model_yaml("llama", start, ", aux_loss_coef: 0");
+  double exported_loss[2] = {NAN, NAN};
+  for (const int ranks : {2, 1}) {
+    const std::string name = "mixtral-ranks" + std::to_string(ranks);
+    const std::string path = spec(name, model, tokens);
+    const std::string train = " train " + path + " --set checkpoint.export_format=hf";
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() +
+                              (ranks == 1 ? train + " --set trainer.grad_accum=2"
+                                          : " launch --nproc-per-node 2 --" + train + " --set parallelism.ep=2"),
+                          out),
+              0)
+        << out;
+    const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
+    ASSERT_TRUE(fs::exists(exported + "/model.safetensors")) << out;
+    exported_loss[ranks - 1] = reference_loss(exported, tokens, "--strict");
+    if (ranks == 2) {
+      EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[1]), kLossTolerance);
+      EXPECT_GT(relative(exported_loss[1], expected), 1e-3) << "training changed nothing";
+    }
+  }
+  EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "ep 2 against one rank";
 }
 
 TEST_F(HfInterop, LlamaTrainsLikeAPlainPyTorchLoopOnOneAndTwoRanks) {

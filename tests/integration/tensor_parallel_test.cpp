@@ -1,8 +1,10 @@
-// Tensor and context parallelism end to end, through `tessera launch` on Gloo ranks: every mesh
-// trains as one rank with as much accumulation does (per-step loss and grad norm, with clipping
-// and accumulation), for gpt and llama, with packed documents under context parallelism; with dropout a run is repeatable and resumes bit-exactly;
-// checkpoints reshard across meshes; a tensor-parallel rank holds about half the parameters; and
-// every mesh the model cannot take is one positioned error at validation.
+// Tensor, context and expert parallelism end to end, through `tessera launch` on Gloo ranks:
+// every mesh trains as one rank with as much accumulation does (per-step loss and grad norm, with
+// clipping and accumulation), for gpt, llama and gpt_moe, with packed documents under context
+// parallelism; with dropout a run is repeatable and resumes bit-exactly; checkpoints reshard
+// across meshes; a tensor-parallel rank holds about half the parameters; expert parallelism routes
+// as data-parallel ranks do; and every mesh the model cannot take is one positioned error at
+// validation.
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -30,6 +32,10 @@ const std::string kDdp = " --set components.parallel.component_key=parallel --se
 // Packed documents: every newline of the text ends one, attention stays within each.
 const std::string kDocuments =
     "--set components.train_data.config.document_mask=true --set components.train_data.config.eos_id=10";
+
+// Mixtral (llama with experts), without the balance loss: a micro-batch statistic, and one rank's
+// two micro-batches are not two ranks' batches.
+const std::string kMixtral = "--set components.model.config.num_experts=4 --set components.model.config.aux_loss_coef=0";
 
 class TensorParallel : public Cli {
  protected:
@@ -100,7 +106,17 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"llama_fsdp2_cp2_ulysses", "tiny_llama_tp", 4, 2,
                                "--set parallelism.cp=2 --set parallelism.cp_type=ulysses" + kFsdp},
                       MeshCase{"llama_cp2_tp2_sp", "tiny_llama_tp", 4, 1,
-                               "--set parallelism.cp=2 --set parallelism.tp=2 --set parallelism.sequence_parallel=true"}),
+                               "--set parallelism.cp=2 --set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
+                      // Expert parallelism: the experts split over ranks borrowed from the
+                      // data-parallel ones; their gradients summed over the ranks with the same.
+                      MeshCase{"moe_ep2", "tiny_moe_ep", 2, 2, "--set parallelism.ep=2"},
+                      MeshCase{"moe_fsdp4_ep2", "tiny_moe_ep", 4, 4, "--set parallelism.ep=2" + kFsdp},
+                      MeshCase{"moe_ddp4_ep4", "tiny_moe_ep", 4, 4, "--set parallelism.ep=4" + kDdp},
+                      MeshCase{"moe_tp2_ep2", "tiny_moe_ep", 4, 2, "--set parallelism.tp=2 --set parallelism.ep=2"},
+                      // Mixtral: llama's blocks with SwiGLU experts.
+                      MeshCase{"mixtral_ep2", "tiny_llama_tp", 2, 2, "--set parallelism.ep=2", kMixtral},
+                      MeshCase{"mixtral_fsdp2_tp2_ep2", "tiny_llama_tp", 4, 2,
+                               "--set parallelism.tp=2 --set parallelism.ep=2" + kFsdp, kMixtral}),
     [](const ::testing::TestParamInfo<MeshCase>& info) { return info.param.name; });
 
 // With dropout (the replicated stream's masks the same on both ranks, the heads' and the sequence
@@ -144,6 +160,7 @@ TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
     std::string save;
     int load_ranks;
     std::string load;
+    std::string model = "tiny_tp";
   };
   const Reshard cases[] = {
       {"tp2_to_1", 2, "--set parallelism.tp=2", 1, ""},
@@ -152,12 +169,19 @@ TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
       {"fsdp2_tp2_to_fsdp4", 4, "--set parallelism.tp=2" + kFsdp, 4, "--set trainer.grad_accum=1" + kFsdp},
       {"cp2_to_1", 2, "--set parallelism.cp=2", 1, ""},
       {"fsdp2_cp2_to_fsdp2", 4, "--set parallelism.cp=2" + kFsdp, 2, kFsdp},
+      // Each expert-parallel rank's experts are joined into whole expert stacks, and cut again.
+      {"fsdp4_ep2_to_1", 4, "--set trainer.grad_accum=1 --set parallelism.ep=2" + kFsdp, 1, "--set trainer.grad_accum=4",
+       "tiny_moe_ep"},
+      {"1_to_fsdp4_ep4", 1, "--set trainer.grad_accum=4", 4, "--set trainer.grad_accum=1 --set parallelism.ep=4" + kFsdp,
+       "tiny_moe_ep"},
+      // Experts whole on both tensor-parallel ranks: their state written once.
+      {"tp2_ep2_to_1", 4, "--set parallelism.tp=2 --set parallelism.ep=2", 1, "--set trainer.grad_accum=4", "tiny_moe_ep"},
   };
   for (const Reshard& r : cases) {
     SCOPED_TRACE(r.name);
     std::string out;
-    ASSERT_EQ(train(r.save_ranks, "tiny_tp", r.save + " --set checkpoint.every_steps=5", "save_" + r.name, out), 0) << out;
-    ASSERT_EQ(train(r.load_ranks, "tiny_tp",
+    ASSERT_EQ(train(r.save_ranks, r.model, r.save + " --set checkpoint.every_steps=5", "save_" + r.name, out), 0) << out;
+    ASSERT_EQ(train(r.load_ranks, r.model,
                     r.load + " --resume " + dir_.file("save_" + r.name) + "/checkpoints/step_00000005",
                     "load_" + r.name, out),
               0)
@@ -215,6 +239,54 @@ TEST_F(TensorParallel, ModelStateBytesPerRankFallWithTp) {
   EXPECT_FALSE(read_metrics(dir_.file("tp2") + "/metrics.jsonl").back().contains("parameter_bytes")) << "step 1 only";
 }
 
+// With the routing a user trains with (capacity 1.25, load-balancing and z-losses, whose batch
+// statistics are each rank's own), expert parallelism changes where experts run, not what they
+// compute: on the same 2 ranks, ep 2 gives plain ddp's losses and exactly its per-expert loads and
+// drops, each rank holds its half of the experts (fewer parameter bytes, tokens on the wire
+// instead), and a run resumed from step 5 repeats the uninterrupted one to the last bit.
+TEST_F(TensorParallel, ExpertParallelRanksRouteAsDataParallelRanksDo) {
+  const std::string routing = "--set components.model.config.capacity_factor=1.25 "
+                              "--set components.model.config.aux_loss_coef=0.01 --set components.model.config.z_loss_coef=0.001 ";
+  std::string out;
+  ASSERT_EQ(train(2, "tiny_moe_ep", routing + kDdp, "ddp", out), 0) << out;
+  ASSERT_EQ(train(2, "tiny_moe_ep", routing + "--set parallelism.ep=2 --set checkpoint.every_steps=5", "ep", out), 0) << out;
+  ASSERT_EQ(train(2, "tiny_moe_ep", routing + "--set parallelism.ep=2 --resume " + dir_.file("ep") + "/checkpoints/step_00000005",
+                  "resumed", out),
+            0)
+      << out;
+  const auto ddp = read_metrics(dir_.file("ddp") + "/metrics.jsonl");
+  const auto ep = read_metrics(dir_.file("ep") + "/metrics.jsonl");
+  const auto resumed = read_metrics(dir_.file("resumed") + "/metrics.jsonl");
+  ASSERT_EQ(ddp.size(), 10u);
+  ASSERT_EQ(ep.size(), 10u);
+  ASSERT_EQ(resumed.size(), 5u) << out;
+  int loads = 0;
+  for (std::size_t i = 0; i < ep.size(); ++i) {
+    EXPECT_NEAR(double(ep[i]["loss"]), double(ddp[i]["loss"]), 2e-5 * double(ddp[i]["loss"])) << "step " << i + 1;
+    for (const auto& [key, value] : ddp[i].items()) {
+      if (key.find("_fraction") == std::string::npos) continue;  // expertN_fraction, dropped_fraction
+      ASSERT_TRUE(ep[i].contains(key)) << key;
+      EXPECT_EQ(double(ep[i][key]), double(value)) << key << " at step " << i + 1;
+      ++loads;
+    }
+  }
+  EXPECT_EQ(loads, 10 * 2 * 5) << "2 layers of 4 expert loads and a dropped fraction, every step";
+  EXPECT_GT(double(ddp.back()["moe/layer0/dropped_fraction"]) + double(ddp.back()["moe/layer1/dropped_fraction"]) +
+                double(ddp[4]["moe/layer0/dropped_fraction"]) + double(ddp[4]["moe/layer1/dropped_fraction"]),
+            0.0)
+      << "the capacity dropped some tokens";
+  EXPECT_LT(double(ep.front()["parameter_bytes"]), 0.8 * double(ddp.front()["parameter_bytes"]));
+  // Tokens travel over the expert-parallel group (counted apart); the gradients reduced over the
+  // data-parallel ranks are the others', not the experts' (no other rank holds the same ones).
+  ASSERT_TRUE(ep.front().contains("communicated_bytes/ep")) << ep.front().dump();
+  EXPECT_GT(double(ep.front()["communicated_bytes/ep"]), 0);
+  EXPECT_FALSE(ddp.front().contains("communicated_bytes/ep"));
+  EXPECT_LT(double(ep.front()["communicated_bytes/world"]), 0.8 * double(ddp.front()["communicated_bytes"]));
+  for (std::size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(double(resumed[i]["loss"]), double(ep[i + 5]["loss"])) << "step " << i + 6;
+  }
+}
+
 // What a mesh cannot do is refused before anything is built: one line with the spec's position,
 // exit 2.
 TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
@@ -240,6 +312,18 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
        "n_head (4) over tp 4 must be divisible by parallelism.cp (2) for ulysses attention"},
       {"tiny_llama_tp", "--set parallelism.cp=2 --set components.model.config.dropout=0.1",
        "attention across context-parallel slices has no dropout"},
+      {"tiny_moe_ep", "--set parallelism.ep=4 --set parallelism.dp_shard=2", "ep 4 borrows its ranks from dp_shard (2), which it must divide"},
+      {"tiny_moe_ep", "--set parallelism.ep=2 --set parallelism.dp_shard=2 --set components.model.config.num_experts=3",
+       "num_experts (3) must be divisible by parallelism.ep (2)"},
+      {"tiny_moe_ep", "--set parallelism.ep=2 --set parallelism.dp_shard=2 --set parallelism.dp_replicate=2",
+       "expert parallelism with dp_replicate 2 (hybrid sharding) is not available yet"},
+      {"tiny_tp", "--set parallelism.ep=2 --set parallelism.dp_shard=2",
+       "model/gpt does not split experts over expert-parallel ranks, but parallelism.ep is 2"},
+      {"tiny_llama_tp", "--set parallelism.ep=2", "parallelism.ep is 2 but this llama is dense; set num_experts"},
+      {"tiny_llama_tp", "--set parallelism.ep=4 --set components.model.config.num_experts=6",
+       "num_experts (6) must be divisible by parallelism.ep (4)"},
+      {"tiny_llama_tp", "--set parallelism.tp=2 --set parallelism.sequence_parallel=true " + kMixtral,
+       "the experts route whole sequences, not tensor-parallel slices of them"},
   };
   for (const Bad& c : cases) {
     SCOPED_TRACE(c.args);

@@ -76,6 +76,23 @@ TEST(ParallelismSettings, ResolvesTheRanksLeftAndRefusesAProductThatIsNotTheWorl
   }
 }
 
+// Expert parallelism borrows dp_shard's ranks: with dp_shard 4 and ep 2, expert-parallel peers are
+// consecutive data-parallel ranks (d / ep the same), and the ranks holding the same experts are
+// every ep-th one (d % ep the same); under tp each tp rank has its own such groups.
+TEST(DeviceMesh, ExpertGroupsSplitTheDataParallelRanks) {
+  ParallelDims d = dims(1, 4, 2);  // 8 ranks: rank = shard * 2 + tp
+  d.ep = 2;
+  auto members = [&](std::int64_t rank, bool data) { return DeviceMesh::expert_group_members(d, rank, data); };
+  EXPECT_EQ(members(0, false), (std::vector<std::int64_t>{0, 2}));
+  EXPECT_EQ(members(4, false), (std::vector<std::int64_t>{4, 6}));
+  EXPECT_EQ(members(0, true), (std::vector<std::int64_t>{0, 4}));
+  EXPECT_EQ(members(3, true), (std::vector<std::int64_t>{3, 7}));
+  EXPECT_EQ(members(5, false), (std::vector<std::int64_t>{5, 7}));
+  d.ep = 4;
+  EXPECT_EQ(members(6, false), (std::vector<std::int64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(members(6, true), (std::vector<std::int64_t>{6}));
+}
+
 // Four Gloo ranks as a (dp_shard 2, tp 2) mesh: every group the host makes reduces over exactly
 // its members.
 TEST(DeviceMesh, TheHostsGroupsReduceOverTheirMembersOnly) {

@@ -3,6 +3,7 @@
 
     hf_reference.py make-gpt2 DIR [--published] [--std S] ...     a tiny random GPT2LMHeadModel
     hf_reference.py make-llama DIR [--kv-heads K] [--max-shard-size 40KB] [--rope-theta T] [--tokenizer] ...
+    hf_reference.py make-mixtral DIR [--experts E] [--top-k K] [--kv-heads K] ...   a MixtralForCausalLM
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
     hf_reference.py same-tokenizer DIR_A DIR_B                       both tokenizers encode alike
     hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
@@ -95,6 +96,19 @@ def make_llama(args):
     model.save_pretrained(args.dir, safe_serialization=True, max_shard_size=args.max_shard_size)
     if args.tokenizer:
         save_tokenizer(args.dir, args.vocab)
+
+
+def make_mixtral(args):
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=args.vocab, hidden_size=args.embd, intermediate_size=args.intermediate,
+                           num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                           num_key_value_heads=args.kv_heads, max_position_embeddings=args.positions,
+                           rms_norm_eps=1e-5, num_local_experts=args.experts, num_experts_per_tok=args.top_k,
+                           router_aux_loss_coef=0.02, sliding_window=None, tie_word_embeddings=False)
+    model = MixtralForCausalLM(config)
+    realistic_(model, args.std, args.seed)
+    model.save_pretrained(args.dir, safe_serialization=True)
 
 
 def save_tokenizer(folder, vocab):
@@ -275,6 +289,21 @@ def main():
     m.add_argument("--max-shard-size", default="5GB")
     m.add_argument("--tokenizer", action="store_true", help="also save a small BPE tokenizer in the folder")
     m.set_defaults(fn=make_llama)
+
+    x = sub.add_parser("make-mixtral")
+    x.add_argument("dir")
+    x.add_argument("--vocab", type=int, default=256)
+    x.add_argument("--positions", type=int, default=64)
+    x.add_argument("--embd", type=int, default=64)
+    x.add_argument("--intermediate", type=int, default=64)
+    x.add_argument("--layers", type=int, default=2)
+    x.add_argument("--heads", type=int, default=4)
+    x.add_argument("--kv-heads", type=int, default=2)
+    x.add_argument("--experts", type=int, default=4)
+    x.add_argument("--top-k", type=int, default=2)
+    x.add_argument("--std", type=float, default=0.3)
+    x.add_argument("--seed", type=int, default=0)
+    x.set_defaults(fn=make_mixtral)
 
     t = sub.add_parser("tokens")
     t.add_argument("file")

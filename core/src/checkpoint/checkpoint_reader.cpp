@@ -141,7 +141,9 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, Che
   out.model = read_safetensors(folder.file(CheckpointFolder::kModel).string()).tensors;
   if (parts == CheckpointParts::model) return out;
   // Every rank that holds optimizer state of its own wrote it: all with sharded state, else
-  // rank 0, or with tensor parallelism one rank per tensor-parallel rank. metadata.json lists them.
+  // rank 0, or with tensor parallelism one rank per tensor-parallel rank, and for stacked experts
+  // under expert parallelism one per expert-parallel rank (a file may then hold some parameters
+  // only). metadata.json lists them.
   std::vector<OptimizerPart> written_parts;
   for (std::int64_t r = 0; r < out.metadata.world_size; ++r) {
     const std::string relative = CheckpointFolder::rank_file(r, CheckpointFolder::kOptimizer);

@@ -106,63 +106,82 @@ StateDict optimizer_state_for(const StateDict& whole, const std::vector<at::Tens
   return out;
 }
 
-at::Tensor tensor_parallel_layout(const TensorParallel& tp, const TensorShard& shard, at::IntArrayRef local_shape) {
-  std::vector<std::int64_t> values = {tp.rank(), tp.size(), shard.dim, shard.blocks};
+at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArrayRef local_shape) {
+  std::vector<std::int64_t> values = {ranks.rank, ranks.size, shard.dim, shard.blocks};
   values.insert(values.end(), local_shape.begin(), local_shape.end());
   return at::tensor(values, at::kLong);
 }
 
 StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
-  // Parts by tensor-parallel rank; each layout of a part names the same rank and size.
-  std::map<std::int64_t, std::vector<std::pair<StateDict, StateDict>>> by_rank;
-  std::map<std::int64_t, StateDict> layouts;  // tp rank -> its parameters' layouts
-  std::int64_t tp_size = 1;
+  // Which keys are there: per-parameter ones are merged parameter by parameter, the others (the
+  // same on every rank) taken from the first part that has them.
+  std::map<std::string, bool> keys;
   for (const auto& part : parts) {
-    std::int64_t rank = 0;
-    for (const auto& [key, layout] : part.layouts) {
-      if (layout.numel() < 4) throw CheckpointError("optimizer layout " + key + " is malformed");
-      rank = layout[0].item<std::int64_t>();
-      tp_size = layout[1].item<std::int64_t>();
-      layouts[rank][key] = layout;
-    }
-    by_rank[rank].emplace_back(part.state, part.ranges);
+    for (const auto& [key, t] : part.state) keys[key] = param_index(key) >= 0 && t.dim() > 0;
   }
-  if (static_cast<std::int64_t>(by_rank.size()) != tp_size) {
-    throw CheckpointError("the optimizer state was saved by " + std::to_string(tp_size) +
-                          " tensor-parallel ranks, but parts of " + std::to_string(by_rank.size()) + " were found");
-  }
-  std::vector<StateDict> merged;
-  for (const auto& [rank, rank_parts] : by_rank) merged.push_back(merge_optimizer_parts(rank_parts));
-  if (tp_size == 1) return merged.front();
   StateDict whole;
-  for (const auto& [key, t] : merged.front()) {
-    const long long index = param_index(key);
-    if (index < 0 || t.dim() == 0) {
-      whole[key] = t;
+  for (const auto& [key, per_element] : keys) {
+    if (!per_element) {
+      for (const auto& part : parts) {
+        const auto it = part.state.find(key);
+        if (it != part.state.end()) {
+          whole[key] = it->second;
+          break;
+        }
+      }
       continue;
     }
-    const std::string param = "param." + std::to_string(index);
-    const at::Tensor layout = layouts[0].count(param) ? layouts[0].at(param) : at::Tensor();
-    if (!layout.defined()) throw CheckpointError("optimizer state " + key + " has no saved layout");
+    const std::string param = "param." + std::to_string(param_index(key));
+    // The parts of each rank of the parameter's layout.
+    std::map<std::int64_t, std::vector<std::pair<StateDict, StateDict>>> by_rank;
+    at::Tensor layout;
+    std::size_t with_layout = 0, holding = 0;
+    for (const auto& part : parts) {
+      const auto it = part.state.find(key);
+      if (it == part.state.end()) continue;
+      ++holding;
+      const auto range = part.ranges.find(param);
+      const auto found = part.layouts.find(param);
+      const std::int64_t rank = found != part.layouts.end() ? found->second[0].item<std::int64_t>() : 0;
+      if (found != part.layouts.end()) {
+        if (found->second.numel() < 4) throw CheckpointError("optimizer layout of " + param + " is malformed");
+        if (layout.defined() && found->second[1].item<std::int64_t>() != layout[1].item<std::int64_t>()) {
+          throw CheckpointError("optimizer state " + key + " was saved in parts of different splits (" +
+                                std::to_string(layout[1].item<std::int64_t>()) + " and " +
+                                std::to_string(found->second[1].item<std::int64_t>()) + " ranks)");
+        }
+        layout = found->second;
+        ++with_layout;
+      }
+      StateDict ranges;
+      if (range != part.ranges.end()) ranges[param] = range->second;
+      by_rank[rank].push_back({StateDict{{key, it->second}}, std::move(ranges)});
+    }
+    if (with_layout != 0 && with_layout != holding) {
+      throw CheckpointError("optimizer state " + key + " has a saved layout in " + std::to_string(with_layout) + " of the " +
+                            std::to_string(holding) + " parts holding it");
+    }
+    const std::int64_t size = layout.defined() ? layout[1].item<std::int64_t>() : 1;
+    if (static_cast<std::int64_t>(by_rank.size()) != size) {
+      throw CheckpointError("optimizer state " + key + " was saved in " + std::to_string(size) + " parts, " +
+                            std::to_string(by_rank.size()) + " were found");
+    }
+    if (size == 1) {
+      whole[key] = merge_optimizer_parts(by_rank.begin()->second).at(key);
+      continue;
+    }
     const TensorShard shard{layout[2].item<std::int64_t>(), layout[3].item<std::int64_t>()};
     std::vector<std::int64_t> shape;
     for (std::int64_t d = 4; d < layout.numel(); ++d) shape.push_back(layout[d].item<std::int64_t>());
     std::vector<at::Tensor> pieces;
-    for (std::int64_t r = 0; r < tp_size; ++r) {
-      const auto found = merged[static_cast<std::size_t>(r)].find(key);
-      if (found == merged[static_cast<std::size_t>(r)].end()) {
-        throw CheckpointError("optimizer state " + key + " is missing from tensor-parallel rank " + std::to_string(r));
-      }
-      pieces.push_back(found->second.reshape(shape));
-    }
+    for (const auto& [rank, rank_parts] : by_rank) pieces.push_back(merge_optimizer_parts(rank_parts).at(key).reshape(shape));
     whole[key] = TensorParallel::join(pieces, shard).reshape({-1});
   }
   return whole;
 }
 
-StateDict tensor_parallel_part(const StateDict& whole, const std::vector<at::Tensor>& params,
-                               const std::vector<TensorShard>& shards, const TensorParallel& tp) {
-  if (tp.size() == 1) return whole;
+StateDict shard_part(const StateDict& whole, const std::vector<at::Tensor>& params,
+                     const std::vector<TensorShard>& shards, const std::vector<ShardRanks>& ranks) {
   StateDict out;
   for (const auto& [key, t] : whole) {
     const long long index = param_index(key);
@@ -171,14 +190,18 @@ StateDict tensor_parallel_part(const StateDict& whole, const std::vector<at::Ten
       continue;
     }
     const auto i = static_cast<std::size_t>(index);
-    const auto shape = tp.whole_shape(params[i].sizes(), shards[i]);
+    if (shards[i].replicated() || ranks[i].size == 1) {
+      out[key] = t;
+      continue;
+    }
+    const auto shape = whole_shape(params[i].sizes(), shards[i], ranks[i]);
     std::int64_t numel = 1;
     for (auto d : shape) numel *= d;
     if (t.numel() != numel) {
       throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) + " elements, parameter " +
                             std::to_string(index) + " has " + std::to_string(numel) + " in all; was the model changed?");
     }
-    out[key] = tp.part_of(t.reshape(shape), shards[i]).reshape({-1});
+    out[key] = part_of(t.reshape(shape), shards[i], ranks[i]).reshape({-1});
   }
   return out;
 }

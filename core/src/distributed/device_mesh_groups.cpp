@@ -21,6 +21,16 @@ std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>
     // Each group of the same axes has its own keys: its first member tells it apart.
     groups[name] = make_subgroup(*world, "mesh/" + name + "/" + std::to_string(members.front()), members);
   }
+  // Expert parallelism's groups, borrowed from dp_shard. The expert-parallel one is a group of its
+  // own even when it spans every rank: its all-to-alls are counted apart (communicated_bytes/ep).
+  if (dims.ep > 1) {
+    for (const auto& [name, data] : {std::pair<const char*, bool>{"ep", false}, {"expert_dp", true}}) {
+      const auto members = DeviceMesh::expert_group_members(dims, rank, data);
+      const bool spans_world = static_cast<std::int64_t>(members.size()) == world->world_size();
+      if (members.size() <= 1 || (spans_world && std::string(name) != "ep")) continue;
+      groups[name] = make_subgroup(*world, std::string("mesh/") + name + "/" + std::to_string(members.front()), members);
+    }
+  }
   if (!groups.empty() && rank == 0) log::info("device mesh: ", dims.describe());
   return std::make_shared<DeviceMesh>(dims, rank, world, std::move(groups));
 }

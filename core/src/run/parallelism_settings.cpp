@@ -24,13 +24,16 @@ void ParallelismSettings::declare(ConfigFields<ParallelismSettings>& f) {
           "(all-to-all to head slices; heads divisible by cp)")
       .one_of({"ring", "ulysses"});
   f.field("pp", &P::pp, "pipeline stages; not available yet: 1").at_least(1);
-  f.field("ep", &P::ep, "expert-parallel ranks, borrowed from the data-parallel ones; not available yet: 1").at_least(1);
+  f.field("ep", &P::ep,
+          "expert-parallel ranks, borrowed from dp_shard (which it divides): each holds num_experts / ep of every MoE "
+          "layer's experts")
+      .at_least(1);
   f.field("sequence_parallel", &P::sequence_parallel,
           "with tp > 1: norms, dropout and residuals on sequence slices (all-gather / reduce-scatter instead of "
           "all-reduce)");
   f.check([](const P& p) {
     if (p.dp_shard == 0) throw ConfigError("must be at least 1, or -1 for the ranks the other axes leave", "dp_shard");
-    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"pp", p.pp}, {"ep", p.ep}}) {
+    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"pp", p.pp}}) {
       if (value != 1) {
         throw ConfigError(std::string(name) + " " + std::to_string(value) +
                               ": this Tessera does not split over " + name + " yet; set it to 1",
@@ -57,13 +60,24 @@ ParallelDims resolve_parallel_dims(const ParallelismSettings& s, std::int64_t wo
   if (s.dp_shard > 0) {
     dims.dp_shard = s.dp_shard;
   } else if (!launched) {
-    dims.dp_shard = 1;
+    // A spec validated alone: the smallest mesh it describes (ep borrows dp_shard's ranks).
+    dims.dp_shard = s.ep;
   } else if (world_size % others != 0) {
     throw ConfigError("-1 takes the ranks the other axes leave, but their product " + std::to_string(others) +
                           " does not divide the " + std::to_string(world_size) + " ranks of this run",
                       "dp_shard");
   } else {
     dims.dp_shard = world_size / others;
+  }
+  if (dims.ep > 1 && dims.dp_shard % dims.ep != 0) {
+    throw ConfigError("ep " + std::to_string(dims.ep) + " borrows its ranks from dp_shard (" +
+                          std::to_string(dims.dp_shard) + "), which it must divide",
+                      "ep");
+  }
+  if (dims.ep > 1 && dims.dp_replicate > 1) {
+    throw ConfigError("expert parallelism with dp_replicate " + std::to_string(dims.dp_replicate) +
+                          " (hybrid sharding) is not available yet; use dp_replicate: 1",
+                      "ep");
   }
   if (launched && dims.world_size() != world_size) {
     throw ConfigError("the mesh " + dims.describe() + " has " + std::to_string(dims.world_size()) +

@@ -79,7 +79,7 @@ void check_sequence_splits(const RunPlan& plan) {
 // A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
   const ParallelDims& dims = plan.context.parallel;
-  if (dims.tp == 1 && dims.cp == 1) return;
+  if (dims.tp == 1 && dims.cp == 1 && dims.ep == 1) return;
   if (dims.sequence_parallel || dims.cp > 1) check_sequence_splits(plan);
   const ConfigNode* model = plan.components().find("model");
   const ConfigNode* variant = model && model->is_map() ? model->find("variant_key") : nullptr;
@@ -88,12 +88,14 @@ void check_model_splits(const RunPlan& plan, const Registry& registry) {
   if (!info) return;
   for (const auto& [axis, degree, what] :
        {std::tuple<const char*, std::int64_t, const char*>{"tp", dims.tp, "its layers over tensor-parallel ranks"},
-        {"cp", dims.cp, "its sequences over context-parallel ranks"}}) {
+        {"cp", dims.cp, "its sequences over context-parallel ranks"},
+        {"ep", dims.ep, "experts over expert-parallel ranks"}}) {
     if (degree == 1 || info->schema.splits_over_axis(axis)) continue;
     throw ConfigIssue(variant->pos(), "components.model.variant_key",
                       "model/" + variant->scalar() + " does not split " + what + ", but parallelism." + axis + " is " +
                           std::to_string(degree) + "; set parallelism." + axis +
-                          ": 1 (or use a model that does: gpt, gpt_moe, llama)");
+                          ": 1 (or use a model that does: " + (std::string(axis) == "ep" ? "gpt_moe" : "gpt, gpt_moe, llama") +
+                          ")");
   }
   if (dims.sequence_parallel && !info->schema.splits_over_axis("sequence_parallel")) {
     const ConfigNode* parallelism = plan.spec.find("parallelism");

@@ -6,16 +6,19 @@
 
 namespace tessera::core {
 
-StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp) {
-  if (tp.size() == 1) return local;
-  // The parts travel to tensor-parallel rank 0 alone, one parameter at a time: no rank ever holds
-  // more than the whole model once (rank 0) or its own part (the others).
-  const bool keeper = tp.rank() == 0;
-  Communicator& group = *tp.group();
+namespace {
+
+// The parts of the parameters `splits` picks travel to rank 0 of `group` alone, one parameter at a
+// time: no rank ever holds more than the whole model once (rank 0) or its own part (the others).
+// The other parameters stay with rank 0.
+template <class Splits>
+StateDict join_over(const StateDict& local, const TensorParallelPlan& plan, Communicator& group, const Splits& splits) {
+  const std::int64_t size = group.world_size();
+  const bool keeper = group.rank() == 0;
   StateDict whole;
   for (const auto& [name, part] : local) {  // in name order, the same on every rank
     const TensorShard shard = shard_in(plan, name);
-    if (shard.replicated()) {
+    if (!splits(shard)) {
       if (keeper) whole[name] = part;
       continue;
     }
@@ -25,7 +28,7 @@ StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan&
       continue;
     }
     std::vector<at::Tensor> parts{mine};
-    for (std::int64_t r = 1; r < tp.size(); ++r) {
+    for (std::int64_t r = 1; r < size; ++r) {
       parts.push_back(at::empty_like(mine));
       group.recv_async(parts.back(), r)->wait();
     }
@@ -34,10 +37,27 @@ StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan&
   return whole;
 }
 
-StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp) {
-  if (tp.size() == 1) return whole;
+}  // namespace
+
+StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp) {
+  if (tp.size() == 1) return local;
+  return join_over(local, plan, *tp.group(),
+                   [](const TensorShard& shard) { return !shard.replicated() && !shard.experts; });
+}
+
+StateDict join_expert_parallel(const StateDict& local, const TensorParallelPlan& plan, const ExpertParallel& ep) {
+  if (ep.size() == 1) return local;
+  return join_over(local, plan, *ep.group(), [](const TensorShard& shard) { return shard.experts; });
+}
+
+StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp,
+                              const ExpertParallel& ep) {
+  if (tp.size() == 1 && ep.size() == 1) return whole;
   StateDict local;
-  for (const auto& [name, t] : whole) local[name] = tp.part_of(t, shard_in(plan, name));
+  for (const auto& [name, t] : whole) {
+    const TensorShard shard = shard_in(plan, name);
+    local[name] = part_of(t, shard, ranks_of(shard, tp, ep));
+  }
   return local;
 }
 

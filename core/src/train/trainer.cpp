@@ -62,6 +62,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   mesh_ = context_.mesh ? context_.mesh : DeviceMesh::data_parallel_only(context_.communicator);
   tp_ = TensorParallel::of(context_);
   cp_ = ContextParallel::of(context_);
+  ep_ = ExpertParallel::of(context_);
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
@@ -89,7 +90,9 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   if (tp_.size() > 1) {
     // A parameter every tensor-parallel rank holds whole counts once in the global norm.
     std::vector<bool> counted;
-    for (const TensorShard& shard : optimizer_shards()) counted.push_back(!shard.replicated() || tp_.rank() == 0);
+    for (const TensorShard& shard : optimizer_shards()) {
+      counted.push_back((!shard.replicated() && !shard.experts) || tp_.rank() == 0);
+    }
     strategy_.count_in_grad_norm(counted);
   }
   if (parts_.model->has_deferred_parameters()) {
@@ -130,7 +133,9 @@ std::int64_t Trainer::parameter_count() const {
   const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
   std::int64_t n = 0;
   for (const auto& item : parts_.model->named_parameters()) {
-    if (item.value().requires_grad()) n += item.value().numel() * (shard_in(plan, item.key()).replicated() ? 1 : tp_.size());
+    if (!item.value().requires_grad()) continue;
+    const TensorShard shard = shard_in(plan, item.key());
+    n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? ep_.size() : tp_.size());
   }
   return n;
 }

@@ -26,6 +26,17 @@ std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrat
   return ranges;
 }
 
+// The index i of an optimizer state key "param.<i>.<field>" (tessera/optimizer.hpp), or -1.
+long long optimizer_param_index(const std::string& key) {
+  if (key.rfind("param.", 0) != 0) return -1;
+  const auto dot = key.find('.', 6);
+  if (dot == std::string::npos || dot == 6) return -1;
+  for (std::size_t i = 6; i < dot; ++i) {
+    if (key[i] < '0' || key[i] > '9') return -1;
+  }
+  return std::stoll(key.substr(6, dot - 6));
+}
+
 // A Stateful's state_dict() is already a copy (tessera/stateful.hpp): only device tensors move.
 StateDict on_host(StateDict state) {
   for (auto& [key, t] : state) t = t.detach().to(at::kCPU);
@@ -46,10 +57,14 @@ CheckpointState Trainer::capture() {
   st.mesh = mesh_->dims().describe();
   Model& model = *parts_.model;
   // The whole model: gathered by the strategy over the data-parallel ranks (a collective under
-  // fsdp) onto their rank 0, joined there over the tensor-parallel ranks, kept by rank 0 as host
-  // copies.
+  // fsdp) onto their rank 0 (a stacked expert's onto the first rank holding it), joined over the
+  // tensor-parallel ranks and then the expert-parallel ones, kept by rank 0 as host copies. A
+  // group's ranks all hold parts or none do, so every join is a collective of all its ranks or of
+  // none.
   StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
-  if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, model.tensor_parallel_plan(), tp_);
+  const TensorParallelPlan plan = model.tensor_parallel_plan();
+  if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, plan, tp_);
+  if (ep_.size() > 1 && !whole.empty()) whole = join_expert_parallel(whole, plan, ep_);
   if (context_.rank == 0) {
     st.model = std::move(whole);
     for (const auto& item : model.named_buffers()) st.model[item.key()] = item.value().detach().to(at::kCPU, false, true);
@@ -57,20 +72,35 @@ CheckpointState Trainer::capture() {
     st.model_config_json = checkpoint_.model_config_json;
   }
   st.optimizer_sharded = strategy_.shards_optimizer_state();
-  // One writer per distinct part: every rank of sharded state but a hybrid replica's copy; without
-  // sharding, the strategy's rank 0 (one per tensor-parallel rank).
-  st.write_optimizer = st.optimizer_sharded ? !strategy_.is_optimizer_state_replica()
-                                            : mesh_->gradient_group().rank() == 0;
+  // One writer per distinct part of each parameter's state: every rank of sharded state but a
+  // hybrid replica's copy; without sharding, the strategy's rank 0 (one per tensor-parallel rank),
+  // and for a stacked expert the first rank holding it (one per expert-parallel rank). Stacked
+  // experts are whole on every tensor-parallel rank: tensor-parallel rank 0 writes theirs.
+  const auto params = parts_.optimizer->parameters();
+  const auto shards = optimizer_shards();
+  std::vector<bool> writes(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (st.optimizer_sharded) {
+      writes[i] = !strategy_.is_optimizer_state_replica();
+    } else {
+      writes[i] = (shards[i].experts ? mesh_->expert_data_parallel() : mesh_->gradient_group()).rank() == 0;
+    }
+    if (shards[i].experts && tp_.rank() != 0) writes[i] = false;
+    st.write_optimizer = st.write_optimizer || writes[i];
+  }
   if (st.write_optimizer) {
-    st.optimizer = on_host(parts_.optimizer->state_dict());
-    const auto params = parts_.optimizer->parameters();
     const auto ranges = owned_ranges_of(strategy_, params.size());
-    const auto shards = tp_.size() > 1 ? optimizer_shards() : std::vector<TensorShard>();
+    const bool split = tp_.size() > 1 || ep_.size() > 1;
+    for (auto& [key, t] : on_host(parts_.optimizer->state_dict())) {
+      const long long index = optimizer_param_index(key);
+      if (index < 0 || writes[static_cast<std::size_t>(index)]) st.optimizer[key] = t;
+    }
     for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!writes[i]) continue;
       const auto [begin, end] = ranges[i];
       const std::string key = "param." + std::to_string(i);
       st.optimizer_ranges[key] = at::tensor({begin, end, params[i].numel()}, at::kLong);
-      if (!shards.empty()) st.optimizer_layouts[key] = tensor_parallel_layout(tp_, shards[i], params[i].sizes());
+      if (split) st.optimizer_layouts[key] = shard_layout(ranks_of(shards[i], tp_, ep_), shards[i], params[i].sizes());
     }
   }
   st.data = on_host(parts_.train_data->state_dict());
@@ -87,8 +117,7 @@ void Trainer::load_model_state(const LoadedCheckpoint& ck, const std::string& ch
   c10::NoGradGuard no_grad;
   try {
     // Whole parameters, cut to this rank's parts under tensor parallelism.
-    strategy_.load_full_parameters(model, tp_.size() > 1 ? cut_tensor_parallel(ck.model, model.tensor_parallel_plan(), tp_)
-                                                         : ck.model);
+    strategy_.load_full_parameters(model, cut_tensor_parallel(ck.model, model.tensor_parallel_plan(), tp_, ep_));
   } catch (const CheckpointError&) {
     throw;
   } catch (const Error& e) {
@@ -110,8 +139,10 @@ void Trainer::restore(const std::string& checkpoint_path) {
   c10::NoGradGuard no_grad;
   const auto params = parts_.optimizer->parameters();
   // The whole parameters' state cut to this tensor-parallel rank's parts, then to its ranges.
-  const StateDict local = tp_.size() > 1 ? tensor_parallel_part(ck.optimizer, params, optimizer_shards(), tp_)
-                                         : ck.optimizer;
+  const auto shards = optimizer_shards();
+  std::vector<ShardRanks> ranks;
+  for (const auto& shard : shards) ranks.push_back(ranks_of(shard, tp_, ep_));
+  const StateDict local = shard_part(ck.optimizer, params, shards, ranks);
   if (strategy_.shards_optimizer_state()) {
     const auto ranges = owned_ranges_of(strategy_, params.size());
     StateDict mine = optimizer_state_for(local, params, &ranges);

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "tessera/batch.hpp"
 #include "tessera/communicator.hpp"
@@ -49,11 +51,13 @@ struct Trainer::StepClock {
   Clock::time_point begin, data, backward, optimizer;
   double waited_before = 0;  // the mesh's wait time when the step began
   std::int64_t bytes_before = 0;  // the mesh's communicated bytes when the step began
+  std::map<std::string, std::int64_t> group_bytes_before;  // the same by group
 };
 
 StepMetrics Trainer::step() {
   if (progress_.step == 0 && started_ == Clock::time_point{}) started_ = Clock::now();
-  StepClock clock{Clock::now(), {}, {}, {}, mesh_->wait_seconds(), mesh_->bytes_communicated()};
+  StepClock clock{Clock::now(), {}, {}, {}, mesh_->wait_seconds(), mesh_->bytes_communicated(),
+                  mesh_->bytes_communicated_by_group()};
   if (control_.skip_requested()) {
     // Asked after the last optimizer step (on_collect_metrics, on_step_end, an evaluation):
     // skipping a later, healthy step instead would be wrong.
@@ -314,6 +318,15 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
   // Every collective of the step and of the events before it, over all of the mesh's groups.
   if (mesh_->dims().world_size() > 1) {
     m.extra["communicated_bytes"] = static_cast<double>(mesh_->bytes_communicated() - clock.bytes_before);
+    // By group, where the mesh has groups besides the world: communicated_bytes/tp, /ep, ...
+    const auto by_group = mesh_->bytes_communicated_by_group();
+    if (by_group.size() > 1) {
+      for (const auto& [name, bytes] : by_group) {
+        const auto before = clock.group_bytes_before.find(name);
+        m.extra["communicated_bytes/" + name] =
+            static_cast<double>(bytes - (before == clock.group_bytes_before.end() ? 0 : before->second));
+      }
+    }
   }
   const MemoryStats memory = memory_stats(device_);
   m.memory_in_use_bytes = memory.in_use;

@@ -101,10 +101,11 @@ class MoeMonitor final : public tessera::Callback {
  private:
   static tessera::MoeRouting& routing_of(tessera::Model& model) {
     auto* routing = dynamic_cast<tessera::MoeRouting*>(&model);
-    if (!routing) {
+    if (!routing || routing->num_experts() == 0) {
       throw tessera::Error(
-          "callback/moe_monitor needs a model that implements tessera::MoeRouting (model/gpt_moe); this "
-          "run's model is " + model.name() + "; remove the callback or use an MoE model");
+          "callback/moe_monitor needs a model with mixture-of-experts layers (model/gpt_moe, model/llama with "
+          "num_experts); this run's model is " + model.name() + (routing ? " without experts" : "") +
+          "; remove the callback or use an MoE model");
     }
     return *routing;
   }

@@ -148,28 +148,33 @@ TEST(MoeMonitor, AggregatesAcrossTwoGlooRanks) {
   }
 }
 
+// A model without routers (gpt), or one that could have them but has none (a dense llama).
 TEST(MoeMonitor, AModelWithoutRoutersIsAnErrorAtTrainBegin) {
   RunContext run;
   run.communicator = core::make_local_communicator();
-  auto components = testing::build_components(
-      "model: {component_key: model, variant_key: gpt, config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, "
-      "max_seq_len: 8}}\n"
-      "monitor: {component_key: callback, variant_key: moe_monitor}\n",
-      run);
-  auto model = testing::built<Model>(components, "model");
-  auto monitor = testing::built<Callback>(components, "monitor");
-  TrainProgress progress;
-  TrainerControl control;
-  CallbackContext ctx{run, progress, *model, control};
-  try {
-    monitor->on_train_begin(ctx);
-    FAIL() << "expected tessera::Error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("callback/moe_monitor needs a model that implements tessera::MoeRouting (model/gpt_moe)"),
-              std::string::npos)
-        << what;
-    EXPECT_NE(what.find("Gpt"), std::string::npos) << what;
+  for (const auto& [variant, name] : std::vector<std::pair<std::string, std::string>>{{"gpt", "Gpt"}, {"llama", "Llama"}}) {
+    SCOPED_TRACE(variant);
+    auto components = testing::build_components(
+        "model: {component_key: model, variant_key: " + variant +
+            ", config: {vocab_size: 16, n_layer: 1, n_head: 1, n_embd: 8, max_seq_len: 8}}\n"
+            "monitor: {component_key: callback, variant_key: moe_monitor}\n",
+        run);
+    auto model = testing::built<Model>(components, "model");
+    auto monitor = testing::built<Callback>(components, "monitor");
+    TrainProgress progress;
+    TrainerControl control;
+    CallbackContext ctx{run, progress, *model, control};
+    try {
+      monitor->on_train_begin(ctx);
+      FAIL() << "expected tessera::Error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("callback/moe_monitor needs a model with mixture-of-experts layers (model/gpt_moe, "
+                          "model/llama with num_experts)"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+    }
   }
 }
 

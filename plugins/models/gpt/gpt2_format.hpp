@@ -139,7 +139,7 @@ inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model, con
   hf_import::WeightImport weights(hf);
   const std::string prefix = weights.has("transformer.wte.weight") ? "transformer." : "";
   for (const auto& item : model.named_parameters()) {
-    weights.copy(prefix + item.key(), item.value(), is_conv1d_weight(item.key()), shard_in(plan, item.key()), tp);
+    weights.copy(prefix + item.key(), item.value(), is_conv1d_weight(item.key()), shard_in(plan, item.key()), tp.ranks());
   }
   // The head is the token embedding: a stored lm_head must be that same matrix.
   if (weights.has("lm_head.weight")) {

@@ -78,7 +78,7 @@ class ParameterNames {
 inline void initialize_gpt2_parameters(const torch::nn::Module& model, const char* model_kind,
                                        const std::vector<at::Tensor>& params, std::uint64_t init_seed,
                                        double init_std, double residual_std, const TensorParallelPlan& plan = {},
-                                       const TensorParallel& tp = {}) {
+                                       const TensorParallel& tp = {}, ShardRanks experts = {}) {
   c10::NoGradGuard no_grad;
   const ParameterNames names(model);
   for (const at::Tensor& p : params) {
@@ -92,9 +92,10 @@ inline void initialize_gpt2_parameters(const torch::nn::Module& model, const cha
       p.fill_(1.0);
     } else {
       const TensorShard shard = shard_in(plan, name);
-      at::Tensor values = at::empty(tp.whole_shape(p.sizes(), shard), at::kFloat);
+      const ShardRanks ranks = shard.experts ? experts : tp.ranks();
+      at::Tensor values = at::empty(whole_shape(p.sizes(), shard, ranks), at::kFloat);
       values.normal_(0.0, ends_with("c_proj.weight") ? residual_std : init_std, init_generator(init_seed, name));
-      p.copy_(tp.part_of(values, shard));
+      p.copy_(part_of(values, shard, ranks));
     }
   }
 }
@@ -102,11 +103,12 @@ inline void initialize_gpt2_parameters(const torch::nn::Module& model, const cha
 // The number of elements of the whole model's parameters (each split one counted whole): what
 // FLOPs per token are computed from, whatever the tensor-parallel ranks.
 inline std::int64_t whole_parameter_count(const torch::nn::Module& model, const TensorParallelPlan& plan,
-                                          const TensorParallel& tp) {
+                                          const TensorParallel& tp, std::int64_t expert_ranks = 1) {
   std::int64_t n = 0;
   for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
-    n += item.value().numel() * (shard_in(plan, item.key()).replicated() ? 1 : tp.size());
+    const TensorShard shard = shard_in(plan, item.key());
+    n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? expert_ranks : tp.size());
   }
   return n;
 }
@@ -260,6 +262,7 @@ inline std::int64_t sequence_multiple(const TensorParallel& tp, const ContextPar
 // ids of a splittable length to their whole logits. Packed documents need splittable lengths.
 inline at::Tensor logits_of_any_length(const at::Tensor& input_ids, std::int64_t multiple, bool documents,
                                        const std::function<at::Tensor(const at::Tensor&)>& logits_of) {
+  if (input_ids.dim() != 2) return logits_of(input_ids);  // the model says what is wrong with it
   const std::int64_t seq = input_ids.size(1), padded = (seq + multiple - 1) / multiple * multiple;
   if (padded == seq) return logits_of(input_ids);
   if (documents) {

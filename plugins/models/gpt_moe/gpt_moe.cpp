@@ -18,6 +18,7 @@
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
+#include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
@@ -34,13 +35,14 @@ class Block : public torch::nn::Module {
  public:
   // Tensor parallelism splits the attention and the dense MLP; the experts are whole on every
   // tensor-parallel rank (which routes the same tokens: no sequence parallelism here).
-  Block(const GptMoeConfig& s, bool moe_block, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp)
+  Block(const GptMoeConfig& s, bool moe_block, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp,
+        const tessera::ExpertParallel& ep)
       : ln_1(register_module("ln_1", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp))),
         attn(register_module("attn",
                              std::make_shared<CausalSelfAttention>(s.n_embd, s.n_head, s.bias, s.dropout, tp, cp))),
         ln_2(register_module("ln_2", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp))) {
     if (moe_block) {
-      moe = register_module("moe", std::make_shared<MoeFeedForward>(s));
+      moe = register_module("moe", std::make_shared<MoeFeedForward>(s, ep));
     } else {
       mlp = register_module("mlp", std::make_shared<Mlp>(s.n_embd, s.bias, s.dropout, "none", tp));
     }
@@ -72,21 +74,27 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
  public:
   // Under context parallelism (`cp`) this rank computes its slice of every sequence; the router
   // sees that slice's tokens.
-  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp, tessera::ContextParallel cp)
+  // Under expert parallelism (`ep`) this rank holds num_experts / ep of every MoE layer's experts.
+  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp, tessera::ContextParallel cp, tessera::ExpertParallel ep)
       : s_(s),
         tp_(std::move(tp)),
         cp_(std::move(cp)),
+        ep_(std::move(ep)),
         init_seed_(tessera::draw_init_seed()),
         wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(s.vocab_size), s.n_embd))),
         wpe_(register_module("wpe", std::make_shared<Embedding>(s.max_seq_len, s.n_embd))) {
     auto stack = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < s.n_layer; ++i) {
-      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_, cp_)));
+      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_, cp_, ep_)));
       const std::string block = "h." + std::to_string(i) + ".";
       tessera::gpt_parts::attention_plan(plan_, block + "attn.", s.bias);
       if (blocks_.back()->moe) {
         moe_layers_.push_back(blocks_.back()->moe);
         moe_blocks_.push_back(static_cast<std::int64_t>(blocks_.size()) - 1);
+        for (const char* tensor : {"c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias"}) {
+          if (!s.bias && std::string(tensor).find("bias") != std::string::npos) continue;
+          plan_[block + "moe.experts." + tensor] = tessera::TensorShard::expert_stack();
+        }
       } else {
         tessera::gpt_parts::mlp_plan(plan_, block + "mlp.", s.bias);
       }
@@ -100,7 +108,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     // table is a lookup (no FLOPs); the tied token embedding is the output matmul.
     const std::int64_t per_expert = 2 * s.n_embd * s.expert_width() + (s.bias ? s.expert_width() + s.n_embd : 0);
     const auto idle = static_cast<std::int64_t>(moe_layers_.size()) * (s.num_experts - s.top_k) * per_expert;
-    active_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
+    active_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_, ep_.size()) -
                                          wpe_->weight.numel() - idle);
   }
 
@@ -181,7 +189,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     aux_loss_ = at::Tensor();
     if (s_.aux_loss_coef <= 0 && s_.z_loss_coef <= 0) return;
     for (const auto& layer : moe_layers_) {
-      at::Tensor term = layer->last_aux_loss * s_.aux_loss_coef + layer->last_z_loss * s_.z_loss_coef;
+      at::Tensor term = layer->last_aux_loss() * s_.aux_loss_coef + layer->last_z_loss() * s_.z_loss_coef;
       aux_loss_ = aux_loss_.defined() ? aux_loss_ + term : term;
     }
   }
@@ -192,13 +200,14 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   // values the model built whole has.
   void initialize_parameters(const std::vector<at::Tensor>& params) override {
     tessera::gpt_parts::initialize_gpt2_parameters(*this, "model/gpt_moe", params, init_seed_, s_.init_std,
-                                                   s_.residual_std(), plan_, tp_);
+                                                   s_.residual_std(), plan_, tp_, {ep_.rank(), ep_.size()});
   }
 
  private:
   GptMoeConfig s_;
   tessera::TensorParallel tp_;
   tessera::ContextParallel cp_;
+  tessera::ExpertParallel ep_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> wte_, wpe_;
@@ -214,7 +223,8 @@ void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptMoeConfig>(
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
       [](const GptMoeConfig& c, const tessera::RunContext& run) {
-        return std::make_shared<GptMoe>(c, tessera::TensorParallel::of(run), tessera::ContextParallel::of(run));
+        return std::make_shared<GptMoe>(c, tessera::TensorParallel::of(run), tessera::ContextParallel::of(run),
+                                        tessera::ExpertParallel::of(run));
       });
 }
 

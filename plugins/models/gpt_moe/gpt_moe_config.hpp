@@ -45,7 +45,15 @@ struct GptMoeConfig : gpt_parts::GptArchitecture {
             "weight of the router z-loss mean(logsumexp(logits)^2), summed over MoE layers")
         .at_least(0);
     f.field("renormalize_topk", &C::renormalize_topk, "divide the k gate probabilities by their sum");
-    f.check_in_run([](const C& c, const RunContext& run) { gpt_parts::check_mesh(c, run); });
+    f.splits_experts();
+    f.check_in_run([](const C& c, const RunContext& run) {
+      gpt_parts::check_mesh(c, run);
+      if (c.num_experts % run.parallel.ep != 0) {
+        throw ConfigError("num_experts (" + std::to_string(c.num_experts) + ") must be divisible by parallelism.ep (" +
+                              std::to_string(run.parallel.ep) + "): each expert-parallel rank holds num_experts / ep",
+                          "num_experts");
+      }
+    });
     f.check([](const C& c) {
       if (c.top_k > c.num_experts) {
         throw ConfigError("top_k (" + std::to_string(c.top_k) + ") must not exceed num_experts (" +

@@ -23,6 +23,8 @@
 #include "autograd_graph.hpp"
 #include "test_support.hpp"
 #include "trainer_parts.hpp"
+#include "moe_feed_forward.hpp"
+#include "tessera/parallel/expert_parallel.hpp"
 
 namespace tessera {
 namespace {
@@ -322,6 +324,70 @@ TEST(GptMoe, TrainsOnARepeatedSequence) {
   EXPECT_LT(losses.back(), 0.3 * losses.front()) << "first " << losses.front() << ", last " << losses.back();
 }
 
+
+// One MoE layer under expert parallelism on 2 Gloo ranks that route different numbers of tokens
+// (top-2, a capacity that drops some, so the parts exchanged are uneven and some empty): each
+// rank's output is the whole layer's on its tokens, its experts get the gradients the whole layer
+// gets from both ranks' tokens, and its router gets its own tokens' gradient.
+TEST(GptMoe, AnExpertParallelLayerComputesWhatTheWholeLayerDoes) {
+  gpt_moe::GptMoeConfig s;
+  s.n_embd = 16;
+  s.num_experts = 4;
+  s.top_k = 2;
+  s.expert_hidden = 24;
+  s.capacity_factor = 1.0;
+  core::seed_everything(5, "cpu");
+  gpt_moe::MoeFeedForward whole(s);
+  StateDict init;
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& item : whole.named_parameters()) {
+      item.value().copy_(at::randn(item.value().sizes()) * 0.3);
+      init[item.key()] = item.value().detach().clone();
+    }
+  }
+  const std::vector<at::Tensor> inputs = {at::randn({2, 7, 16}), at::randn({1, 5, 16})};
+  std::vector<at::Tensor> output_grads, expected_outputs;
+  std::vector<StateDict> expected_grads(2);
+  for (std::size_t r = 0; r < 2; ++r) {
+    output_grads.push_back(at::randn(inputs[r].sizes()));
+    whole.zero_grad();
+    const at::Tensor out = whole.forward(inputs[r]);
+    out.backward(output_grads[r]);
+    expected_outputs.push_back(out.detach());
+    for (auto& item : whole.named_parameters()) expected_grads[r][item.key()] = item.value().grad().clone();
+  }
+  const auto stats = whole.take_statistics();
+  ASSERT_GT(stats.dropped_assignments.item<double>(), 0) << "the capacity drops some assignments";
+
+  const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t rank, std::shared_ptr<Communicator> group) {
+    const auto r = static_cast<std::size_t>(rank);
+    gpt_moe::MoeFeedForward part(s, ExpertParallel(group));
+    auto mine = [&](const std::string& name, const at::Tensor& whole_tensor) {
+      return name.rfind("experts.", 0) == 0 ? whole_tensor.narrow(0, 2 * rank, 2) : whole_tensor;
+    };
+    {
+      c10::NoGradGuard no_grad;
+      for (auto& item : part.named_parameters()) item.value().copy_(mine(item.key(), init.at(item.key())));
+    }
+    const at::Tensor out = part.forward(inputs[r]);
+    out.backward(output_grads[r]);
+    if (!out.allclose(expected_outputs[r], 1e-5, 1e-6)) {
+      throw Error("output differs by " + std::to_string((out - expected_outputs[r]).abs().max().item<double>()));
+    }
+    for (auto& item : part.named_parameters()) {
+      const std::string& name = item.key();
+      // Experts: both ranks' tokens; the router: this rank's own.
+      const at::Tensor expected = name.rfind("experts.", 0) == 0
+                                      ? mine(name, expected_grads[0].at(name) + expected_grads[1].at(name))
+                                      : expected_grads[r].at(name);
+      if (!item.value().grad().allclose(expected, 1e-4, 1e-6)) {
+        throw Error(name + " gradient differs by " + std::to_string((item.value().grad() - expected).abs().max().item<double>()));
+      }
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
 
 // One sample per micro-batch, so both runs route the same groups of tokens (capacity and the
 // balance loss depend on what shares a forward pass). ddp and fsdp: fsdp frees a block's

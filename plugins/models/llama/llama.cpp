@@ -2,6 +2,9 @@
 // self-attention with rotary position embeddings (Hugging Face's rotate-half convention) ->
 // residual, RMSNorm -> SwiGLU MLP -> residual; no biases; a final RMSNorm and an output head,
 // tied to the token embedding or not. Imports and exports Hugging Face's LlamaForCausalLM.
+// With num_experts, Mixtral: every block's MLP is a mixture of SwiGLU experts (top-k routing,
+// tessera::ExpertRouter), expert-parallel over parallelism.ep; imports and exports Hugging Face's
+// MixtralForCausalLM, and reports its routing to monitors through tessera::MoeRouting.
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
@@ -14,6 +17,7 @@
 #include <ATen/ops/rms_norm.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/sin.h>
 #include <ATen/ops/where.h>
 #include <c10/core/GradMode.h>
@@ -30,9 +34,12 @@
 #include "tessera/attention.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
+#include "tessera/expert_router.hpp"
 #include "tessera/hugging_face.hpp"
 #include "tessera/model.hpp"
+#include "tessera/moe.hpp"
 #include "tessera/plugin.hpp"
+#include "../expert_linear.hpp"
 #include "../gpt/transformer_parts.hpp"
 #include "../document_mask.hpp"
 #include "../hf_import.hpp"
@@ -42,6 +49,7 @@ namespace {
 
 using tessera::gpt_parts::Affine;
 using tessera::gpt_parts::Embedding;
+using tessera::gpt_parts::ExpertLinear;
 using tessera::llama::LlamaConfig;
 
 class RmsNorm : public torch::nn::Module {
@@ -180,48 +188,110 @@ class SwiGlu : public torch::nn::Module {
   std::shared_ptr<Affine> gate_, up_, down_;
 };
 
+// Mixtral's sparse MLP: a router (`gate`, [E, C]) and SwiGLU experts stacked one tensor per weight,
+// w1 (gate) and w3 (up) [E, I, C], w2 (down) [E, C, I]: expert e computes w2[e](silu(w1[e] x) *
+// w3[e] x). Under expert parallelism this rank holds experts [first, first + E / ep) of the stacks;
+// under tensor parallelism every rank holds them whole and routes the same tokens.
+class SparseMoe : public torch::nn::Module {
+ public:
+  SparseMoe(const LlamaConfig& c, tessera::ExpertParallel ep)
+      : router_({c.num_experts, c.top_k, c.capacity_factor, /*renormalize_topk=*/true}, std::move(ep)) {
+    gate = register_module("gate", std::make_shared<Affine>(c.n_embd, c.num_experts, false));
+    auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
+    const std::int64_t mine = router_.local_experts();
+    w1 = experts->register_module("w1", std::make_shared<ExpertLinear>(mine, c.n_embd, c.mlp_size(), false));
+    w2 = experts->register_module("w2", std::make_shared<ExpertLinear>(mine, c.mlp_size(), c.n_embd, false));
+    w3 = experts->register_module("w3", std::make_shared<ExpertLinear>(mine, c.n_embd, c.mlp_size(), false));
+  }
+
+  at::Tensor forward(const at::Tensor& x) {
+    const auto gates = w1->weights(), downs = w2->weights(), ups = w3->weights();
+    const at::Tensor y = router_.route(
+        x.reshape({-1, x.size(-1)}), gate->weight,
+        [&](std::int64_t e, const at::Tensor& rows) {
+          const auto i = static_cast<std::size_t>(e);
+          return at::linear(at::silu(at::linear(rows, gates[i])) * at::linear(rows, ups[i]), downs[i]);
+        },
+        is_training());
+    return y.view(x.sizes());
+  }
+
+  tessera::ExpertRouter& router() { return router_; }
+
+  std::shared_ptr<Affine> gate;
+  std::shared_ptr<ExpertLinear> w1, w2, w3;
+
+ private:
+  tessera::ExpertRouter router_;
+};
+
 class Block : public torch::nn::Module {
  public:
-  Block(const LlamaConfig& c, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp)
+  Block(const LlamaConfig& c, const tessera::TensorParallel& tp, const tessera::ContextParallel& cp,
+        const tessera::ExpertParallel& ep)
       : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))),
         self_attn(register_module("self_attn", std::make_shared<Attention>(c, tp, cp))),
         post_attention_layernorm(
-            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))),
-        mlp(register_module("mlp", std::make_shared<SwiGlu>(c, tp))) {}
+            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp))) {
+    if (c.mixture_of_experts()) {
+      block_sparse_moe = register_module("block_sparse_moe", std::make_shared<SparseMoe>(c, ep));
+    } else {
+      mlp = register_module("mlp", std::make_shared<SwiGlu>(c, tp));
+    }
+  }
 
-  at::Tensor forward(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                      const at::Tensor& documents) {
-    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, documents);
-    return x + mlp->forward(post_attention_layernorm->forward(x));
+    return feed_forward(attend(x, cos, sin, mask, documents));
+  }
+  at::Tensor attend(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                    const at::Tensor& documents) {
+    return x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, documents);
+  }
+  at::Tensor feed_forward(const at::Tensor& x) {
+    const at::Tensor h = post_attention_layernorm->forward(x);
+    return x + (block_sparse_moe ? block_sparse_moe->forward(h) : mlp->forward(h));
   }
 
   std::shared_ptr<RmsNorm> input_layernorm;
   std::shared_ptr<Attention> self_attn;
   std::shared_ptr<RmsNorm> post_attention_layernorm;
-  std::shared_ptr<SwiGlu> mlp;
+  std::shared_ptr<SwiGlu> mlp;                   // exactly one of mlp and block_sparse_moe is set
+  std::shared_ptr<SparseMoe> block_sparse_moe;
 };
 
-class Llama final : public tessera::Model {
+class Llama final : public tessera::Model, public tessera::MoeRouting {
  public:
   // `hf`: a Hugging Face Llama folder to take the weights from (c.init_from), already read.
   // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
   // `cp`: the run's context-parallel ranks; this rank computes its slice of every sequence.
+  // `ep`: the run's expert-parallel ranks; this rank holds num_experts / ep of every block's experts.
   Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp,
-        tessera::ContextParallel cp)
+        tessera::ContextParallel cp, tessera::ExpertParallel ep)
       : config_(c),
         tp_(std::move(tp)),
         cp_(std::move(cp)),
+        ep_(std::move(ep)),
         init_seed_(tessera::draw_init_seed()),
         embed_tokens_(register_module("embed_tokens", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))) {
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_)));
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_, ep_)));
       const std::string block = "layers." + std::to_string(i) + ".";
-      for (const char* column : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"}) {
+      for (const char* column : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}) {
         plan_[block + column + ".weight"] = tessera::TensorShard::columns();
       }
       plan_[block + "self_attn.o_proj.weight"] = tessera::TensorShard::rows();
-      plan_[block + "mlp.down_proj.weight"] = tessera::TensorShard::rows();
+      if (blocks_.back()->block_sparse_moe) {
+        moe_layers_.push_back(blocks_.back()->block_sparse_moe);
+        for (const char* stack : {"w1", "w2", "w3"}) {
+          plan_[block + "block_sparse_moe.experts." + stack + ".weight"] = tessera::TensorShard::expert_stack();
+        }
+      } else {
+        plan_[block + "mlp.gate_proj.weight"] = tessera::TensorShard::columns();
+        plan_[block + "mlp.up_proj.weight"] = tessera::TensorShard::columns();
+        plan_[block + "mlp.down_proj.weight"] = tessera::TensorShard::rows();
+      }
     }
     plan_["embed_tokens.weight"] = tessera::TensorShard::vocabulary();
     norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp_));
@@ -238,13 +308,16 @@ class Llama final : public tessera::Model {
       tokenizer_files_ = hf->tokenizer_files;
       special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
-      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_, ep_);
     }
     // 6N + 12·L·H·D·T (PaLM appendix B). N counts the head (tied or not) but not a separate
     // input embedding: a lookup costs no FLOPs. The whole model's N, whatever part of it this
-    // rank holds.
-    flop_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
-                                       (c.tie_embeddings ? 0 : c.vocab_size * c.n_embd));
+    // rank holds; of the experts, only the k a token passes through.
+    const std::int64_t idle_experts = static_cast<std::int64_t>(moe_layers_.size()) * (c.num_experts - c.top_k) * 3 *
+                                      c.n_embd * c.mlp_size();
+    flop_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_, ep_.size()) -
+                                       (c.tie_embeddings ? 0 : c.vocab_size * c.n_embd) -
+                                       (c.mixture_of_experts() ? idle_experts : 0));
   }
 
   tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
@@ -269,8 +342,29 @@ class Llama final : public tessera::Model {
   tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
     tessera::HfExport out;
     out.config_json = tessera::llama::hf_config_json(config_, special_ids_);
-    for (const auto& [name, tensor] : state) out.tensors[tessera::llama::hf_name(name)] = tensor;
+    for (const auto& [name, tensor] : state) {
+      if (!tessera::llama::is_expert_stack(name)) {
+        out.tensors[tessera::llama::hf_name(name)] = tensor;
+        continue;
+      }
+      // Mixtral's files hold one tensor per expert.
+      for (std::int64_t e = 0; e < tensor.size(0); ++e) {
+        out.tensors[tessera::llama::hf_expert_name(name, e)] = tensor[e].contiguous();
+      }
+    }
     out.files_to_copy = tokenizer_files_;
+    return out;
+  }
+
+  at::Tensor auxiliary_loss() override { return aux_loss_; }
+  std::int64_t num_experts() const override { return config_.num_experts; }
+  std::int64_t experts_per_token() const override { return config_.mixture_of_experts() ? config_.top_k : 0; }
+  std::vector<tessera::RouterStatistics> take_router_statistics() override {
+    std::vector<tessera::RouterStatistics> out;
+    for (std::size_t i = 0; i < moe_layers_.size(); ++i) {
+      out.push_back(moe_layers_[i]->router().take_statistics(moe_layers_[i]->gate->weight.options().dtype(at::kFloat)));
+      out.back().layer = static_cast<std::int64_t>(i);
+    }
     return out;
   }
 
@@ -296,12 +390,14 @@ class Llama final : public tessera::Model {
         p.fill_(1.0);
         continue;
       }
-      const bool residual = name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos;
+      const bool residual = name.find("o_proj.") != std::string::npos || name.find("down_proj.") != std::string::npos ||
+                            name.find(".w2.") != std::string::npos;
       // The whole tensor's values, cut to this rank's part: the same model whatever the ranks.
       const tessera::TensorShard shard = tessera::shard_in(plan_, name);
-      at::Tensor values = at::empty(tp_.whole_shape(p.sizes(), shard), at::kFloat);
+      const tessera::ShardRanks ranks = tessera::ranks_of(shard, tp_, ep_);
+      at::Tensor values = at::empty(tessera::whole_shape(p.sizes(), shard, ranks), at::kFloat);
       values.normal_(0.0, residual ? residual_std : config_.init_std, tessera::init_generator(init_seed_, name));
-      p.copy_(tp_.part_of(values, shard));
+      p.copy_(tessera::part_of(values, shard, ranks));
     }
   }
 
@@ -357,26 +453,58 @@ class Llama final : public tessera::Model {
     const at::Tensor documents = sliced && document_ids().defined() ? document_ids().to(input_ids.device(), at::kLong)
                                                                    : at::Tensor();
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      tessera::BlockBody body = [block = blocks_[i], cos, sin, mask = docs.attention_mask, documents](const at::Tensor& h) {
-        return block->forward(h, cos, sin, mask, documents);
-      };
+      const std::shared_ptr<Block>& block = blocks_[i];
       const bool checkpointed = tessera::checkpoints_block(config_.activation_checkpointing,
                                                            config_.activation_checkpointing_every,
                                                            static_cast<std::int64_t>(i));
       x = run_unit(i, x, [&](const at::Tensor& h) {
-        return checkpointed ? tessera::checkpoint_activations(body, h) : body(h);
+        if (!checkpointed) return block->forward(h, cos, sin, docs.attention_mask, documents);
+        // A dense block is recomputed whole; a mixture-of-experts block its attention only: the
+        // router's losses need their graph from the forward pass, its statistics are counted once,
+        // and the experts' all-to-alls stay out of backward's recomputation.
+        tessera::BlockBody attention = [block, cos, sin, mask = docs.attention_mask, documents](const at::Tensor& in) {
+          return block->attend(in, cos, sin, mask, documents);
+        };
+        if (block->block_sparse_moe) return block->feed_forward(tessera::checkpoint_activations(attention, h));
+        tessera::BlockBody body = [block, cos, sin, mask = docs.attention_mask, documents](const at::Tensor& in) {
+          return block->forward(in, cos, sin, mask, documents);
+        };
+        return tessera::checkpoint_activations(body, h);
       });
     }
+    collect_auxiliary_loss();
     // The whole sequence, replicated (its gradient summed over the ranks): every rank computes
     // its vocabulary's logits of every token.
     return tp_.column_input(norm_->forward(x));
   }
 
  private:
+  // The weighted sum over blocks of this forward's balance and z-losses (Mixtral).
+  void collect_auxiliary_loss() {
+    aux_loss_ = at::Tensor();
+    if (config_.aux_loss_coef <= 0 && config_.z_loss_coef <= 0) return;
+    for (const auto& layer : moe_layers_) {
+      at::Tensor term = layer->router().last_aux_loss() * config_.aux_loss_coef +
+                        layer->router().last_z_loss() * config_.z_loss_coef;
+      aux_loss_ = aux_loss_.defined() ? aux_loss_ + term : term;
+    }
+  }
+
   void import_weights(const tessera::HfCheckpoint& hf) {
     tessera::hf_import::WeightImport weights(hf);
     for (const auto& item : named_parameters()) {
-      weights.copy(tessera::llama::hf_name(item.key()), item.value(), false, tessera::shard_in(plan_, item.key()), tp_);
+      const tessera::TensorShard shard = tessera::shard_in(plan_, item.key());
+      const tessera::ShardRanks ranks = tessera::ranks_of(shard, tp_, ep_);
+      if (!tessera::llama::is_expert_stack(item.key())) {
+        weights.copy(tessera::llama::hf_name(item.key()), item.value(), false, shard, ranks);
+        continue;
+      }
+      // Mixtral's one tensor per expert, stacked.
+      std::vector<at::Tensor> experts;
+      for (std::int64_t e = 0; e < config_.num_experts; ++e) {
+        experts.push_back(weights.tensor(tessera::llama::hf_expert_name(item.key(), e)));
+      }
+      weights.copy_from(tessera::llama::hf_expert_name(item.key(), 0), at::stack(experts), item.value(), false, shard, ranks);
     }
     if (config_.tie_embeddings && weights.has("lm_head.weight")) {
       // A tied checkpoint may still store the head; it must be the embedding.
@@ -394,10 +522,13 @@ class Llama final : public tessera::Model {
   LlamaConfig config_;
   tessera::TensorParallel tp_;
   tessera::ContextParallel cp_;
+  tessera::ExpertParallel ep_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> embed_tokens_;
   std::vector<std::shared_ptr<Block>> blocks_;
+  std::vector<std::shared_ptr<SparseMoe>> moe_layers_;  // Mixtral: every block's
+  at::Tensor aux_loss_;
   std::shared_ptr<RmsNorm> norm_;
   std::shared_ptr<Affine> lm_head_;  // null when tied
   at::Tensor cos_, sin_;        // float32 on the CPU, as computed
@@ -409,14 +540,18 @@ class Llama final : public tessera::Model {
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, LlamaConfig>(
-      "llama", "Llama decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; Hugging Face import/export",
+      "llama",
+      "Llama decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU (or, with num_experts, Mixtral's "
+      "mixture of SwiGLU experts); Hugging Face import/export",
       [](const LlamaConfig& yaml, const tessera::RunContext& run) {
         const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
         const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
+        const tessera::ExpertParallel ep = tessera::ExpertParallel::of(run);
         // The sizes init_from settled must divide over the tensor- and context-parallel ranks too.
         auto checked = [&](LlamaConfig c) {
           LlamaConfig::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
           LlamaConfig::check_context_parallel(c, run.parallel);
+          LlamaConfig::check_expert_parallel(c, run.parallel);
           return c;
         };
         // Weights read from files at construction: built whole.
@@ -426,11 +561,11 @@ void register_components(tessera::Registrar& registrar) {
           // A Tessera export folder: its config.json settles what the YAML left out.
           const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "llama");
           return std::make_shared<Llama>(checked(exported ? tessera::llama::settle_export(yaml, *exported) : yaml),
-                                         nullptr, tp, cp);
+                                         nullptr, tp, cp, ep);
         }
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp, cp);
+        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp, cp, ep);
       });
 }
 

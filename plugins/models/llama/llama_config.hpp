@@ -1,6 +1,8 @@
-// model/llama's config and the mapping between it and Hugging Face's LlamaForCausalLM: the
-// fields of config.json (both the older top-level rope_theta/rope_scaling and transformers 5's
-// rope_parameters), and the tensor names (Tessera's are Hugging Face's without `model.`).
+// model/llama's config and the mapping between it and Hugging Face's LlamaForCausalLM (and, with
+// num_experts, MixtralForCausalLM): the fields of config.json (both the older top-level
+// rope_theta/rope_scaling and transformers 5's rope_parameters), and the tensor names (Tessera's
+// are Hugging Face's without `model.`; stacked experts are one tensor per weight here, one per
+// expert there).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -38,10 +40,17 @@ struct LlamaConfig {
   double init_std = 0.02;
   bool activation_checkpointing = false;
   std::int64_t activation_checkpointing_every = 1;
+  // Mixtral: every block's MLP a mixture of num_experts SwiGLU experts of intermediate_size.
+  std::int64_t num_experts = 0;  // 0: the dense SwiGLU MLP
+  std::int64_t top_k = 2;
+  double capacity_factor = 0.0;  // 0: every assignment is kept (as Mixtral)
+  double aux_loss_coef = 0.02;   // Mixtral's router_aux_loss_coef
+  double z_loss_coef = 0.0;
   std::string init_from;
   std::set<std::string> given;
 
   std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  bool mixture_of_experts() const { return num_experts > 0; }
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   std::int64_t mlp_size() const {
     if (intermediate_size > 0) return intermediate_size;
@@ -61,6 +70,11 @@ struct LlamaConfig {
                         "n_kv_head");
     }
     if (c.head_size() % 2 != 0) throw ConfigError("the head size must be even for rotary embeddings", "head_dim");
+    if (c.mixture_of_experts() && c.top_k > c.num_experts) {
+      throw ConfigError("top_k (" + std::to_string(c.top_k) + ") must not exceed num_experts (" +
+                            std::to_string(c.num_experts) + ")",
+                        "top_k");
+    }
     if (c.rope_scaling) {
       const auto& s = *c.rope_scaling;
       if (s.size() != 4 || s[0] < 1 || s[1] <= 0 || s[2] <= s[1] || s[3] < 1) {
@@ -90,8 +104,28 @@ struct LlamaConfig {
     };
     require(c.n_head, "n_head", "n_head");
     require(c.kv_heads(), "n_kv_head", "n_kv_head");
-    require(c.mlp_size(), "intermediate_size", "intermediate_size");
+    if (!c.mixture_of_experts()) require(c.mlp_size(), "intermediate_size", "intermediate_size");  // experts stay whole
     require(c.vocab_size, "vocab_size", "vocab_size");
+    if (c.mixture_of_experts() && dims.sequence_parallel) {
+      throw ConfigError("the experts route whole sequences, not tensor-parallel slices of them; set "
+                        "parallelism.sequence_parallel: false",
+                        "num_experts");
+    }
+  }
+
+  // What expert parallelism needs: experts, and as many on every expert-parallel rank.
+  static void check_expert_parallel(const LlamaConfig& c, const ParallelDims& dims) {
+    if (dims.ep == 1) return;
+    if (!c.mixture_of_experts()) {
+      throw ConfigError("parallelism.ep is " + std::to_string(dims.ep) +
+                            " but this llama is dense; set num_experts (a Mixtral-style model) or parallelism.ep: 1",
+                        "num_experts");
+    }
+    if (c.num_experts % dims.ep != 0) {
+      throw ConfigError("num_experts (" + std::to_string(c.num_experts) + ") must be divisible by parallelism.ep (" +
+                            std::to_string(dims.ep) + "): each expert-parallel rank holds num_experts / ep",
+                        "num_experts");
+    }
   }
 
   // What context parallelism needs: no attention dropout across slices, and with Ulysses each
@@ -136,8 +170,23 @@ struct LlamaConfig {
     f.field("activation_checkpointing_every", &C::activation_checkpointing_every,
             "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
         .at_least(1);
+    f.field("num_experts", &C::num_experts,
+            "experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP")
+        .at_least(0);
+    f.field("top_k", &C::top_k, "with num_experts: experts each token is routed to (Mixtral's num_experts_per_tok)")
+        .at_least(1);
+    f.field("capacity_factor", &C::capacity_factor,
+            "with num_experts: per-expert capacity ceil(factor x tokens x k / E) per forward, later assignments "
+            "dropped; 0 = no limit (Mixtral)")
+        .at_least(0);
+    f.field("aux_loss_coef", &C::aux_loss_coef,
+            "with num_experts: weight of the load-balancing loss E x sum_e f_e P_e, summed over blocks")
+        .at_least(0);
+    f.field("z_loss_coef", &C::z_loss_coef,
+            "with num_experts: weight of the router z-loss mean(logsumexp(logits)^2), summed over blocks")
+        .at_least(0);
     f.field("init_from", &C::init_from,
-            "start from these weights: a Hugging Face Llama folder (config.json + safetensors, sharded or not; "
+            "start from these weights: a Hugging Face Llama or Mixtral folder (config.json + safetensors, sharded or not; "
             "architecture fields left out of the YAML come from config.json), a Tessera export folder or a "
             "safetensors file")
         .existing_path();
@@ -146,11 +195,13 @@ struct LlamaConfig {
     f.splits_over(MeshAxis::tp);
     f.splits_over(MeshAxis::cp);
     f.splits_sequence();
+    f.splits_experts();
     // With init_from the sizes the YAML leaves out come from its config.json: checked once settled.
     f.check_in_run([](const LlamaConfig& c, const RunContext& run) {
       if (!c.init_from.empty()) return;
       check_tensor_parallel(c, run.parallel);
       check_context_parallel(c, run.parallel);
+      check_expert_parallel(c, run.parallel);
     });
   }
 };
@@ -158,17 +209,46 @@ struct LlamaConfig {
 // The Hugging Face name of a Tessera parameter name.
 inline std::string hf_name(const std::string& name) { return name.rfind("lm_head.", 0) == 0 ? name : "model." + name; }
 
+// Whether a Tessera parameter is a stack of experts' weights ("layers.N.block_sparse_moe.experts.w1.weight").
+inline bool is_expert_stack(const std::string& name) { return name.find(".block_sparse_moe.experts.") != std::string::npos; }
+
+// The Hugging Face name of expert `e`'s weight in a stack ("model.layers.N.block_sparse_moe.experts.E.w1.weight").
+inline std::string hf_expert_name(const std::string& stack, std::int64_t e) {
+  const std::string marker = ".experts.";
+  const std::size_t at = stack.find(marker) + marker.size();
+  return hf_name(stack.substr(0, at) + std::to_string(e) + "." + stack.substr(at));
+}
+
 // The YAML's config with what config.json says filled in; an error where they disagree or where
 // the checkpoint is a Llama variant model/llama does not compute.
 inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
   return hf_import::at_init_from([&] {
     const std::string type = json.string("model_type").value_or("");
-    if (type != "llama") {
-      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/llama imports (llama" +
+    if (type != "llama" && type != "mixtral") {
+      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/llama imports (llama, mixtral" +
                             (type == "gpt2" ? "; use model/gpt" : "") + ")",
                         "init_from");
     }
     using hf_import::settle;
+    // Mixtral: Llama with a mixture of SwiGLU experts in every block.
+    const bool mixtral = type == "mixtral";
+    settle(c.num_experts, "num_experts", c.given,
+           std::optional<std::int64_t>(mixtral ? json.integer("num_local_experts").value_or(8) : 0), "num_local_experts",
+           json, mixtral ? "" : "absent from a dense llama", mixtral ? 1 : 0);
+    if (mixtral) {
+      settle(c.top_k, "top_k", c.given, std::optional<std::int64_t>(json.integer("num_experts_per_tok").value_or(2)),
+             "num_experts_per_tok", json);
+      if (!c.given.count("aux_loss_coef")) {
+        if (auto coef = json.number("router_aux_loss_coef")) c.aux_loss_coef = *coef;
+      }
+      // Attention over a sliding window shorter than the sequences is not what model/llama computes.
+      if (auto window = json.integer("sliding_window"); window && *window < c.max_seq_len &&
+                                                        *window < json.integer("max_position_embeddings").value_or(0)) {
+        throw ConfigError(json.file() + ": sliding_window " + std::to_string(*window) +
+                              " (attention within a window), which model/llama does not compute",
+                          "init_from");
+      }
+    }
     settle(c.vocab_size, "vocab_size", c.given, json.integer("vocab_size"), "vocab_size", json);
     settle(c.n_layer, "n_layer", c.given, json.integer("num_hidden_layers"), "num_hidden_layers", json);
     settle(c.n_head, "n_head", c.given, json.integer("num_attention_heads"), "num_attention_heads", json);
@@ -268,6 +348,8 @@ inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
     settle_exported(c.rope_theta, "rope_theta", c.given, exported, defaults.rope_theta);
     settle_exported(c.rms_norm_eps, "rms_norm_eps", c.given, exported, defaults.rms_norm_eps);
     settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
+    settle_exported(c.num_experts, "num_experts", c.given, exported, defaults.num_experts, /*at_least=*/0);
+    settle_exported(c.top_k, "top_k", c.given, exported, defaults.top_k);
     // rope_scaling: a list, or absent/null for none.
     const std::optional<nlohmann::json> scaling = hf_import::exported_value(exported, "rope_scaling");
     if (hf_import::exported_names(exported, "rope_scaling") || !unknown_if_left_out) {
@@ -303,12 +385,13 @@ inline std::string architecture_json(const LlamaConfig& c) {
       {"n_kv_head", c.kv_heads()},        {"n_embd", c.n_embd},           {"head_dim", c.head_size()},
       {"intermediate_size", c.mlp_size()}, {"max_seq_len", c.max_seq_len}, {"rope_theta", c.rope_theta},
       {"rms_norm_eps", c.rms_norm_eps},   {"tie_embeddings", c.tie_embeddings},
+      {"num_experts", c.num_experts},     {"top_k", c.top_k},
   };
   out["rope_scaling"] = c.rope_scaling ? nlohmann::ordered_json(*c.rope_scaling) : nlohmann::ordered_json(nullptr);
   return out.dump();
 }
 
-// config.json of a LlamaForCausalLM with this architecture. Written the way transformers 4 wrote
+// config.json of a LlamaForCausalLM (a MixtralForCausalLM with num_experts) with this architecture. Written the way transformers 4 wrote
 // it (top-level rope_theta and rope_scaling), which transformers 5 reads too.
 // `special_ids`: the imported checkpoint's bos/eos/pad ids (hf_import::special_token_ids), "" when
 // the model was not imported: then none is written (null), rather than transformers' defaults.
@@ -347,6 +430,19 @@ inline std::string hf_config_json(const LlamaConfig& c, const std::string& speci
       {"dtype", "float32"},
   };
   nlohmann::ordered_json out = config;
+  if (c.mixture_of_experts()) {
+    // MixtralForCausalLM: the same fields, the experts', and no bias switches.
+    out["architectures"] = {"MixtralForCausalLM"};
+    out["model_type"] = "mixtral";
+    out.erase("attention_bias");
+    out.erase("mlp_bias");
+    out["num_local_experts"] = c.num_experts;
+    out["num_experts_per_tok"] = c.top_k;
+    out["router_aux_loss_coef"] = c.aux_loss_coef;
+    out["output_router_logits"] = false;
+    out["router_jitter_noise"] = 0.0;
+    out["sliding_window"] = nullptr;
+  }
   hf_import::carry_special_token_ids(out, special_ids);
   return out.dump(2) + "\n";
 }

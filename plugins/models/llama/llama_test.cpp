@@ -1,7 +1,9 @@
 // model/llama built through the real loader and factory at small sizes: shapes, causality,
 // grouped-query attention against repeated key/value heads, tied and untied heads, FLOPs, the
 // init, deferred (sharded) init equal to the model built whole, activation checkpointing, bf16,
-// the Hugging Face export's names and config, Tessera exports read back, and config errors.
+// the Hugging Face export's names and config, Tessera exports read back, and config errors; with
+// num_experts (Mixtral) the experts' FLOPs, routing statistics and auxiliary loss, checkpointing,
+// deferred init and the export's one tensor per expert.
 // (Agreement with transformers itself is tests/integration/hf_interop_test.cpp.)
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -19,6 +21,7 @@
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
 #include "tessera/model.hpp"
+#include "tessera/moe.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/safetensors.hpp"
 #include "packed_documents.hpp"
@@ -329,6 +332,133 @@ TEST(LlamaModel, ConfigMistakesAreConfigIssues) {
   EXPECT_NE(message("n_kv_head: 3").find("multiple of n_kv_head"), std::string::npos) << message("n_kv_head: 3");
   EXPECT_NE(message("rope_scaling: [8.0, 1.0]").find("rope_scaling"), std::string::npos);
   EXPECT_NE(message("init_from: /nonexistent/model").find("init_from"), std::string::npos);
+  EXPECT_NE(message("num_experts: 2, top_k: 3").find("top_k (3) must not exceed num_experts (2)"), std::string::npos);
+}
+
+// Mixtral: 4 SwiGLU experts of intermediate_size 40 per block, top-2.
+const std::string kMixtral = "num_experts: 4, top_k: 2";
+
+TEST(LlamaModel, MixtralBlocksRouteToStackedSwiGluExperts) {
+  auto model = make_llama(kMixtral);
+  EXPECT_EQ(param(*model, "layers.0.block_sparse_moe.gate.weight").sizes(), (at::IntArrayRef{4, kEmbd}));
+  EXPECT_EQ(param(*model, "layers.1.block_sparse_moe.experts.w1.weight").sizes(), (at::IntArrayRef{4, 40, kEmbd}));
+  EXPECT_EQ(param(*model, "layers.1.block_sparse_moe.experts.w2.weight").sizes(), (at::IntArrayRef{4, kEmbd, 40}));
+  EXPECT_EQ(param(*model, "layers.1.block_sparse_moe.experts.w3.weight").sizes(), (at::IntArrayRef{4, 40, kEmbd}));
+  EXPECT_FALSE(model->named_parameters().contains("layers.0.mlp.gate_proj.weight"));
+  // 6 N_active + attention: a token passes through 2 of the 4 experts.
+  const double idle = kLayers * 2 * 3 * kEmbd * 40;
+  const double n = static_cast<double>(model->num_parameters() - kVocab * kEmbd) - idle;
+  EXPECT_DOUBLE_EQ(model->flops_per_token(8), 6.0 * n + 12.0 * kLayers * 16 * 8);
+
+  // Training forwards report each block's routing and give the router losses to the trainer.
+  model->train();
+  const at::Tensor logits = model->forward(tokens(2, 8));
+  EXPECT_TRUE(at::isfinite(logits).all().item<bool>());
+  auto& routing = dynamic_cast<MoeRouting&>(*model);
+  EXPECT_EQ(routing.num_experts(), 4);
+  EXPECT_EQ(routing.experts_per_token(), 2);
+  const auto stats = routing.take_router_statistics();
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[1].layer, 1);
+  EXPECT_EQ(stats[0].expert_assignments.sum().item<double>(), 2 * 8 * 2);
+  EXPECT_EQ(stats[0].dropped_assignments.item<double>(), 0) << "no capacity limit";
+  const at::Tensor aux = model->auxiliary_loss();
+  ASSERT_TRUE(aux.defined());
+  // 0.02 x (balance of block 0 + block 1), each at least 1 (1 when perfectly even).
+  EXPECT_GE(aux.item<double>(), 0.02 * 2 - 1e-6);
+  aux.backward();
+  EXPECT_GT(param(*model, "layers.0.block_sparse_moe.gate.weight").grad().abs().sum().item<double>(), 0);
+}
+
+// An expert computes w2(silu(w1 x) * w3 x): with one expert of top-1 (gate weight 1), the block is
+// the dense SwiGLU block with those weights.
+TEST(LlamaModel, OneMixtralExpertIsTheDenseSwiGlu) {
+  auto dense = make_llama("", 4);
+  auto mixtral = make_llama("num_experts: 1, top_k: 1", 4);
+  {
+    c10::NoGradGuard no_grad;
+    for (const auto& item : mixtral->named_parameters()) {
+      const std::string& name = item.key();
+      const std::string block = name.substr(0, name.find(".block_sparse_moe.") + 1);
+      auto from = [&](const char* dense_name) { return param(*dense, block + dense_name).unsqueeze(0); };
+      if (name.find(".experts.w1.") != std::string::npos) {
+        item.value().copy_(from("mlp.gate_proj.weight"));
+      } else if (name.find(".experts.w2.") != std::string::npos) {
+        item.value().copy_(from("mlp.down_proj.weight"));
+      } else if (name.find(".experts.w3.") != std::string::npos) {
+        item.value().copy_(from("mlp.up_proj.weight"));
+      } else if (name.find(".gate.") == std::string::npos) {
+        item.value().copy_(param(*dense, name));
+      }
+    }
+  }
+  const at::Tensor input = tokens(2, 8);
+  EXPECT_TRUE(at::allclose(mixtral->forward(input), dense->forward(input), 1e-5, 1e-6));
+}
+
+// Checkpointing recomputes the attention of a Mixtral block, not its routing: the same
+// gradients (with the router losses) and statistics counted once.
+TEST(LlamaModel, MixtralActivationCheckpointingGivesIdenticalGradientsAndCountsRoutingOnce) {
+  const at::Tensor input = tokens(2, 8);
+  auto run = [&](const std::string& extra) {
+    auto model = make_llama(kMixtral + extra, 21);
+    model->train();
+    at::Tensor logits = model->forward(input.narrow(1, 0, 7));
+    (at::cross_entropy_loss(logits.flatten(0, 1), input.narrow(1, 1, 7).flatten()) + model->auxiliary_loss()).backward();
+    std::map<std::string, at::Tensor> grads;
+    for (const auto& item : model->named_parameters()) grads[item.key()] = item.value().grad().clone();
+    const auto stats = dynamic_cast<MoeRouting&>(*model).take_router_statistics();
+    return std::make_pair(grads, stats[0].tokens.item<double>());
+  };
+  const auto [plain, plain_tokens] = run("");
+  const auto [checkpointed, checkpointed_tokens] = run(", activation_checkpointing: true");
+  for (const auto& [name, grad] : plain) EXPECT_TRUE(checkpointed.at(name).equal(grad)) << name;
+  EXPECT_EQ(checkpointed_tokens, plain_tokens);
+  EXPECT_EQ(plain_tokens, 2 * 7);
+}
+
+TEST(LlamaModel, MixtralDeferredInitGivesTheWeightsOfTheModelBuiltWhole) {
+  auto whole = make_llama(kMixtral, 11);
+  core::seed_everything(11, "cpu");
+  std::shared_ptr<Model> deferred;
+  {
+    DeferredInitScope scope;
+    auto components = build_components(llama_yaml(kMixtral));
+    deferred = built<Model>(components, "model");
+  }
+  std::vector<at::Tensor> params = deferred->parameters();
+  for (const at::Tensor& p : params) materialize_parameter(p, at::empty(p.sizes(), at::kFloat));
+  std::reverse(params.begin(), params.end());
+  deferred->initialize_parameters(params);
+  const auto expected = whole->named_parameters();
+  for (const auto& item : deferred->named_parameters()) {
+    EXPECT_TRUE(item.value().equal(expected[item.key()])) << item.key();
+  }
+  // The experts' down projections are residual outputs: scaled like down_proj.
+  EXPECT_LT(param(*whole, "layers.0.block_sparse_moe.experts.w2.weight").std().item<double>(),
+            0.7 * param(*whole, "layers.0.block_sparse_moe.experts.w1.weight").std().item<double>());
+}
+
+// Mixtral's files hold one tensor per expert; the config is a MixtralForCausalLM's.
+TEST(LlamaModel, MixtralExportsOneTensorPerExpert) {
+  auto model = make_llama(kMixtral);
+  const StateDict state = state_of(*model);
+  const HfExport out = model->hugging_face_export(state);
+  const at::Tensor stacked = state.at("layers.1.block_sparse_moe.experts.w3.weight");
+  for (std::int64_t e = 0; e < 4; ++e) {
+    const std::string name = "model.layers.1.block_sparse_moe.experts." + std::to_string(e) + ".w3.weight";
+    ASSERT_TRUE(out.tensors.count(name)) << name;
+    EXPECT_TRUE(out.tensors.at(name).equal(stacked[e]));
+  }
+  EXPECT_TRUE(out.tensors.count("model.layers.0.block_sparse_moe.gate.weight"));
+  EXPECT_EQ(out.tensors.size(), state.size() + kLayers * 3 * 3);  // each stack of 4 became 4 tensors
+  const auto config = nlohmann::json::parse(out.config_json);
+  EXPECT_EQ(config["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(config["model_type"], "mixtral");
+  EXPECT_EQ(config["num_local_experts"], 4);
+  EXPECT_EQ(config["num_experts_per_tok"], 2);
+  EXPECT_EQ(config["intermediate_size"], 40);
+  EXPECT_FALSE(config.contains("mlp_bias"));
 }
 
 // Packed documents are computed as if alone (tests/support/packed_documents.hpp).

@@ -54,6 +54,12 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   if (comm_) throw tessera::Error("parallel/" + options_.name + ": setup() runs once per run");
   comm_ = &comm;
   unit_comm_ = options_.shard_group ? options_.shard_group.get() : comm_;
+  if (options_.expert_group) {
+    const tessera::TensorParallelPlan plan = model.tensor_parallel_plan();
+    for (const auto& item : model.named_parameters()) {
+      if (tessera::shard_in(plan, item.key()).experts) experts_.insert(item.value().unsafeGetTensorImpl());
+    }
+  }
   broadcast_from_rank0(model);
   const std::vector<at::Tensor> params = optimizer.parameters();
   if (params.empty()) throw tessera::Error("parallel/" + options_.name + ": the optimizer has no parameters");
@@ -86,7 +92,10 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   if (!frozen.empty()) {
     model.initialize_parameters(frozen);
     c10::NoGradGuard no_grad;
-    for (auto& p : frozen) comm_->broadcast(p, 0);
+    for (auto& p : frozen) {
+      tessera::Communicator& group = holders_of(p);
+      if (group.world_size() > 1) group.broadcast(p, 0);
+    }
   }
   counted_.assign(units_.size(), {});
   ready_.assign(units_.size(), false);
@@ -118,29 +127,50 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
 }
 
 void DataParallel::broadcast_from_rank0(tessera::Model& model) {
-  // Every rank starts from rank 0's weights, whatever each rank's initialisation did.
-  if (comm_->world_size() == 1) return;
+  // Every rank starts from rank 0's weights, whatever each rank's initialisation did (stacked
+  // experts: the first rank's that holds the same experts).
   c10::NoGradGuard no_grad;
   for (auto& p : model.parameters()) {
-    if (!p.is_meta()) comm_->broadcast(p, 0);  // deferred ones (fsdp) are broadcast unit by unit
+    tessera::Communicator& group = holders_of(p);
+    if (!p.is_meta() && group.world_size() > 1) group.broadcast(p, 0);  // deferred ones (fsdp): unit by unit
   }
+  if (comm_->world_size() == 1) return;
   for (auto& b : model.buffers()) comm_->broadcast(b, 0);
+}
+
+tessera::Communicator& DataParallel::holders_of(const at::Tensor& p) const {
+  return experts_.count(p.unsafeGetTensorImpl()) ? *options_.expert_group : *comm_;
+}
+
+tessera::Communicator& DataParallel::comm_for(const at::Tensor& p) const {
+  return experts_.count(p.unsafeGetTensorImpl()) ? *options_.expert_group : *unit_comm_;
+}
+
+std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> DataParallel::split_experts(
+    const std::vector<at::Tensor>& params) const {
+  std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> out;
+  for (const auto& p : params) (experts_.count(p.unsafeGetTensorImpl()) ? out.second : out.first).push_back(p);
+  return out;
 }
 
 void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
   // Backward produces gradients roughly in reverse order of the parameters, so buckets are cut
   // from the end: the first bucket fills first and its reduction overlaps the rest of backward.
+  // Stacked experts (expert parallelism) go to buckets of their own, reduced over their group.
   std::vector<at::Tensor> bucket;
   std::int64_t bytes = 0;
   auto close = [&] {
     if (bucket.empty()) return;
-    units_.push_back(std::make_unique<FlatUnit>(bucket, *unit_comm_, options_.reduction, false, options_.precision));
+    units_.push_back(
+        std::make_unique<FlatUnit>(bucket, comm_for(bucket.front()), options_.reduction, false, options_.precision));
     bucket.clear();
     bytes = 0;
   };
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
     const bool other_kind = !bucket.empty() && (it->scalar_type() != bucket.front().scalar_type() ||
-                                                it->device() != bucket.front().device());
+                                                it->device() != bucket.front().device() ||
+                                                experts_.count(it->unsafeGetTensorImpl()) !=
+                                                    experts_.count(bucket.front().unsafeGetTensorImpl()));
     if (other_kind) close();
     bucket.push_back(*it);
     bytes += static_cast<std::int64_t>(it->nbytes());
@@ -298,21 +328,23 @@ std::vector<at::Tensor> DataParallel::gradients() {
 at::Tensor DataParallel::grad_norm_squared_share() {
   std::vector<at::Tensor> grads = gradients();
   if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
-  // ddp: every rank holds the same whole gradient, so rank 0 alone counts it; hybrid sharding:
-  // the first replica of each shard. The others' zero is made where the gradients are (ddp's
-  // options_.device is the host's default): a host zero would be copied to the GPU, a wait for
-  // it, every step.
-  if ((options_.reduction == GradReduction::all_reduce && comm_->rank() != 0) || is_optimizer_state_replica()) {
-    return at::zeros({}, grads.front().options().dtype(at::kFloat));
-  }
-  if (!counts_all_) {
-    // The parameters this rank counts, as their pieces of the gradients it keeps.
-    grads.clear();
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-      for (at::Tensor& piece : units_[u]->owned_gradient_pieces(counted_[u])) grads.push_back(piece);
+  // ddp: every rank of a unit's group holds the same whole gradient, so its rank 0 alone counts
+  // it; hybrid sharding: the first replica of each shard. The others' zero is made where the
+  // gradients are (ddp's options_.device is the host's default): a host zero would be copied to
+  // the GPU, a wait for it, every step.
+  const at::Tensor zero = at::zeros({}, grads.front().options().dtype(at::kFloat));
+  if (is_optimizer_state_replica()) return zero;
+  grads.clear();
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (options_.reduction == GradReduction::all_reduce && units_[u]->comm().rank() != 0) continue;
+    if (counts_all_) {
+      grads.push_back(units_[u]->owned_gradient());
+      continue;
     }
-    if (grads.empty()) return at::zeros({}, units_.front()->owned_gradient().options().dtype(at::kFloat));
+    // The parameters this rank counts, as their pieces of the gradients it keeps.
+    for (at::Tensor& piece : units_[u]->owned_gradient_pieces(counted_[u])) grads.push_back(piece);
   }
+  if (grads.empty()) return zero;
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
   for (auto& n : norms) n = n.to(at::kFloat);
   return at::stack(norms).pow(2).sum();

@@ -14,7 +14,10 @@
 //
 // All of them work over the data-parallel ranks of the device mesh; with tensor parallelism the
 // parameters are this rank's parts, and the norm counts the replicated ones on tensor-parallel
-// rank 0 only (count_in_grad_norm).
+// rank 0 only (count_in_grad_norm). Under expert parallelism the stacked experts (this rank's
+// share of each MoE layer's) are buckets and units of their own, reduced over the expert
+// data-parallel group (the ranks holding the same experts) instead: their gradients already hold
+// every expert-parallel peer's tokens.
 //
 // Collectives start from autograd hooks while backward still runs (overlap), always in the same
 // unit order on every rank.
@@ -31,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +57,11 @@ struct DataParallelOptions {
   // mesh's dp_shard ranks), and each gradient shard is then all-reduced over `replicate_group`
   // (the dp_replicate ranks holding the same shard). Null: shard over every data-parallel rank.
   std::shared_ptr<tessera::Communicator> shard_group, replicate_group;
+  // Expert parallelism (parallelism.ep): the stacked experts of an MoE model (the model's plan
+  // marks them TensorShard::experts) are different on every expert-parallel rank, so their
+  // gradients are summed, and their state sharded, over `expert_group` (the ranks holding the
+  // same experts) in units of their own. Null: no expert parallelism.
+  std::shared_ptr<tessera::Communicator> expert_group;
 };
 
 // The model's parameter names by tensor: how the strategies name the parameters of their units.
@@ -101,8 +110,8 @@ class DataParallel final : public tessera::ParallelStrategy,
   void settle_unused_parameters();
   // Before the optimizer step: those no rank used lose their gradient, so they are not updated.
   void drop_unused_gradients();
-  // fsdp: the unit behind a forward unit index (kWholeModel: the root, if any).
-  FlatUnit* forward_unit(std::size_t unit);
+  // fsdp: the units behind a forward unit index (kWholeModel: the root's).
+  const std::vector<FlatUnit*>& forward_unit(std::size_t unit);
   void ensure_gathered(FlatUnit& unit);
   void prefetch(FlatUnit* unit);
   // fsdp: frees a unit's whole parameters (no-op for ddp and zero, which keep them).
@@ -121,9 +130,18 @@ class DataParallel final : public tessera::ParallelStrategy,
   std::size_t next_launch_ = 0;
   bool last_micro_batch_ = true;
   bool in_backward_ = false;
-  // fsdp: forward unit index -> units_ index; the root holds parameters outside every unit.
-  std::vector<std::size_t> forward_units_;
-  FlatUnit* root_ = nullptr;
+  // fsdp: forward unit index -> its units_ (the dense part and, under expert parallelism, the
+  // experts' part); the root holds parameters outside every unit.
+  std::vector<std::vector<FlatUnit*>> forward_units_;
+  std::vector<FlatUnit*> root_;
+  // The stacked experts' parameters (expert parallelism), and the communicator of a parameter's
+  // unit: the experts' group for them, unit_comm_ for the others.
+  std::set<const c10::TensorImpl*> experts_;
+  tessera::Communicator& comm_for(const at::Tensor& p) const;
+  // The ranks holding the same values of `p` (the expert data-parallel group for stacked experts).
+  tessera::Communicator& holders_of(const at::Tensor& p) const;
+  // Splits parameters into the others and the experts, order kept.
+  std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> split_experts(const std::vector<at::Tensor>& params) const;
   std::map<FlatUnit*, std::shared_ptr<tessera::PendingCollective>> gathering_;
   // optimizer.parameters(), in order, and where each lives: (unit index, index in the unit).
   std::vector<at::Tensor> optimized_;

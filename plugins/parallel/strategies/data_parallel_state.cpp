@@ -14,13 +14,17 @@ namespace tessera_plugins {
 tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int64_t only_rank) {
   check_setup("full_parameters");
   c10::NoGradGuard no_grad;
-  const bool keep = only_rank < 0 || only_rank == comm_->rank();
+  // Kept where asked: rank `only_rank` of the data-parallel ranks, and of the ranks holding the
+  // same stacked experts for those (each expert-parallel rank's experts are its own).
+  const bool keep_others = only_rank < 0 || only_rank == comm_->rank();
+  const bool keep_experts = options_.expert_group && (only_rank < 0 || only_rank == options_.expert_group->rank());
   // Whole parameters live on every rank except under fsdp: nothing to take part in.
-  if (!keep && !options_.shard_parameters) return {};
+  if (!keep_others && !keep_experts && !options_.shard_parameters) return {};
   // One unit at a time, straight to host memory: never more than one extra unit on the device.
   const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
   tessera::StateDict state;
   for (auto& u : units_) {
+    const bool keep = experts_.count(u->params().front().unsafeGetTensorImpl()) ? keep_experts : keep_others;
     if (u->casts_parameters()) {
       // The gathered copy is a cast: the master weights are gathered instead.
       const at::Tensor master = u->gather_master();
@@ -38,7 +42,7 @@ tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int
     }
     if (!was_gathered) release(*u);
   }
-  if (!keep) return {};
+  if (!keep_others) return state;  // this rank's experts alone, or nothing
   for (const auto& item : model.named_parameters()) {
     if (!state.count(item.key())) state[item.key()] = item.value().detach().to(at::kCPU, false, /*copy=*/true);
   }

@@ -53,6 +53,7 @@ class FlatUnit {
            bool shard_parameters, UnitPrecision precision = {}, const DeferredUnitInit* deferred = nullptr);
 
   const std::vector<at::Tensor>& params() const { return params_; }
+  tessera::Communicator& comm() const { return comm_; }
   std::int64_t numel() const { return numel_; }
 
   // --- Gradients -------------------------------------------------------------------------------

@@ -43,29 +43,31 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
   DeferredUnitInit deferred;
   deferred.device = options_.device;
   deferred.initialize = [&model](const std::vector<at::Tensor>& p) { model.initialize_parameters(p); };
-  forward_units_.assign(per_unit.size(), 0);
-  for (std::size_t i = per_unit.size(); i-- > 0;) {
-    if (per_unit[i].empty()) {
-      forward_units_[i] = static_cast<std::size_t>(-1);
-      continue;
+  // Each model unit becomes flat units: its stacked experts' (expert parallelism: sharded over
+  // the ranks holding the same experts) and the rest's.
+  auto flat_units = [&](const std::vector<at::Tensor>& params_of_unit) {
+    std::vector<FlatUnit*> made;
+    const auto [others, experts] = split_experts(params_of_unit);
+    for (const auto* part : {&experts, &others}) {
+      if (part->empty()) continue;
+      units_.push_back(std::make_unique<FlatUnit>(*part, comm_for(part->front()), options_.reduction, true,
+                                                  options_.precision, &deferred));
+      made.push_back(units_.back().get());
     }
-    forward_units_[i] = units_.size();
-    units_.push_back(std::make_unique<FlatUnit>(per_unit[i], *unit_comm_, options_.reduction, true, options_.precision, &deferred));
-  }
-  if (!rest.empty()) {
-    units_.push_back(std::make_unique<FlatUnit>(rest, *unit_comm_, options_.reduction, true, options_.precision, &deferred));
-    root_ = units_.back().get();
-  }
+    return made;
+  };
+  forward_units_.assign(per_unit.size(), {});
+  for (std::size_t i = per_unit.size(); i-- > 0;) forward_units_[i] = flat_units(per_unit[i]);
+  root_ = flat_units(rest);
 }
 
-FlatUnit* DataParallel::forward_unit(std::size_t unit) {
+const std::vector<FlatUnit*>& DataParallel::forward_unit(std::size_t unit) {
   if (unit == kWholeModel) return root_;
   if (unit >= forward_units_.size()) {
     throw tessera::Error("parallel/" + options_.name + ": the model ran unit " + std::to_string(unit) +
                          " but named only " + std::to_string(forward_units_.size()) + " in sharding_units()");
   }
-  const std::size_t index = forward_units_[unit];
-  return index == static_cast<std::size_t>(-1) ? nullptr : units_[index].get();
+  return forward_units_[unit];
 }
 
 void DataParallel::ensure_gathered(FlatUnit& unit) {
@@ -94,23 +96,24 @@ void DataParallel::prefetch(FlatUnit* unit) {
 }
 
 void DataParallel::before_forward(std::size_t unit) {
-  FlatUnit* u = forward_unit(unit);
-  if (u) ensure_gathered(*u);
+  for (FlatUnit* u : forward_unit(unit)) ensure_gathered(*u);
   // The next unit's gather overlaps this one's computation.
   if (unit == kWholeModel) {
-    if (!forward_units_.empty()) prefetch(forward_unit(0));
+    if (!forward_units_.empty()) {
+      for (FlatUnit* next : forward_unit(0)) prefetch(next);
+    }
   } else if (unit + 1 < forward_units_.size()) {
-    prefetch(forward_unit(unit + 1));
+    for (FlatUnit* next : forward_unit(unit + 1)) prefetch(next);
   }
 }
 
 at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& output) {
-  FlatUnit* u = forward_unit(unit);
+  const std::vector<FlatUnit*>& units = forward_unit(unit);
   // The root stays gathered after the whole forward, with or without a backward: it holds the
   // output head (tied embeddings), which a hidden-state loss applies after forward_hidden()
   // returns. Its backward releases it, or else the next optimizer_step().
-  if (!u || unit == kWholeModel) return output;
-  release(*u);
+  if (units.empty() || unit == kWholeModel) return output;
+  for (FlatUnit* u : units) release(*u);
   const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
   if (!backward_follows) return output;
   // A unit is gathered again when the gradient of its output arrives, just before its own
@@ -119,8 +122,10 @@ at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& outpu
   output.register_hook([self, unit](const at::Tensor&) {
     auto strategy = self.lock();
     if (!strategy) return;
-    if (FlatUnit* mine = strategy->forward_unit(unit)) strategy->ensure_gathered(*mine);
-    if (unit > 0) strategy->prefetch(strategy->forward_unit(unit - 1));
+    for (FlatUnit* mine : strategy->forward_unit(unit)) strategy->ensure_gathered(*mine);
+    if (unit > 0) {
+      for (FlatUnit* previous : strategy->forward_unit(unit - 1)) strategy->prefetch(previous);
+    }
   });
   return output;
 }

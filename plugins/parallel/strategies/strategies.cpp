@@ -55,10 +55,17 @@ struct FsdpConfig {
   }
 };
 
+// Under expert parallelism, the ranks holding the same stacked experts.
+std::shared_ptr<tessera::Communicator> expert_group(const tessera::RunContext& run) {
+  if (!run.mesh || run.mesh->dims().ep == 1) return nullptr;
+  return run.mesh->expert_data_parallel_ptr();
+}
+
 // ddp, zero1 and zero2 differ only in how bucket gradients are reduced.
 auto bucketed(const char* name, GradReduction reduction) {
-  return [name, reduction](const BucketedConfig& c) {
+  return [name, reduction](const BucketedConfig& c, const tessera::RunContext& run) {
     DataParallelOptions o;
+    o.expert_group = expert_group(run);
     o.name = name;
     o.reduction = reduction;
     o.bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024.0 * 1024.0);
@@ -90,6 +97,7 @@ void register_components(tessera::Registrar& registrar) {
         o.prefetch = c.prefetch;
         o.precision.param = dtype_of(c.param_dtype);
         o.precision.reduce = dtype_of(c.reduce_dtype);
+        o.expert_group = expert_group(run);
         if (run.mesh && run.mesh->dims().dp_replicate > 1) {
           // Hybrid sharding: shard within dp_shard (and its context-parallel peers), replicate
           // across dp_replicate.

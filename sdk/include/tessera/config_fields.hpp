@@ -166,6 +166,8 @@ class ConfigFields {
   void splits_over(MeshAxis axis) { schema_.splits_over(axis_name(axis)); }
   // ... and over the sequence under tensor parallelism (parallelism.sequence_parallel).
   void splits_sequence() { schema_.splits_over("sequence_parallel"); }
+  // ... and its experts over expert-parallel ranks (parallelism.ep).
+  void splits_experts() { schema_.splits_over("ep"); }
 
   const Schema& schema() const { return schema_; }
 

@@ -137,6 +137,40 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   }
 };
 
+// Uneven rows: rows.split(send) to the ranks, the pieces received joined; the inverse backward.
+at::Tensor exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
+                         const std::vector<std::int64_t>& recv, Communicator& group) {
+  std::vector<at::Tensor> inputs, outputs;
+  std::int64_t offset = 0;
+  for (std::size_t r = 0; r < send.size(); ++r) {
+    inputs.push_back(rows.narrow(0, offset, send[r]).contiguous());
+    offset += send[r];
+  }
+  std::vector<std::int64_t> shape = rows.sizes().vec();
+  for (std::size_t r = 0; r < recv.size(); ++r) {
+    shape[0] = recv[r];
+    outputs.push_back(at::empty(shape, rows.options()));
+  }
+  group.all_to_all(outputs, inputs);
+  return at::cat(outputs, 0);
+}
+
+struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows, std::vector<std::int64_t> send,
+                            std::vector<std::int64_t> recv, std::shared_ptr<Communicator> g) {
+    keep(ctx, g, 0);
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    return exchange_rows(rows, send, recv, *g);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto c = capsule_of(ctx);
+    const auto send = ctx->saved_data["send"].toIntVector(), recv = ctx->saved_data["recv"].toIntVector();
+    return {exchange_rows(grads[0].contiguous(), recv, send, *c->group), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 bool alone(const std::shared_ptr<Communicator>& group) { return !group || group->world_size() == 1; }
 
 }  // namespace
@@ -180,6 +214,12 @@ at::Tensor all_to_all_along(const at::Tensor& x, std::int64_t scatter_dim, std::
 at::Tensor all_to_all(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
                       const std::shared_ptr<Communicator>& group) {
   return alone(group) ? x : AllToAll::apply(x, wrap_dim(x, scatter_dim), wrap_dim(x, gather_dim), group);
+}
+
+at::Tensor all_to_all_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send_rows,
+                           const std::vector<std::int64_t>& recv_rows, const std::shared_ptr<Communicator>& group) {
+  if (alone(group)) return rows;
+  return AllToAllRows::apply(rows, send_rows, recv_rows, group);
 }
 
 at::Tensor copy_to(const at::Tensor& x, const std::shared_ptr<Communicator>& group) {

@@ -157,10 +157,65 @@ std::shared_ptr<Communicator> DeviceMesh::group_ptr(const std::vector<MeshAxis>&
 
 Communicator& DeviceMesh::group(const std::vector<MeshAxis>& axes) const { return *group_ptr(axes); }
 
+std::vector<std::int64_t> DeviceMesh::expert_group_members(const ParallelDims& dims, std::int64_t member, bool data) {
+  std::vector<std::int64_t> members;
+  const std::int64_t ep = dims.ep, d = mesh_coordinate(dims, member, MeshAxis::dp_shard);
+  for (std::int64_t r = 0; r < dims.world_size(); ++r) {
+    const std::int64_t rd = mesh_coordinate(dims, r, MeshAxis::dp_shard);
+    bool same = mesh_coordinate(dims, r, MeshAxis::pp) == mesh_coordinate(dims, member, MeshAxis::pp) &&
+                mesh_coordinate(dims, r, MeshAxis::tp) == mesh_coordinate(dims, member, MeshAxis::tp);
+    if (data) {
+      same = same && rd % ep == d % ep;
+    } else {
+      same = same && rd / ep == d / ep &&
+             mesh_coordinate(dims, r, MeshAxis::dp_replicate) == mesh_coordinate(dims, member, MeshAxis::dp_replicate) &&
+             mesh_coordinate(dims, r, MeshAxis::cp) == mesh_coordinate(dims, member, MeshAxis::cp);
+    }
+    if (same) members.push_back(r);
+  }
+  return members;
+}
+
+namespace {
+std::shared_ptr<Communicator> named_group(const std::map<std::string, std::shared_ptr<Communicator>>& groups,
+                                          const std::string& name, std::int64_t size,
+                                          const std::shared_ptr<Communicator>& world,
+                                          const std::shared_ptr<Communicator>& alone) {
+  if (size == 1) return alone;
+  const auto it = groups.find(name);
+  if (it != groups.end()) return it->second;
+  if (size == world->world_size()) return world;
+  throw Error("device mesh: the host made no group " + name);
+}
+}  // namespace
+
+// Without expert parallelism every rank holds every expert: the expert-parallel group is the rank
+// alone and the expert data-parallel group is the gradient group.
+std::shared_ptr<Communicator> DeviceMesh::expert_parallel_ptr() const {
+  if (dims_.ep == 1) return alone_;
+  return named_group(groups_, "ep", static_cast<std::int64_t>(expert_group_members(dims_, rank_, false).size()), world_,
+                     alone_);
+}
+std::shared_ptr<Communicator> DeviceMesh::expert_data_parallel_ptr() const {
+  if (dims_.ep == 1) return group_ptr({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp});
+  return named_group(groups_, "expert_dp", static_cast<std::int64_t>(expert_group_members(dims_, rank_, true).size()),
+                     world_, alone_);
+}
+Communicator& DeviceMesh::expert_parallel() const { return *expert_parallel_ptr(); }
+Communicator& DeviceMesh::expert_data_parallel() const { return *expert_data_parallel_ptr(); }
+
 std::int64_t DeviceMesh::bytes_communicated() const {
   std::int64_t bytes = world_->bytes_communicated();
   for (const auto& [name, group] : groups_) {
     if (group != world_) bytes += group->bytes_communicated();
+  }
+  return bytes;
+}
+
+std::map<std::string, std::int64_t> DeviceMesh::bytes_communicated_by_group() const {
+  std::map<std::string, std::int64_t> bytes{{"world", world_->bytes_communicated()}};
+  for (const auto& [name, group] : groups_) {
+    if (group != world_) bytes[name] = group->bytes_communicated();
   }
   return bytes;
 }

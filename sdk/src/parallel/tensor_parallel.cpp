@@ -36,22 +36,44 @@ TensorParallel TensorParallel::of(const RunContext& run) {
   return TensorParallel(run.mesh->group_ptr({MeshAxis::tp}), run.mesh->dims().sequence_parallel);
 }
 
-at::Tensor TensorParallel::part_of(const at::Tensor& whole, const TensorShard& shard) const {
-  if (shard.replicated() || size_ == 1) return whole;
+at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard, ShardRanks ranks) {
+  if (shard.replicated() || ranks.size == 1) return whole;
   const std::int64_t blocks = shard.blocks;
-  if (whole.size(shard.dim) % (blocks * size_) != 0) {
-    throw Error("a tensor of shape " + c10::str(whole.sizes()) + " cannot be split in " + std::to_string(size_) +
+  if (whole.size(shard.dim) % (blocks * ranks.size) != 0) {
+    throw Error("a tensor of shape " + c10::str(whole.sizes()) + " cannot be split in " + std::to_string(ranks.size) +
                 " along dimension " + std::to_string(shard.dim) + " (in " + std::to_string(blocks) + " blocks)");
   }
   std::vector<at::Tensor> mine;
-  for (const at::Tensor& block : whole.chunk(blocks, shard.dim)) mine.push_back(block.chunk(size_, shard.dim)[rank_]);
+  for (const at::Tensor& block : whole.chunk(blocks, shard.dim)) {
+    mine.push_back(block.chunk(ranks.size, shard.dim)[ranks.rank]);
+  }
   return at::cat(mine, shard.dim).contiguous();
 }
 
-std::vector<std::int64_t> TensorParallel::whole_shape(at::IntArrayRef local, const TensorShard& shard) const {
+std::vector<std::int64_t> whole_shape(at::IntArrayRef local, const TensorShard& shard, ShardRanks ranks) {
   std::vector<std::int64_t> shape(local.begin(), local.end());
-  if (!shard.replicated()) shape.at(static_cast<std::size_t>(shard.dim)) *= size_;
+  if (!shard.replicated()) shape.at(static_cast<std::size_t>(shard.dim)) *= ranks.size;
   return shape;
+}
+
+namespace {
+// Stacked experts split over the expert-parallel ranks, not these.
+void refuse_experts(const TensorShard& shard, const char* what) {
+  if (shard.experts) {
+    throw Error(std::string("TensorParallel::") + what + ": stacked experts are split over the expert-parallel ranks; "
+                "use tessera::" + what + "(tensor, shard, ranks_of(shard, tp, ep))");
+  }
+}
+}  // namespace
+
+at::Tensor TensorParallel::part_of(const at::Tensor& whole, const TensorShard& shard) const {
+  refuse_experts(shard, "part_of");
+  return tessera::part_of(whole, shard, ranks());
+}
+
+std::vector<std::int64_t> TensorParallel::whole_shape(at::IntArrayRef local, const TensorShard& shard) const {
+  refuse_experts(shard, "whole_shape");
+  return tessera::whole_shape(local, shard, ranks());
 }
 
 at::Tensor TensorParallel::join(const std::vector<at::Tensor>& parts, const TensorShard& shard) {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tessera/communicator.hpp"
 #include "tessera/export.hpp"
@@ -38,6 +39,13 @@ TESSERA_API at::Tensor all_gather_from(const at::Tensor& x, std::int64_t dim,
 
 TESSERA_API at::Tensor all_to_all(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
                                   const std::shared_ptr<Communicator>& group);
+
+// Rows of `rows` sent to each rank (send_rows[r] of them to rank r, in rank order), the rows
+// every rank sends this one received (recv_rows[r] from rank r, in rank order): an all-to-all of
+// uneven parts (an MoE's tokens to their experts). The gradient goes back the same way.
+TESSERA_API at::Tensor all_to_all_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send_rows,
+                                       const std::vector<std::int64_t>& recv_rows,
+                                       const std::shared_ptr<Communicator>& group);
 
 // The same collectives on plain tensors (no autograd): the whole of `x` gathered along `dim`, and
 // the sum over the group scattered along `dim`.

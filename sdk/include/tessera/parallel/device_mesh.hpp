@@ -50,6 +50,16 @@ class TESSERA_API DeviceMesh {
   Communicator& gradient_group() const {
     return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp});
   }
+  // Expert parallelism (parallelism.ep) borrows its ranks from dp_shard: a rank's expert-parallel
+  // peers are the ep neighbouring dp_shard ranks (coordinate d: the ranks whose d / ep is its own),
+  // each holding num_experts / ep of every MoE layer's experts; its expert data-parallel peers hold
+  // the same experts (d % ep its own, any replica, any cp rank) and sum those experts' gradients.
+  Communicator& expert_parallel() const;
+  Communicator& expert_data_parallel() const;
+  std::shared_ptr<Communicator> expert_parallel_ptr() const;
+  std::shared_ptr<Communicator> expert_data_parallel_ptr() const;
+  // Their global ranks for global rank `member` (`data`: the expert data-parallel group).
+  static std::vector<std::int64_t> expert_group_members(const ParallelDims& dims, std::int64_t member, bool data);
   // Every rank that computes the loss of one stage of the model: all but pp.
   Communicator& loss_group() const {
     return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp});
@@ -63,6 +73,10 @@ class TESSERA_API DeviceMesh {
                                                  std::int64_t member);
   // Communicator::bytes_communicated and wait_seconds summed over the world and every group.
   std::int64_t bytes_communicated() const;
+  // The same by group: "world" and each group the host made ("tp", "cp", "ep", ...). A group that
+  // spans every rank is the world's communicator and counted there, except "ep", which always
+  // has its own (its all-to-alls are counted apart from the gradients' reductions).
+  std::map<std::string, std::int64_t> bytes_communicated_by_group() const;
   double wait_seconds() const;
   // Every group name the host must make for the named groups above.
   static std::vector<std::vector<MeshAxis>> standard_groups();

@@ -27,22 +27,35 @@
 
 namespace tessera {
 
-// How one parameter is split over the tensor-parallel ranks.
+// How one parameter is split over the tensor-parallel ranks (or, for an MoE layer's stacked
+// experts, over the expert-parallel ranks: tessera/parallel/expert_parallel.hpp).
 struct TensorShard {
   std::int64_t dim = -1;    // the dimension split in equal parts; -1: replicated (whole on every rank)
   std::int64_t blocks = 1;  // that dimension holds `blocks` equal blocks split each (a fused q|k|v: 3)
+  bool experts = false;     // split over the expert-parallel ranks rather than the tensor-parallel ones
 
   bool replicated() const { return dim < 0; }
-  bool operator==(const TensorShard& o) const { return dim == o.dim && blocks == o.blocks; }
+  bool operator==(const TensorShard& o) const { return dim == o.dim && blocks == o.blocks && experts == o.experts; }
   static TensorShard columns(std::int64_t blocks = 1) { return {0, blocks}; }  // output units of [out, in]
   static TensorShard rows() { return {1, 1}; }                                  // input units of [out, in]
   static TensorShard vocabulary() { return {0, 1}; }                            // rows of [vocab, hidden]
+  static TensorShard expert_stack() { return {0, 1, true}; }                    // [experts, ...] over ep
 };
 
 // Parameter name -> its split; a parameter absent is replicated.
 using TensorParallelPlan = std::map<std::string, TensorShard>;
 
 TESSERA_API TensorShard shard_in(const TensorParallelPlan& plan, const std::string& name);
+
+// The ranks a shard's parts are spread over: this rank's place among them and their number.
+struct ShardRanks {
+  std::int64_t rank = 0;
+  std::int64_t size = 1;
+};
+// The part of `whole` rank `ranks.rank` of `ranks.size` holds (a new contiguous tensor; `whole`
+// itself when replicated or alone), the whole shape of a part, and the whole from every part.
+TESSERA_API at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard, ShardRanks ranks);
+TESSERA_API std::vector<std::int64_t> whole_shape(at::IntArrayRef local, const TensorShard& shard, ShardRanks ranks);
 
 class TESSERA_API TensorParallel {
  public:
@@ -56,6 +69,7 @@ class TESSERA_API TensorParallel {
   std::int64_t rank() const { return rank_; }
   bool sequence_parallel() const { return sequence_parallel_ && size_ > 1; }
   const std::shared_ptr<Communicator>& group() const { return group_; }
+  ShardRanks ranks() const { return {rank_, size_}; }
 
   // --- Sizes and values between a whole parameter and this rank's part --------------------------
   // This rank's share of `count` (heads, hidden units, vocabulary rows).

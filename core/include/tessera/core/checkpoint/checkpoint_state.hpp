@@ -30,11 +30,14 @@ struct CheckpointState {
   StateDict model;                 // rank 0: every parameter and buffer, whole, by name
   bool write_optimizer = false;    // whether this rank writes optimizer state
   bool optimizer_sharded = false;  // whether each rank's optimizer state covers only its part
-  StateDict optimizer;             // the optimizer's state_dict on this rank
+  // The optimizer's state_dict on this rank: the per-parameter entries of the parameters it
+  // writes (another rank may write others, e.g. each expert-parallel rank its experts'), and the
+  // rest.
+  StateDict optimizer;
   // "param.<i>" -> int64 [begin, end, numel]: the part of parameter i (flattened) it covers.
   StateDict optimizer_ranges;
-  // Under tensor parallelism, "param.<i>" -> which part of the whole parameter i is
-  // (tensor_parallel_layout in reshard.hpp); empty otherwise.
+  // Under tensor or expert parallelism, "param.<i>" -> which part of the whole parameter i is
+  // (shard_layout in reshard.hpp); empty otherwise.
   StateDict optimizer_layouts;
   std::string mesh = "1 rank";  // the run's device mesh, ParallelDims::describe()
   StateDict data;  // the dataset's state on this rank

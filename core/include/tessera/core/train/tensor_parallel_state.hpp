@@ -4,6 +4,7 @@
 // under one mesh resumes under another.
 #pragma once
 
+#include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/stateful.hpp"
 
@@ -13,7 +14,12 @@ namespace tessera::core {
 // tensor-parallel group: every rank of it calls it with the same names; tensor-parallel rank 0
 // gets the whole model, the others an empty dict.
 StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp);
-// This rank's parts of `whole` (every other tensor as it is).
-StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp);
+// The same over the expert-parallel group for the stacked experts (TensorShard::experts): expert-
+// parallel rank 0 gets every expert, the others keep nothing.
+StateDict join_expert_parallel(const StateDict& local, const TensorParallelPlan& plan, const ExpertParallel& ep);
+// This rank's parts of `whole` (every other tensor as it is): tensor-parallel splits by `tp`,
+// stacked experts by `ep`.
+StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp,
+                              const ExpertParallel& ep);
 
 }  // namespace tessera::core

@@ -33,6 +33,7 @@
 #include "tessera/parallel.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
+#include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/scheduler.hpp"
 
@@ -205,6 +206,7 @@ class Trainer : private CallbackEvents {
   std::shared_ptr<const DeviceMesh> mesh_;
   TensorParallel tp_;
   ContextParallel cp_;  // the model computes its slice of every sequence; the loss takes its labels
+  ExpertParallel ep_;   // the stacked experts this rank holds (checkpoints join and cut them)
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
