@@ -6,6 +6,11 @@
 // earlier, and with one on the diagonal. Backward passes keys and values around the ring again
 // with the gradients of them accumulated on the way, one more hop bringing each block's home.
 // Everything is computed in float32 (the inputs' dtype comes back).
+//
+// A pair's attention and its gradients come from a fused kernel where there is one (LibTorch's
+// flash attention on the CPU, which returns the log-sum-exp the merge needs and takes the whole
+// output's log-sum-exp in backward): no [chunk, chunk] score matrix is held, so a rank's memory
+// falls as 1 / cp. Elsewhere (CUDA, for now) the pair is computed from its score matrix.
 #include "ring_attention.hpp"
 
 #include <ATen/TensorOperators.h>
@@ -13,7 +18,12 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
+#include <ATen/ops/exp.h>
 #include <ATen/ops/isinf.h>
+#include <ATen/ops/logaddexp.h>
+#include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/ones.h>
@@ -25,6 +35,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "tessera/error.hpp"
@@ -89,6 +100,64 @@ class RingExchange {
   std::vector<std::shared_ptr<PendingCollective>> pending_;
 };
 
+// Whether a pair runs in a fused kernel here (see the top of the file).
+bool fused(const at::Tensor& q) { return q.device().is_cpu(); }
+
+// The fused kernel's masking of a pair: causal on the diagonal without documents; with them, the
+// pair's mask as an additive one (the kernel takes the query's dtype).
+struct FusedMask {
+  bool causal = false;
+  std::optional<at::Tensor> additive;
+};
+FusedMask fused_mask(Pair pair, const at::Tensor& mask, bool documents, const at::TensorOptions& options) {
+  if (!documents) return {pair == Pair::diagonal, std::nullopt};
+  return {false, at::zeros({}, options).masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity())};
+}
+
+// One (query chunk, key chunk) pair's attention: its output [B, H, c, D] and log-sum-exp
+// [B, H, c] (float32), -inf (and an output of 0) for a query that may see none of the keys.
+// `mask`: which keys each query may see (pair_mask), `documents` whether it holds documents'.
+std::pair<at::Tensor, at::Tensor> attend_pair(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              Pair pair, const at::Tensor& mask, bool documents, double scale) {
+  if (fused(q)) {
+    const FusedMask m = fused_mask(pair, mask, documents, q.options());
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, m.causal, m.additive, scale);
+    if (documents) {
+      // The kernel gives a query that sees no key an output of 0 and a log-sum-exp of 0: -inf it is.
+      const at::Tensor sees_none = mask.logical_not().all(-1);  // [B, 1, c]
+      lse = at::where(sees_none, at::full({}, -std::numeric_limits<float>::infinity(), lse.options()), lse);
+      out = at::where(sees_none.unsqueeze(-1), at::zeros({}, out.options()), out);
+    }
+    return {out, lse};
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  const at::Tensor lse = at::logsumexp(scores, -1);
+  const at::Tensor safe = at::where(lse.isinf(), at::zeros_like(lse), lse);
+  return {at::matmul((scores - safe.unsqueeze(-1)).exp(), v), lse};
+}
+
+// The gradients of q, k and v of one pair, given the whole output's `out` and `lse` for these
+// queries (the pair's share of the softmax is exp(score - lse)).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> pair_gradients(const at::Tensor& dout, const at::Tensor& q,
+                                                               const at::Tensor& k, const at::Tensor& v,
+                                                               const at::Tensor& out, const at::Tensor& lse,
+                                                               Pair pair, const at::Tensor& mask, bool documents,
+                                                               double scale) {
+  if (fused(q)) {
+    const FusedMask m = fused_mask(pair, mask, documents, q.options());
+    return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, m.causal, m.additive,
+                                                                    scale);
+  }
+  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  at::Tensor p = (scores - lse.unsqueeze(-1)).exp();
+  if (mask.defined()) p = p.masked_fill(mask.logical_not(), 0.0);
+  const at::Tensor delta = (dout * out).sum(-1);
+  const at::Tensor dp = at::matmul(dout, v.transpose(-2, -1));
+  const at::Tensor ds = p * (dp - delta.unsqueeze(-1)) * scale;
+  return {at::matmul(ds, k), at::matmul(ds.transpose(-2, -1), q), at::matmul(p.transpose(-2, -1), dout)};
+}
+
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const at::Tensor& documents, std::shared_ptr<Communicator> group) {
@@ -100,12 +169,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     const at::Tensor qf = q.to(at::kFloat);
     const auto mine = chunks_of(rank, cp);
-    std::vector<at::Tensor> max(2), sum(2), acc(2);
-    for (int i = 0; i < 2; ++i) {
-      max[i] = at::full({q.size(0), q.size(1), c}, -std::numeric_limits<float>::infinity(), qf.options());
-      sum[i] = at::zeros({q.size(0), q.size(1), c}, qf.options());
-      acc[i] = at::zeros({q.size(0), q.size(1), c, q.size(3)}, qf.options());
-    }
+    // Each query chunk's output and log-sum-exp over the key chunks merged so far.
+    std::vector<at::Tensor> acc(2), lse(2);
     std::vector<at::Tensor> current{k.contiguous(), v.contiguous()};
     for (std::int64_t s = 0; s < cp; ++s) {
       const std::int64_t source = (rank - s + cp) % cp;
@@ -120,20 +185,21 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         for (int ki = 0; ki < 2; ++ki) {
           const Pair pair = relation(mine[qi], theirs[ki]);
           if (pair == Pair::skip) continue;
-          const at::Tensor kc = expand_heads(current[0].narrow(2, ki * c, c), groups).to(at::kFloat);
-          const at::Tensor vc = expand_heads(current[1].narrow(2, ki * c, c), groups).to(at::kFloat);
-          at::Tensor scores = at::matmul(qf.narrow(2, qi * c, c), kc.transpose(-2, -1)) * scale;
+          const at::Tensor kc = expand_heads(current[0].narrow(2, ki * c, c), groups).to(at::kFloat).contiguous();
+          const at::Tensor vc = expand_heads(current[1].narrow(2, ki * c, c), groups).to(at::kFloat).contiguous();
           const at::Tensor mask = pair_mask(pair, mine[qi], theirs[ki], c, document_ids, qf.options());
-          if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
-          // Online softmax: rescale what was summed to the new maximum. A row every key of this
-          // pair masks keeps its state (its maximum stays, exp(-inf) adds nothing).
-          const at::Tensor new_max = at::maximum(max[qi], std::get<0>(scores.max(-1)));
-          const at::Tensor safe_max = at::where(new_max.isinf(), at::zeros_like(new_max), new_max);
-          const at::Tensor p = (scores - safe_max.unsqueeze(-1)).exp();
-          const at::Tensor correction = (max[qi] - safe_max).exp();
-          sum[qi] = sum[qi] * correction + p.sum(-1);
-          acc[qi] = acc[qi] * correction.unsqueeze(-1) + at::matmul(p, vc);
-          max[qi] = new_max;
+          auto [out, pair_lse] = attend_pair(qf.narrow(2, qi * c, c).contiguous(), kc, vc, pair, mask,
+                                             document_ids.defined(), scale);
+          if (!acc[qi].defined()) {
+            acc[qi] = out;
+            lse[qi] = pair_lse;
+            continue;
+          }
+          // Merged by their log-sum-exps; a row no key has reached yet stays -inf (and 0).
+          const at::Tensor merged = at::logaddexp(lse[qi], pair_lse);
+          const at::Tensor safe = at::where(merged.isinf(), at::zeros_like(merged), merged);
+          acc[qi] = acc[qi] * (lse[qi] - safe).exp().unsqueeze(-1) + out * (pair_lse - safe).exp().unsqueeze(-1);
+          lse[qi] = merged;
         }
       }
       if (exchange) {
@@ -141,10 +207,10 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         current = std::move(next);
       }
     }
-    // Every query sees at least itself, so every sum is positive.
-    const at::Tensor out = at::cat({acc[0] / sum[0].unsqueeze(-1), acc[1] / sum[1].unsqueeze(-1)}, 2);
-    const at::Tensor lse = at::cat({max[0] + sum[0].log(), max[1] + sum[1].log()}, 2);
-    ctx->save_for_backward({q, k, v, out, lse, documents});
+    // Every query sees at least itself (its diagonal pair): every log-sum-exp is finite.
+    const at::Tensor out = at::cat({acc[0], acc[1]}, 2);
+    const at::Tensor whole_lse = at::cat({lse[0], lse[1]}, 2);
+    ctx->save_for_backward({q, k, v, out, whole_lse, documents});
     ctx->saved_data["group"] = at::IValue::make_capsule(c10::make_intrusive<RingGroup>(std::move(group)));
     return out.to(q.scalar_type());
   }
@@ -160,7 +226,6 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const std::int64_t c = q.size(2) / 2, groups = q.size(1) / k.size(1);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     const at::Tensor qf = q.to(at::kFloat), dout = grads[0].to(at::kFloat);
-    const at::Tensor delta = (dout * out).sum(-1);  // [B, H, T/cp]
     at::Tensor dq = at::zeros_like(qf);
     const auto mine = chunks_of(rank, cp);
     // Travelling with the keys and values: the gradients of them, accumulated on the way.
@@ -173,18 +238,15 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         for (int ki = 0; ki < 2; ++ki) {
           const Pair pair = relation(mine[qi], theirs[ki]);
           if (pair == Pair::skip) continue;
-          const at::Tensor qc = qf.narrow(2, qi * c, c), doc = dout.narrow(2, qi * c, c);
-          const at::Tensor kc = expand_heads(current[0].narrow(2, ki * c, c), groups).to(at::kFloat);
-          const at::Tensor vc = expand_heads(current[1].narrow(2, ki * c, c), groups).to(at::kFloat);
-          at::Tensor scores = at::matmul(qc, kc.transpose(-2, -1)) * scale;
+          auto chunk = [&](const at::Tensor& t) { return t.narrow(2, qi * c, c).contiguous(); };
+          const at::Tensor kc = expand_heads(current[0].narrow(2, ki * c, c), groups).to(at::kFloat).contiguous();
+          const at::Tensor vc = expand_heads(current[1].narrow(2, ki * c, c), groups).to(at::kFloat).contiguous();
           const at::Tensor mask = pair_mask(pair, mine[qi], theirs[ki], c, document_ids, qf.options());
-          at::Tensor p = (scores - lse.narrow(2, qi * c, c).unsqueeze(-1)).exp();
-          if (mask.defined()) p = p.masked_fill(mask.logical_not(), 0.0);
-          const at::Tensor dp = at::matmul(doc, vc.transpose(-2, -1));
-          const at::Tensor ds = p * (dp - delta.narrow(2, qi * c, c).unsqueeze(-1)) * scale;
-          dq.narrow(2, qi * c, c).add_(at::matmul(ds, kc));
-          current[2].narrow(2, ki * c, c).add_(fold_heads(at::matmul(ds.transpose(-2, -1), qc), groups));
-          current[3].narrow(2, ki * c, c).add_(fold_heads(at::matmul(p.transpose(-2, -1), doc), groups));
+          auto [dqc, dkc, dvc] = pair_gradients(chunk(dout), chunk(qf), kc, vc, chunk(out), chunk(lse), pair, mask,
+                                                document_ids.defined(), scale);
+          dq.narrow(2, qi * c, c).add_(dqc);
+          current[2].narrow(2, ki * c, c).add_(fold_heads(dkc, groups));
+          current[3].narrow(2, ki * c, c).add_(fold_heads(dvc, groups));
         }
       }
       // Pass keys, values and their gradients on; after the last step only the gradients, which
