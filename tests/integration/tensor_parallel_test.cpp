@@ -113,6 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"moe_fsdp4_ep2", "tiny_moe_ep", 4, 4, "--set parallelism.ep=2" + kFsdp},
                       MeshCase{"moe_ddp4_ep4", "tiny_moe_ep", 4, 4, "--set parallelism.ep=4" + kDdp},
                       MeshCase{"moe_tp2_ep2", "tiny_moe_ep", 4, 2, "--set parallelism.tp=2 --set parallelism.ep=2"},
+                      MeshCase{"moe_cp2_ep2", "tiny_moe_ep", 4, 2, "--set parallelism.cp=2 --set parallelism.ep=2" + kFsdp},
                       // Mixtral: llama's blocks with SwiGLU experts.
                       MeshCase{"mixtral_ep2", "tiny_llama_tp", 2, 2, "--set parallelism.ep=2", kMixtral},
                       MeshCase{"mixtral_fsdp2_tp2_ep2", "tiny_llama_tp", 4, 2,
