@@ -35,6 +35,10 @@ BASE = re.compile(r"^(libc|libm|libpthread|libdl|librt|libresolv|libutil|libmvec
 # LibTorch and what it brings: the torch wheel's lib/, its nvidia-* wheels, the CUDA toolkit and
 # the driver's libraries.
 TORCH = re.compile(r"/site-packages/(torch|nvidia|triton)/|/usr/local/cuda|/usr/local/nvidia|libcuda\.so")
+# CUDA's and NCCL's own libraries by name, wherever the loader found them: a machine may link them
+# into /usr/local/lib or /usr/lib (the CI machine's libcudart.so.13 is /usr/local/lib's link).
+CUDA_SONAME = re.compile(r"^lib(cuda|cudart|cublas|cublasLt|cufft|curand|cusparse|cusparseLt|cusolver|cudnn\w*|"
+                         r"nvrtc\w*|nvJitLink|nvToolsExt|nvrtx|cupti|nccl|nvshmem\w*|cufile)\.so")
 VERSION = re.compile(r"\b(GLIBC|GLIBCXX|CXXABI)_(\d+(?:\.\d+)*)\b")
 
 
@@ -61,7 +65,9 @@ def ldd(path, env=None):
 def kind(soname, resolved):
     if BASE.match(soname):
         return "base"
-    if resolved and TORCH.search(resolved):
+    if CUDA_SONAME.match(soname):
+        return "torch"
+    if resolved and (TORCH.search(resolved) or TORCH.search(os.path.realpath(resolved))):
         return "torch"
     return "carry"
 
@@ -177,8 +183,27 @@ def bundle_elf_inputs(build):
     return [f for f in files if f.is_file() and not f.is_symlink()]
 
 
+def classifies_cuda_wherever_it_lies():
+    """The kinds of libraries as another machine's loader may resolve them (the CI machine's
+    libcudart.so.13 came from /usr/local/lib, a link into the toolkit)."""
+    cases = [("libcudart.so.13", "/usr/local/lib/libcudart.so.13", "torch"),
+             ("libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "torch"),
+             ("libc10.so", "/w/.venv/lib/python3.11/site-packages/torch/lib/libc10.so", "torch"),
+             ("libstdc++.so.6", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "base"),
+             ("libfmt.so.9", "/usr/lib/x86_64-linux-gnu/libfmt.so.9", "carry"),
+             ("libcudacxx_like.so.1", "/usr/lib/libcudacxx_like.so.1", "carry")]
+    ok = True
+    for soname, resolved, expected in cases:
+        if kind(soname, resolved) != expected:
+            print(f"selftest: {soname} at {resolved} is taken for {kind(soname, resolved)}, not {expected}")
+            ok = False
+    return ok
+
+
 def selftest(build):
     build = pathlib.Path(build).resolve()
+    if not classifies_cuda_wherever_it_lies():
+        return False
     inputs = bundle_elf_inputs(build)
     if not (build / "bin/tessera").is_file():
         print(f"selftest: {build}/bin/tessera is not built")
