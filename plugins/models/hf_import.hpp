@@ -240,7 +240,10 @@ class WeightImport {
   }
 
   // Throws naming the tensors nothing took.
-  void finish() const {
+  // Every tensor of the checkpoint was taken, or names those that were not. `partial`: the model
+  // is one pipeline stage, which takes its own tensors only (the others are other stages').
+  void finish(bool partial = false) const {
+    if (partial) return;
     std::string extra;
     std::size_t count = 0;
     for (const auto& item : checkpoint_.tensors) {
@@ -264,7 +267,7 @@ class WeightImport {
 // model.safetensors) or a safetensors file. Missing, extra and misshapen tensors are errors at
 // init_from, as for a Hugging Face folder.
 inline void load_tessera_weights(torch::nn::Module& model, const std::string& from, const TensorParallelPlan& plan = {},
-                                 const TensorParallel& tp = {}, const ExpertParallel& ep = {}) {
+                                 const TensorParallel& tp = {}, const ExpertParallel& ep = {}, bool partial = false) {
   std::filesystem::path path(from);
   if (std::filesystem::is_directory(path)) path /= "model.safetensors";
   HfCheckpoint file;
@@ -280,7 +283,7 @@ inline void load_tessera_weights(torch::nn::Module& model, const std::string& fr
     const TensorShard shard = shard_in(plan, item.key());
     weights.copy(item.key(), item.value(), false, shard, ranks_of(shard, tp, ep));
   }
-  weights.finish();
+  weights.finish(partial);
 }
 
 }  // namespace tessera::hf_import

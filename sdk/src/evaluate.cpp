@@ -11,6 +11,7 @@
 #include "tessera/communicator.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/error.hpp"
 #include "tessera/precision.hpp"
 #include "tessera/token_check.hpp"
@@ -56,9 +57,12 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     // in training: the loss reduces over the ranks instead of gathering whole logits.
     // So does a context-parallel slice, whose loss is taken on its labels and summed over the
     // slices below.
+    // So do pipeline stages: the batch goes through this rank's stages, the last takes the loss.
     const ContextParallel cp = ContextParallel::of(run);
-    const bool from_hidden = model.has_output_head() &&
-                             (loss.takes_hidden_states() || model.output_head().vocab_parallel() || cp.size() > 1);
+    const PipelineParallel pp = PipelineParallel::transport_of(run);
+    const bool from_hidden = pp.size() > 1 || (model.has_output_head() && (loss.takes_hidden_states() ||
+                                                                           model.output_head().vocab_parallel() ||
+                                                                           cp.size() > 1));
     // Summed on the device: no host synchronisation until the loop is done.
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     std::int64_t targets = 0, inputs = 0;
@@ -67,14 +71,32 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
       Batch batch = draw_agreed(data, micro_batch_size, vocab_size, run);
       const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
       const at::Tensor documents = batch.document_ids.defined() ? batch.document_ids.to(device) : at::Tensor();
-      const LossSum part = from_hidden ? loss_from_hidden(loss, model.forward_hidden(input_ids, documents),
-                                                          model.output_head(), cp.slice(labels))
-                                       : loss.compute(model.forward(input_ids, documents), labels);
-      loss_sum += part.sum.to(at::kDouble);
+      if (pp.size() > 1) {
+        // Stage by stage in the data's order: each takes the stage before's output, the last the loss.
+        PendingSends sends;
+        at::Tensor hidden;
+        for (std::size_t local = 0; local < pp.local_stages().size(); ++local) {
+          const PipelineStage& stage = pp.local_stages()[local];
+          if (!stage.first) hidden = pp.receive(stage.index - 1, (stage.index - 1) * batches + i, device);
+          const at::Tensor out = model.forward_stage(local, input_ids, hidden, documents);
+          if (stage.last) {
+            loss_sum += loss_from_hidden(loss, out, model.output_head(), cp.slice(labels)).sum.to(at::kDouble);
+          } else {
+            pp.send(out, stage.index + 1, stage.index * batches + i, sends);
+          }
+        }
+        sends.wait();
+      } else {
+        const LossSum part = from_hidden ? loss_from_hidden(loss, model.forward_hidden(input_ids, documents),
+                                                            model.output_head(), cp.slice(labels))
+                                         : loss.compute(model.forward(input_ids, documents), labels);
+        loss_sum += part.sum.to(at::kDouble);
+      }
       targets += batch.num_target_tokens;
       inputs += batch.input_ids.numel();
     }
     if (cp.size() > 1) cp.group()->all_reduce(loss_sum);  // the slices' losses of the same batches
+    if (pp.size() > 1) pp.group()->all_reduce(loss_sum);  // the last stage's, to every stage
     sums = at::stack({loss_sum.cpu(), at::scalar_tensor(static_cast<double>(targets), at::kDouble),
                       at::scalar_tensor(static_cast<double>(inputs), at::kDouble),
                       at::scalar_tensor(static_cast<double>(batches), at::kDouble)});

@@ -39,6 +39,8 @@ LossAndGradNorm ParallelStrategy::reduce_loss_and_grad_norm(Communicator& comm, 
   comm.all_reduce(sums);
   return {sums[0], sums[1].sqrt()};
 }
+at::Tensor ParallelStrategy::gradient_of(const at::Tensor& param) { return param.grad(); }
+
 void ParallelStrategy::count_in_grad_norm(const std::vector<bool>& counted) {
   for (bool c : counted) {
     if (!c) {
@@ -81,6 +83,18 @@ at::Tensor Model::forward_hidden(const at::Tensor& input_ids, const at::Tensor& 
   if (!hooks_) return compute_hidden(input_ids);
   hooks_->before_forward(ForwardHooks::kWholeModel);
   return hooks_->after_forward(ForwardHooks::kWholeModel, compute_hidden(input_ids));
+}
+
+at::Tensor Model::forward_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden,
+                                const at::Tensor& document_ids) {
+  DocumentScope documents(document_ids_, document_ids);
+  if (!hooks_) return compute_stage(local_stage, input_ids, hidden);
+  hooks_->before_forward(ForwardHooks::kWholeModel);
+  return hooks_->after_forward(ForwardHooks::kWholeModel, compute_stage(local_stage, input_ids, hidden));
+}
+
+at::Tensor Model::compute_stage(std::size_t, const at::Tensor&, const at::Tensor&) {
+  throw Error("this model does not run as pipeline stages (Model::compute_stage); set parallelism.pp: 1");
 }
 
 bool Model::has_deferred_parameters() const {

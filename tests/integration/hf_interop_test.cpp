@@ -259,6 +259,50 @@ TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
   }
 }
 
+// A pipelined run (pp 2: each rank holds one stage's blocks; GPT-2's tied embedding on both ends)
+// saves and exports whole models: the hf exports of a Llama and a GPT-2 trained on 2 pipeline
+// ranks load in transformers with nothing missing or unexpected and give the loss of the same
+// training on one rank; `tessera eval` through the pipeline (2 ranks, from the run's checkpoint)
+// gives the loss transformers gives for the export.
+TEST_F(HfInterop, PipelinedRunsExportWholeModelsThatTransformersLoads) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  reference("make-llama " + dir_.file("llama") + " --kv-heads 2");
+  reference("make-gpt2 " + dir_.file("gpt2"));
+  for (const std::string variant : {"llama", "gpt"}) {
+    SCOPED_TRACE(variant);
+    const std::string start = dir_.file(variant == "gpt" ? "gpt2" : "llama");
+    double exported_loss[2] = {NAN, NAN};
+    for (const int pp : {2, 1}) {
+      const std::string name = variant + "-pp" + std::to_string(pp);
+      const std::string path = spec(name, model_yaml(variant, start), tokens);
+      const std::string train = " train " + path + " --set checkpoint.export_format=hf --set trainer.grad_accum=2";
+      std::string out;
+      ASSERT_EQ(run_command(testing::tessera_binary() +
+                                (pp == 1 ? train : " launch --nproc-per-node 2 --" + train + " --set parallelism.pp=2"),
+                            out),
+                0)
+          << out;
+      const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
+      exported_loss[pp - 1] = reference_loss(exported, tokens, "--strict");
+      if (pp == 2) {
+        EXPECT_GT(relative(exported_loss[1], reference_loss(start, tokens)), 1e-3) << "training changed nothing";
+        ASSERT_EQ(run_command("(" + testing::tessera_binary() + " launch --nproc-per-node 2 -- eval " + path +
+                                  " --split train --batches 3 --resume auto --set parallelism.pp=2 2>/dev/null)",
+                              out),
+                  0)
+            << out;
+        const auto brace = out.find('{');
+        ASSERT_NE(brace, std::string::npos) << out;
+        const auto piped = nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
+        EXPECT_EQ(piped.value("tokens", 0), 3 * 4 * kSeqLen);
+        EXPECT_LT(relative(piped.at("loss").get<double>(), exported_loss[1]), kLossTolerance);
+      }
+    }
+    EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "pp 2 against one rank";
+  }
+}
+
 // Mixtral (model/llama with num_experts): a MixtralForCausalLM made by transformers imports with
 // transformers' loss (4 experts of top-2, grouped-query attention); trained on 2 expert-parallel
 // ranks (each holding 2 of every block's experts) its hf export loads in transformers with nothing

@@ -10,47 +10,12 @@
 #include <regex>
 #include <string>
 
-#include "cli_fixture.hpp"
+#include "mesh_fixture.hpp"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct MeshCase {
-  std::string name;
-  std::string model;  // tiny_tp (gpt) or tiny_llama_tp (llama, grouped-query)
-  int ranks;
-  int data_parallel;  // the one-rank run accumulates this many times more
-  std::string sets;   // the mesh and strategy
-  std::string model_sets = "";  // for both runs (the model must be the same)
-};
-void PrintTo(const MeshCase& c, std::ostream* os) { *os << c.name; }
-
-const std::string kFsdp = " --set components.parallel.component_key=parallel --set components.parallel.variant_key=fsdp";
-const std::string kDdp = " --set components.parallel.component_key=parallel --set components.parallel.variant_key=ddp";
-// Packed documents: every newline of the text ends one, attention stays within each.
-const std::string kDocuments =
-    "--set components.train_data.config.document_mask=true --set components.train_data.config.eos_id=10";
-
-// Mixtral (llama with experts), without the balance loss: a micro-batch statistic, and one rank's
-// two micro-batches are not two ranks' batches.
-const std::string kMixtral = "--set components.model.config.num_experts=4 --set components.model.config.aux_loss_coef=0";
-
-class TensorParallel : public Cli {
- protected:
-  std::string config(const std::string& model) const {
-    return testing::source_dir() + "/tests/integration/configs/" + model + ".yaml";
-  }
-  // `tessera train` (ranks 1) or `tessera launch` of CONFIG with ARGS into run dir NAME; returns the exit code.
-  int train(int ranks, const std::string& model, const std::string& args, const std::string& name, std::string& out) {
-    const std::string command = "train " + config(model) + data_set() + " " + args + " --run-dir " + dir_.file(name);
-    return run_command(tessera(ranks == 1 ? command : "launch --nproc-per-node " + std::to_string(ranks) + " -- " + command),
-                       out);
-  }
-};
-
-class Meshes : public TensorParallel, public ::testing::WithParamInterface<MeshCase> {};
 
 // 10 steps of 2 micro-batches per data-parallel rank, clipping at 0.5 (tiny_tp.yaml): the same
 // loss and grad norm every step as one process, within float32 rounding.
@@ -302,7 +267,6 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
       {"tiny_llama_tp", "--set parallelism.tp=2 --set components.model.config.intermediate_size=65",
        "intermediate_size (65) must be divisible by parallelism.tp (2)"},
       {"tiny_tp", "--set parallelism.sequence_parallel=true", "sequence_parallel: needs tp > 1"},
-      {"tiny_tp", "--set parallelism.pp=2", "parallelism.pp: pp 2: this Tessera does not split over pp yet"},
       {"tiny_tp", "--set parallelism.tp=2 --set parallelism.sequence_parallel=true "
                   "--set components.train_data.config.seq_len=31 --set components.model.config.max_seq_len=31",
        "seq_len 31 does not split over the 2 tensor-parallel ranks of sequence parallelism"},

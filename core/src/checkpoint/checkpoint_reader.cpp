@@ -154,10 +154,14 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, Che
       if (key.rfind("state/", 0) == 0) part.state[key.substr(6)] = t;
       if (key.rfind("range/", 0) == 0) part.ranges[key.substr(6)] = t;
       if (key.rfind("layout/", 0) == 0) part.layouts[key.substr(7)] = t;
+      if (key.rfind("name/", 0) == 0) {
+        part.names[key.substr(5)] = std::string(static_cast<const char*>(t.data_ptr()), static_cast<std::size_t>(t.numel()));
+      }
     }
     written_parts.push_back(std::move(part));
   }
   if (written_parts.empty()) throw CheckpointError("checkpoint " + path + ": metadata.json lists no optimizer state");
+  out.optimizer_names = key_parts_by_name(written_parts);
   out.optimizer = merge_optimizer_files(written_parts);
   const std::int64_t mine = rank < out.metadata.world_size ? rank : 0;
   out.data = read_safetensors(folder.file(CheckpointFolder::rank_file(mine, CheckpointFolder::kData)).string()).tensors;

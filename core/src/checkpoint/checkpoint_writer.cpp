@@ -1,8 +1,10 @@
 #include "tessera/core/checkpoint/checkpoint_writer.hpp"
 
+#include <ATen/ops/empty.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -45,6 +47,11 @@ std::map<std::string, WrittenFile> write_rank_files(const CheckpointFolder& fold
     for (const auto& [k, v] : state.optimizer) tensors["state/" + k] = v;
     for (const auto& [k, v] : state.optimizer_ranges) tensors["range/" + k] = v;
     for (const auto& [k, v] : state.optimizer_layouts) tensors["layout/" + k] = v;
+    for (const auto& [k, name] : state.optimizer_names) {
+      at::Tensor bytes = at::empty({static_cast<std::int64_t>(name.size())}, at::kByte);
+      if (!name.empty()) std::memcpy(bytes.data_ptr(), name.data(), name.size());
+      tensors["name/" + k] = bytes;
+    }
     write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kOptimizer), tensors);
   }
   write(CheckpointFolder::rank_file(state.rank, CheckpointFolder::kData), state.data);

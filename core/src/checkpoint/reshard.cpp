@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
@@ -23,7 +24,68 @@ long long param_index(const std::string& key) {
   return std::stoll(key.substr(6, dot - 6));
 }
 
+// "param.<i>.rest" (or "param.<i>") with i replaced by `index`.
+std::string with_index(const std::string& key, long long index) {
+  const auto dot = key.find('.', 6);
+  return "param." + std::to_string(index) + (dot == std::string::npos ? std::string() : key.substr(dot));
+}
+
+// The index of "param.<i>" alone (a ranges or layouts key), or -1.
+long long bare_param_index(const std::string& key) { return param_index(key + "."); }
+
 }  // namespace
+
+std::vector<std::string> key_parts_by_name(std::vector<OptimizerPart>& parts) {
+  std::set<std::string> all;
+  for (const auto& part : parts) {
+    if (part.names.empty()) return {};  // an older checkpoint: indices as saved
+    for (const auto& [key, name] : part.names) all.insert(name);
+  }
+  const std::vector<std::string> names(all.begin(), all.end());
+  std::map<std::string, long long> index_of;
+  for (std::size_t i = 0; i < names.size(); ++i) index_of[names[i]] = static_cast<long long>(i);
+  for (auto& part : parts) {
+    auto renumber = [&](const std::string& key, long long local) -> std::string {
+      const auto name = part.names.find("param." + std::to_string(local));
+      if (name == part.names.end()) throw CheckpointError("optimizer state " + key + " has no saved parameter name");
+      return with_index(key, index_of.at(name->second));
+    };
+    StateDict state, ranges, layouts;
+    for (auto& [key, t] : part.state) {
+      const long long local = param_index(key);
+      state[local < 0 ? key : renumber(key, local)] = t;
+    }
+    for (auto& [key, t] : part.ranges) ranges[renumber(key, bare_param_index(key))] = t;
+    for (auto& [key, t] : part.layouts) layouts[renumber(key, bare_param_index(key))] = t;
+    part.state = std::move(state);
+    part.ranges = std::move(ranges);
+    part.layouts = std::move(layouts);
+  }
+  return names;
+}
+
+StateDict optimizer_state_by_index(const StateDict& by_name_index, const std::vector<std::string>& names,
+                                   const std::vector<std::string>& params_names) {
+  std::map<std::string, long long> local_of;
+  for (std::size_t i = 0; i < params_names.size(); ++i) local_of[params_names[i]] = static_cast<long long>(i);
+  StateDict out;
+  for (const auto& [key, t] : by_name_index) {
+    const long long index = param_index(key);
+    if (index < 0) {
+      out[key] = t;
+      continue;
+    }
+    if (index >= static_cast<long long>(names.size())) throw CheckpointError("optimizer state " + key + " has no name");
+    const auto local = local_of.find(names[static_cast<std::size_t>(index)]);
+    if (local == local_of.end()) continue;  // another pipeline stage's parameter
+    out[with_index(key, local->second)] = t;
+  }
+  const std::set<std::string> saved(names.begin(), names.end());
+  for (const auto& name : params_names) {
+    if (!saved.count(name)) throw CheckpointError("the checkpoint has no optimizer state for parameter " + name);
+  }
+  return out;
+}
 
 StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict>>& parts_and_ranges) {
   StateDict whole;

@@ -118,6 +118,7 @@ int validate_command(const Args& args) {
 int eval_command(const Args& args) {
   Parsed parsed = parse_run_args(args, "eval", Command::eval);
   if (parsed.help) return 0;
+  parsed.options.evaluate_only = true;
   core::TrainingRun run(parsed.options);
   const EvalTotals totals = run.evaluate(parsed.eval);
   if (run.plan().env.rank == 0) {

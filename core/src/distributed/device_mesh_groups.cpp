@@ -31,6 +31,20 @@ std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>
       groups[name] = make_subgroup(*world, std::string("mesh/") + name + "/" + std::to_string(members.front()), members);
     }
   }
+  // The pipeline's second group, for gradients (DeviceMesh::pipeline_gradients_ptr): its own
+  // communicator even when it spans every rank.
+  if (dims.pp > 1) {
+    const auto members = DeviceMesh::group_members(dims, {MeshAxis::pp}, rank);
+    groups["pp_gradients"] = make_subgroup(*world, "mesh/pp_gradients/" + std::to_string(members.front()), members);
+  }
+  // The pipeline's two ends, which hold a tied embedding (with pp 2 they are the pp group); the
+  // middle stages' ranks take no part.
+  if (dims.pp > 2) {
+    const auto members = DeviceMesh::pipeline_ends_members(dims, rank);
+    if (members.size() > 1) {
+      groups["pp_ends"] = make_subgroup(*world, "mesh/pp_ends/" + std::to_string(members.front()), members);
+    }
+  }
   if (!groups.empty() && rank == 0) log::info("device mesh: ", dims.describe());
   return std::make_shared<DeviceMesh>(dims, rank, world, std::move(groups));
 }

@@ -23,7 +23,20 @@ void ParallelismSettings::declare(ConfigFields<ParallelismSettings>& f) {
           "how attention crosses the context-parallel slices: ring (key/value blocks passed around) or ulysses "
           "(all-to-all to head slices; heads divisible by cp)")
       .one_of({"ring", "ulysses"});
-  f.field("pp", &P::pp, "pipeline stages; not available yet: 1").at_least(1);
+  f.field("pp", &P::pp,
+          "pipeline-parallel ranks: the model's blocks cut into stages on them, the step's micro-batches streamed "
+          "through")
+      .at_least(1);
+  f.field("pp_schedule", &P::pp_schedule,
+          "with pp > 1: gpipe (every forward, then every backward), 1f1b (one forward, one backward: at most pp "
+          "micro-batches' activations held) or interleaved_1f1b (pp_stages_per_rank stages per rank, a smaller bubble)")
+      .one_of({"gpipe", "1f1b", "interleaved_1f1b"});
+  f.field("pp_stages_per_rank", &P::pp_stages_per_rank,
+          "stages each pipeline rank holds (interleaved_1f1b: every pp-th stage); 0: 2 for interleaved_1f1b, else 1")
+      .at_least(0);
+  f.field("pp_split_points", &P::pp_split_points,
+          "the block indices that begin the stages after the first (pp x stages per rank - 1 of them, increasing); "
+          "absent: stages balanced by block count");
   f.field("ep", &P::ep,
           "expert-parallel ranks, borrowed from dp_shard (which it divides): each holds num_experts / ep of every MoE "
           "layer's experts")
@@ -33,11 +46,24 @@ void ParallelismSettings::declare(ConfigFields<ParallelismSettings>& f) {
           "all-reduce)");
   f.check([](const P& p) {
     if (p.dp_shard == 0) throw ConfigError("must be at least 1, or -1 for the ranks the other axes leave", "dp_shard");
-    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"pp", p.pp}}) {
-      if (value != 1) {
-        throw ConfigError(std::string(name) + " " + std::to_string(value) +
-                              ": this Tessera does not split over " + name + " yet; set it to 1",
-                          name);
+    if (p.pp_schedule != "interleaved_1f1b" && p.pp_stages_per_rank > 1) {
+      throw ConfigError("pp_stages_per_rank " + std::to_string(p.pp_stages_per_rank) + " needs pp_schedule: "
+                        "interleaved_1f1b (" + p.pp_schedule + " runs one stage per rank)",
+                        "pp_stages_per_rank");
+    }
+    if (!p.pp_split_points.empty()) {
+      const std::int64_t stages = p.pp * (p.pp_stages_per_rank > 0 ? p.pp_stages_per_rank
+                                                                   : p.pp_schedule == "interleaved_1f1b" ? 2 : 1);
+      if (static_cast<std::int64_t>(p.pp_split_points.size()) != stages - 1) {
+        throw ConfigError(std::to_string(p.pp_split_points.size()) + " split points for " + std::to_string(stages) +
+                              " stages; give " + std::to_string(stages - 1) + " (the first block of every stage but the first)",
+                          "pp_split_points");
+      }
+      for (std::size_t i = 0; i < p.pp_split_points.size(); ++i) {
+        if (p.pp_split_points[i] < 1 || (i > 0 && p.pp_split_points[i] <= p.pp_split_points[i - 1])) {
+          throw ConfigError("split points are increasing block indices of at least 1 (every stage holds a block)",
+                            "pp_split_points");
+        }
       }
     }
     if (p.sequence_parallel && p.tp == 1) {
@@ -56,6 +82,9 @@ ParallelDims resolve_parallel_dims(const ParallelismSettings& s, std::int64_t wo
   dims.ep = s.ep;
   dims.sequence_parallel = s.sequence_parallel;
   dims.cp_type = s.cp_type;
+  dims.pp_schedule = s.pp_schedule;
+  dims.pp_stages_per_rank = s.pp_stages_per_rank > 0 ? s.pp_stages_per_rank : s.pp_schedule == "interleaved_1f1b" ? 2 : 1;
+  dims.pp_split_points = s.pp_split_points;
   const std::int64_t others = s.dp_replicate * s.tp * s.cp * s.pp;
   if (s.dp_shard > 0) {
     dims.dp_shard = s.dp_shard;

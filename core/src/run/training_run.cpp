@@ -79,7 +79,7 @@ void check_sequence_splits(const RunPlan& plan) {
 // A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
   const ParallelDims& dims = plan.context.parallel;
-  if (dims.tp == 1 && dims.cp == 1 && dims.ep == 1) return;
+  if (dims.tp == 1 && dims.cp == 1 && dims.ep == 1 && dims.pp == 1) return;
   if (dims.sequence_parallel || dims.cp > 1) check_sequence_splits(plan);
   const ConfigNode* model = plan.components().find("model");
   const ConfigNode* variant = model && model->is_map() ? model->find("variant_key") : nullptr;
@@ -89,12 +89,14 @@ void check_model_splits(const RunPlan& plan, const Registry& registry) {
   for (const auto& [axis, degree, what] :
        {std::tuple<const char*, std::int64_t, const char*>{"tp", dims.tp, "its layers over tensor-parallel ranks"},
         {"cp", dims.cp, "its sequences over context-parallel ranks"},
-        {"ep", dims.ep, "experts over expert-parallel ranks"}}) {
+        {"ep", dims.ep, "experts over expert-parallel ranks"},
+        {"pp", dims.pp, "its blocks into pipeline stages"}}) {
     if (degree == 1 || info->schema.splits_over_axis(axis)) continue;
     throw ConfigIssue(variant->pos(), "components.model.variant_key",
                       "model/" + variant->scalar() + " does not split " + what + ", but parallelism." + axis + " is " +
                           std::to_string(degree) + "; set parallelism." + axis +
-                          ": 1 (or use a model that does: " + (std::string(axis) == "ep" ? "gpt_moe" : "gpt, gpt_moe, llama") +
+                          ": 1 (or use a model that does: " + (std::string(axis) == "ep" ? "gpt_moe, llama with num_experts"
+                                                                                  : "gpt, gpt_moe, llama") +
                           ")");
   }
   if (dims.sequence_parallel && !info->schema.splits_over_axis("sequence_parallel")) {
@@ -104,6 +106,27 @@ void check_model_splits(const RunPlan& plan, const Registry& registry) {
                       "model/" + variant->scalar() + " does not run its layers on sequence slices (its experts, say, "
                       "see the whole sequence); set parallelism.sequence_parallel: false");
   }
+}
+
+// What a pipeline schedule needs of the step's micro-batches: 1f1b and gpipe at least one per
+// pipeline rank (fewer leave stages idle for the whole step), interleaved_1f1b groups of pp.
+void check_pipeline_micro_batches(const RunPlan& plan) {
+  const ParallelDims& dims = plan.context.parallel;
+  if (dims.pp == 1) return;
+  const std::int64_t m = plan.trainer.grad_accum;
+  std::string problem;
+  if (m < dims.pp) {
+    problem = "trainer.grad_accum " + std::to_string(m) + " is below parallelism.pp " + std::to_string(dims.pp) +
+              ": the step's micro-batches are the pipeline's, and " + dims.pp_schedule +
+              " needs at least one per stage; raise grad_accum to " + std::to_string(dims.pp) + " or more";
+  } else if (dims.pp_schedule == "interleaved_1f1b" && m % dims.pp != 0) {
+    problem = "trainer.grad_accum " + std::to_string(m) + " is not a multiple of parallelism.pp " +
+              std::to_string(dims.pp) + ": interleaved_1f1b runs micro-batches in groups of pp";
+  }
+  if (problem.empty()) return;
+  const ConfigNode* trainer = plan.spec.find("trainer");
+  const ConfigNode* accum = trainer && trainer->is_map() ? trainer->find("grad_accum") : nullptr;
+  throw ConfigIssue(accum ? accum->pos() : (trainer ? trainer->pos() : plan.spec.pos()), "trainer.grad_accum", problem);
 }
 
 // `parallelism:` for more ranks than this process runs with (validation of such a spec alone is
@@ -146,6 +169,7 @@ TrainingRun::TrainingRun(const RunOptions& options) : plan_(plan_and_configure_l
   }
   ComponentFactory(host_.registry(), plan_.context).validate(plan_.components());
   check_model_splits(plan_, host_.registry());
+  if (!options.evaluate_only) check_pipeline_micro_batches(plan_);
 }
 
 std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {

@@ -8,13 +8,16 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/Device.h>
 
+#include <algorithm>
 #include <csignal>
+#include <set>
 #include <utility>
 
 #include "tessera/communicator.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/train/local_strategy.hpp"
+#include "tessera/core/train/pipeline_schedule.hpp"
 #include "tessera/core/train/prefetching_dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/human_format.hpp"
@@ -66,11 +69,19 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
+  if (mesh_->dims().pp > 1) {
+    // Which blocks a stage holds is the model's business; the trainer moves data between stages.
+    pp_.emplace(PipelineParallel::transport_of(context_));
+    if (!parts_.model->has_output_head()) {
+      throw Error("trainer: parallelism.pp needs a model that exposes its hidden states and output head");
+    }
+  }
   // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and the head:
   // whole logits would be gathered otherwise.
   // So does a model's slice of the sequence under context parallelism (the logits of one rank's
-  // slice are not the whole sequence's): the loss takes the slice's labels.
-  hidden_loss_ = parts_.loss->takes_hidden_states() ||
+  // slice are not the whole sequence's): the loss takes the slice's labels. And the last pipeline
+  // stage's output (only that stage holds the head).
+  hidden_loss_ = parts_.loss->takes_hidden_states() || pp_.has_value() ||
                  (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || cp_.size() > 1));
   if (cp_.size() > 1 && !parts_.model->has_output_head()) {
     throw Error("trainer: parallelism.cp needs a model that exposes its hidden states and output head");
@@ -87,11 +98,16 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   place_model();
   parts_.model->train();
   strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->gradient_group());
-  if (tp_.size() > 1) {
-    // A parameter every tensor-parallel rank holds whole counts once in the global norm.
+  if (tp_.size() > 1 || (pp_ && !parts_.model->pipeline_tied_parameters().empty())) {
+    // A parameter every tensor-parallel rank holds whole counts once in the global norm, and so
+    // does a pipeline's tied embedding (its first stage's copy).
+    const std::set<const c10::TensorImpl*> tied_copy = pipeline_tied_copies();
     std::vector<bool> counted;
-    for (const TensorShard& shard : optimizer_shards()) {
-      counted.push_back((!shard.replicated() && !shard.experts) || tp_.rank() == 0);
+    const auto shards = optimizer_shards();
+    const auto params = parts_.optimizer->parameters();
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      counted.push_back(((!shards[i].replicated() && !shards[i].experts) || tp_.rank() == 0) &&
+                        !tied_copy.count(params[i].unsafeGetTensorImpl()));
     }
     strategy_.count_in_grad_norm(counted);
   }
@@ -99,7 +115,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     throw Error("trainer: parallel strategy set up without giving the model's deferred parameters storage");
   }
   if (settings_.cuda_graph) {
-    if (!is_local_strategy(strategy_)) {
+    if (!is_local_strategy(strategy_) || pp_) {
       throw Error("trainer.cuda_graph: captures the step of a single process without a parallel strategy; set "
                   "trainer.cuda_graph: false");
     }
@@ -338,6 +354,24 @@ void Trainer::end_after_nonfinite_steps() {
   throw Error(nonfinite_failure_);
 }
 
+void Trainer::log_pipeline_summary() const {
+  // The first step warms up (allocations, first collectives): medians over the rest.
+  if (!pp_ || pipeline_idle_shares_.size() < 2) return;
+  auto median_after_first = [](std::vector<double> v) {
+    v.erase(v.begin());
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  std::string stages;
+  for (const PipelineStage& s : pp_->local_stages()) stages += (stages.empty() ? "" : ",") + std::to_string(s.index);
+  const ParallelDims& dims = mesh_->dims();
+  log::info("pipeline rank ", pp_->rank(), " (stages ", stages, "): idle share ",
+            median_after_first(pipeline_idle_shares_), " (analytic bubble ",
+            pipeline_bubble(dims.pp_schedule, dims.pp, pp_->stages_per_rank(), settings_.grad_accum),
+            "), activation peak ", static_cast<std::int64_t>(median_after_first(pipeline_activation_bytes_)), " B (medians over steps 2-",
+            pipeline_idle_shares_.size(), ")");
+}
+
 TrainResult Trainer::fit() {
   in_fit_ = true;
   started_ = Clock::now();
@@ -373,6 +407,7 @@ TrainResult Trainer::fit() {
     result.first_loss = first_loss;
     result.last_loss = last_loss;
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
+    log_pipeline_summary();
     wait_for_last_save();
     announce_saved_checkpoints(ctx);
     for_each_callback("on_train_end", progress_.step, [&](Callback& cb) { cb.on_train_end(ctx); });

@@ -8,6 +8,7 @@
 
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/core/checkpoint/reshard.hpp"
+#include "tessera/core/checkpoint/state_transfer.hpp"
 #include "tessera/core/train/tensor_parallel_state.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/log.hpp"
@@ -58,16 +59,19 @@ CheckpointState Trainer::capture() {
   Model& model = *parts_.model;
   // The whole model: gathered by the strategy over the data-parallel ranks (a collective under
   // fsdp) onto their rank 0 (a stacked expert's onto the first rank holding it), joined over the
-  // tensor-parallel ranks and then the expert-parallel ones, kept by rank 0 as host copies. A
-  // group's ranks all hold parts or none do, so every join is a collective of all its ranks or of
-  // none.
+  // tensor-parallel ranks, then the expert-parallel ones, then (with their buffers) over the
+  // pipeline's stages, kept by rank 0 as host copies. A group's ranks all hold parts or none do,
+  // so every join is a collective of all its ranks or of none.
   StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
   const TensorParallelPlan plan = model.tensor_parallel_plan();
   if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, plan, tp_);
   if (ep_.size() > 1 && !whole.empty()) whole = join_expert_parallel(whole, plan, ep_);
+  if (!whole.empty()) {
+    for (const auto& item : model.named_buffers()) whole[item.key()] = item.value().detach().to(at::kCPU, false, true);
+  }
+  if (pp_ && !whole.empty()) whole = gather_state_dicts(whole, *pp_->group());
   if (context_.rank == 0) {
     st.model = std::move(whole);
-    for (const auto& item : model.named_buffers()) st.model[item.key()] = item.value().detach().to(at::kCPU, false, true);
     st.config_yaml = checkpoint_.config_yaml;
     st.model_config_json = checkpoint_.model_config_json;
   }
@@ -79,6 +83,7 @@ CheckpointState Trainer::capture() {
   const auto params = parts_.optimizer->parameters();
   const auto shards = optimizer_shards();
   std::vector<bool> writes(params.size());
+  const std::set<const c10::TensorImpl*> tied_copies = pipeline_tied_copies();
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (st.optimizer_sharded) {
       writes[i] = !strategy_.is_optimizer_state_replica();
@@ -86,6 +91,8 @@ CheckpointState Trainer::capture() {
       writes[i] = (shards[i].experts ? mesh_->expert_data_parallel() : mesh_->gradient_group()).rank() == 0;
     }
     if (shards[i].experts && tp_.rank() != 0) writes[i] = false;
+    // A pipeline's tied embedding is written by its first stage; the last stage's copy is equal.
+    if (tied_copies.count(params[i].unsafeGetTensorImpl())) writes[i] = false;
     st.write_optimizer = st.write_optimizer || writes[i];
   }
   if (st.write_optimizer) {
@@ -95,10 +102,16 @@ CheckpointState Trainer::capture() {
       const long long index = optimizer_param_index(key);
       if (index < 0 || writes[static_cast<std::size_t>(index)]) st.optimizer[key] = t;
     }
+    // Each parameter's name beside its index: a checkpoint resumes under another pipeline split,
+    // whose optimizers number their parameters otherwise.
+    std::map<const c10::TensorImpl*, std::string> names;
+    for (const auto& item : model.named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!writes[i]) continue;
       const auto [begin, end] = ranges[i];
       const std::string key = "param." + std::to_string(i);
+      const auto name = names.find(params[i].unsafeGetTensorImpl());
+      if (name != names.end()) st.optimizer_names[key] = name->second;
       st.optimizer_ranges[key] = at::tensor({begin, end, params[i].numel()}, at::kLong);
       if (split) st.optimizer_layouts[key] = shard_layout(ranks_of(shards[i], tp_, ep_), shards[i], params[i].sizes());
     }
@@ -138,11 +151,37 @@ void Trainer::restore(const std::string& checkpoint_path) {
   load_model_state(ck, checkpoint_path);
   c10::NoGradGuard no_grad;
   const auto params = parts_.optimizer->parameters();
+  // By name where the checkpoint has them (another pipeline split numbers parameters otherwise).
+  StateDict whole_state = std::move(ck.optimizer);
+  if (ck.optimizer_names.empty() && pp_ && pp_->size() > 1 && !whole_state.empty()) {
+    // Saved before optimizer state carried names: its indices are a whole model's, not a stage's.
+    throw CheckpointError("checkpoint " + checkpoint_path + " numbers its optimizer state by position only (written "
+                          "by an older Tessera), which a pipeline stage cannot map to its parameters; resume it "
+                          "with parallelism.pp: 1 once and save again");
+  }
+  if (!ck.optimizer_names.empty()) {
+    std::map<const c10::TensorImpl*, std::string> names;
+    for (const auto& item : parts_.model->named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
+    std::vector<std::string> params_names;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto name = names.find(params[i].unsafeGetTensorImpl());
+      if (name == names.end()) {
+        throw Error("trainer: the optimizer's parameter " + std::to_string(i) + " is not among " + parts_.names.model +
+                    "'s named parameters, so its state cannot be found by name in " + checkpoint_path);
+      }
+      params_names.push_back(name->second);
+    }
+    try {
+      whole_state = optimizer_state_by_index(whole_state, ck.optimizer_names, params_names);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError("checkpoint " + checkpoint_path + ": " + e.what());
+    }
+  }
   // The whole parameters' state cut to this tensor-parallel rank's parts, then to its ranges.
   const auto shards = optimizer_shards();
   std::vector<ShardRanks> ranks;
   for (const auto& shard : shards) ranks.push_back(ranks_of(shard, tp_, ep_));
-  const StateDict local = shard_part(ck.optimizer, params, shards, ranks);
+  const StateDict local = shard_part(whole_state, params, shards, ranks);
   if (strategy_.shards_optimizer_state()) {
     const auto ranges = owned_ranges_of(strategy_, params.size());
     StateDict mine = optimizer_state_for(local, params, &ranges);

@@ -22,6 +22,7 @@
 #include "tessera/core/train/gradient_clipping.hpp"
 #include "tessera/token_check.hpp"
 #include "tessera/core/train/trainer.hpp"
+#include "step_inputs.hpp"
 #include "tessera/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/memory_stats.hpp"
@@ -37,15 +38,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
-
-struct Trainer::StepInputs {
-  std::vector<Batch> micro_batches;
-  // Over all ranks: the loss divisor, the throughput's tokens, the samples counted in progress.
-  std::int64_t target_tokens = 0, input_tokens = 0, samples = 0;
-  std::int64_t seq_len = 0;  // the longest micro-batch's, for the model's FLOPs per token
-  // 1 / target_tokens: every micro-batch's summed loss is scaled by it.
-  double inv_tokens() const { return 1.0 / static_cast<double>(std::max<std::int64_t>(target_tokens, 1)); }
-};
 
 struct Trainer::StepClock {
   Clock::time_point begin, data, backward, optimizer;
@@ -120,6 +112,7 @@ Trainer::StepInputs Trainer::fetch() {
 // Under trainer.cuda_graph the micro-batches run on the graph's stream, replayed once captured.
 // Returns this rank's summed loss (a device scalar).
 at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
+  if (pp_) return pipeline_forward_backward(inputs, ctx);
   const double inv_tokens = inputs.inv_tokens();
   // A model's own loss terms (MoE balancing) are means per forward: each micro-batch of each
   // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
@@ -184,12 +177,42 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
 // gradient norm, both still on the device.
 LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& inputs) {
   strategy_.finish_gradients();
-  // Over every rank that computed the loss; tensor-parallel peers hold the same loss, which
-  // tensor-parallel rank 0 alone counts (as it alone counts their replicated gradients).
-  const at::Tensor counted_loss = tp_.rank() == 0 ? loss_sum : at::zeros_like(loss_sum);
+  sum_tied_gradients();
+  // Over every rank; tensor-parallel peers hold the same loss, which tensor-parallel rank 0 alone
+  // counts (as it alone counts their replicated gradients), and only the last pipeline stage has
+  // one.
+  const bool counts_loss = tp_.rank() == 0 && (!pp_ || pp_->holds_last_stage());
+  const at::Tensor counted_loss = counts_loss ? loss_sum : at::zeros_like(loss_sum);
   LossAndGradNorm reduced = strategy_.reduce_loss_and_grad_norm(mesh_->loss_group(), counted_loss);
   reduced.loss_sum = reduced.loss_sum * inputs.inv_tokens();  // from here on the step's loss
   return reduced;
+}
+
+std::set<const c10::TensorImpl*> Trainer::pipeline_tied_copies() const {
+  std::set<const c10::TensorImpl*> copies;
+  if (!pp_ || pp_->holds_first_stage()) return copies;
+  const auto named = parts_.model->named_parameters();
+  for (const std::string& name : parts_.model->pipeline_tied_parameters()) {
+    if (const auto* p = named.find(name)) copies.insert(p->unsafeGetTensorImpl());
+  }
+  return copies;
+}
+
+// A pipeline's tied embedding: each end computed its use's gradient (the first the embedding's,
+// the last the head's); both take their sum, so the two copies stay equal after the update.
+void Trainer::sum_tied_gradients() {
+  if (!pp_ || parts_.model->pipeline_tied_parameters().empty()) return;
+  const std::shared_ptr<Communicator> ends = mesh_->pipeline_ends_ptr();
+  if (ends->world_size() == 1) return;
+  const auto named = parts_.model->named_parameters();
+  for (const std::string& name : parts_.model->pipeline_tied_parameters()) {
+    const at::Tensor* param = named.find(name);
+    if (!param) throw Error("trainer: " + parts_.names.model + " ties " + name + " across the pipeline but has none");
+    at::Tensor grad = strategy_.gradient_of(*param);
+    // A rank whose shard holds none of it still takes part, with nothing to add.
+    at::Tensor part = grad.defined() ? grad : at::zeros({0}, param->options());
+    ends->all_reduce(part);
+  }
 }
 
 // Callbacks see the loss and the norm and may ask to skip; a skip asked on one rank skips the
@@ -332,6 +355,14 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
   m.memory_in_use_bytes = memory.in_use;
   m.memory_peak_bytes = memory.peak;
   m.memory_reserved_bytes = memory.reserved;
+  if (pp_) {
+    // What this rank's stages spent waiting for the others, against the analytic bubble.
+    const double idle = m.time_forward_backward_s > 0 ? pipeline_wait_s_ / m.time_forward_backward_s : 0.0;
+    m.extra["pipeline_idle_share"] = idle;
+    pipeline_idle_shares_.push_back(idle);
+    pipeline_activation_bytes_.push_back(static_cast<double>(memory.peak - memory.in_use));
+    pipeline_wait_s_ = 0;
+  }
   // The next peak window starts here, so it covers what runs between steps (evaluation, samples,
   // checkpoint copies) as well as the next step.
   reset_peak_memory(device_);

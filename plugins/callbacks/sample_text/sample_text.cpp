@@ -84,6 +84,13 @@ struct SampleTextConfig {
     f.check([](const C& c) {
       if (c.prompt.empty()) throw tessera::ConfigError("prompt must not be empty", "prompt");
     });
+    f.check_in_run([](const C&, const tessera::RunContext& run) {
+      if (run.parallel.pp > 1) {
+        throw tessera::ConfigError("callback/sample_text generates with the whole model, which no rank holds under "
+                                   "parallelism.pp " + std::to_string(run.parallel.pp) + "; remove the callback",
+                                   "prompt");
+      }
+    });
   }
 };
 

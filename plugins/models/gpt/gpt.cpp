@@ -1,6 +1,8 @@
 // Model `gpt`: a GPT-2 style decoder-only transformer. Pre-norm blocks with causal
 // scaled-dot-product attention and a 4x GELU MLP; the output head reuses the token embedding.
-// Imports and exports Hugging Face's GPT2LMHeadModel (gpt2_format.hpp).
+// Imports and exports Hugging Face's GPT2LMHeadModel (gpt2_format.hpp). Splits over tensor-,
+// context- and pipeline-parallel ranks (a pipeline stage holds its blocks, the first stage the
+// embeddings, the last the final norm and the tied embedding again as its head).
 #include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/embedding.h>
@@ -23,6 +25,7 @@
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/model.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/plugin.hpp"
 #include "tessera/hugging_face.hpp"
 #include "../document_mask.hpp"
@@ -65,38 +68,48 @@ class Gpt final : public tessera::Model {
   // `hf`: a Hugging Face GPT-2 folder to take the weights from (c.init_from), already read.
   // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
   // `cp`: the run's context-parallel ranks; this rank computes its slice of every sequence.
-  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp, tessera::ContextParallel cp)
+  // `run`: its pipeline stages (of the settled n_layer); this rank holds their blocks only.
+  Gpt(const GptConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp, tessera::ContextParallel cp,
+      const tessera::RunContext& run)
       : config_(c),
         tp_(std::move(tp)),
         cp_(std::move(cp)),
-        init_seed_(tessera::draw_init_seed()),
-        wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))),
-        wpe_(register_module("wpe", std::make_shared<Embedding>(c.max_seq_len, c.n_embd))) {
+        pp_(tessera::PipelineParallel::of(run, c.n_layer)),
+        init_seed_(tessera::draw_init_seed()) {
+    // The token embedding on the first stage, and on the last as its output head.
+    if (pp_.holds_first_stage() || pp_.holds_last_stage()) {
+      wte_ = register_module("wte", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd));
+    }
+    if (pp_.holds_first_stage()) wpe_ = register_module("wpe", std::make_shared<Embedding>(c.max_seq_len, c.n_embd));
     // A plain module as container names parameters h.0.attn.c_attn.weight, ... like GPT-2.
     auto layers = register_module("h", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_)));
       const std::string block = "h." + std::to_string(i) + ".";
       tessera::gpt_parts::attention_plan(plan_, block + "attn.", c.bias);
       tessera::gpt_parts::mlp_plan(plan_, block + "mlp.", c.bias);
+      if (!pp_.holds_block(i)) continue;
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_)));
+      block_index_.push_back(i);
     }
     plan_["wte.weight"] = tessera::TensorShard::vocabulary();
-    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp_));
+    if (pp_.holds_last_stage()) ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.bias, tp_));
     // Deferred (built by the host for a run): the parameters are shapes on the meta device until
     // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
     if (!has_deferred_parameters()) initialize_parameters(parameters());
     if (hf) {
-      tessera::gpt2_format::import_weights(*hf, *this, plan_, tp_);
+      tessera::gpt2_format::import_weights(*hf, *this, plan_, tp_, /*partial=*/pp_.size() > 1);
       tokenizer_files_ = hf->tokenizer_files;
       special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
-      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_, {}, /*partial=*/pp_.size() > 1);
     }
     // 6N + 12·L·C·T (PaLM appendix B). N counts the tied token embedding, whose matmul is the
     // output layer, but not the position embedding: a lookup costs no FLOPs. The whole model's
-    // N, whatever part of it this rank holds.
-    flop_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
-                                       wpe_->weight.numel());
+    // N, whatever part of it this rank holds (a pipeline stage counts it from the config).
+    flop_params_ = pp_.size() > 1 ? static_cast<double>(tessera::gpt_parts::gpt_parameter_count(c) -
+                                                        c.max_seq_len * c.n_embd)
+                                  : static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_) -
+                                                        wpe_->weight.numel());
   }
 
   tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
@@ -130,6 +143,10 @@ class Gpt final : public tessera::Model {
 
   bool masks_documents() const override { return true; }
 
+  std::vector<std::string> pipeline_tied_parameters() const override {
+    return pp_.size() > 1 ? std::vector<std::string>{"wte.weight"} : std::vector<std::string>{};
+  }
+
   std::int64_t vocab_size() const override { return config_.vocab_size; }
   std::int64_t max_seq_len() const override { return config_.max_seq_len; }
   double flops_per_token(std::int64_t seq_len) const override {
@@ -150,6 +167,37 @@ class Gpt final : public tessera::Model {
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
+    whole_model("compute_hidden");
+    check_input(input_ids);
+    const Context context = context_of(input_ids);
+    return finish(run_blocks(embed(input_ids, context), 0, config_.n_layer, context));
+  }
+
+  at::Tensor compute_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden) override {
+    const tessera::PipelineStage& stage = pp_.local_stages().at(local_stage);
+    check_input(input_ids);
+    const Context context = context_of(input_ids);
+    at::Tensor x = stage.first ? embed(input_ids, context) : hidden;
+    x = run_blocks(x, stage.first_block, stage.end_block, context);
+    return stage.last ? finish(x) : x;
+  }
+
+ private:
+  // What the embeddings and blocks need of packed documents: positions within each, the mask
+  // that keeps attention inside each (or, under context parallelism, their ids).
+  struct Context {
+    tessera::documents::Layout docs;
+    at::Tensor documents;
+  };
+
+  void whole_model(const char* what) const {
+    if (pp_.size() > 1) {
+      throw tessera::Error(std::string("model/gpt: ") + what + " runs the whole model, but under pipeline parallelism "
+                           "this rank holds some blocks only (Model::forward_stage runs them)");
+    }
+  }
+
+  void check_input(const at::Tensor& input_ids) const {
     if (input_ids.dim() != 2) {
       throw tessera::Error("model/gpt: input_ids must be [batch, seq], got " +
                            std::to_string(input_ids.dim()) + " dimensions");
@@ -160,36 +208,55 @@ class Gpt final : public tessera::Model {
                            " exceeds max_seq_len " + std::to_string(config_.max_seq_len) +
                            "; raise max_seq_len or shorten the data's seq_len");
     }
+  }
+
+  Context context_of(const at::Tensor& ids) const {
     // Packed documents: positions restart at each, attention stays within each (context-parallel
     // attention masks them from the document ids themselves).
     const bool sliced = cp_.size() > 1;
-    tessera::documents::Layout docs;
-    if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids, !sliced);
-    const at::Tensor documents = sliced && document_ids().defined() ? document_ids().to(input_ids.device(), at::kLong)
-                                                                   : at::Tensor();
-    // Under context parallelism this rank's slice of every sequence, at its global positions;
-    // under sequence parallelism the residual stream is its tensor-parallel slice of that.
-    const at::Tensor positions = cp_.slice(
-        docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options().dtype(at::kLong)).unsqueeze(0));
+    Context context;
+    if (document_ids().defined()) {
+      context.docs = tessera::documents::layout(document_ids(), ids, !sliced);
+      if (sliced) context.documents = document_ids().to(ids.device(), at::kLong);
+    }
+    return context;
+  }
+
+  // The first stage: token and position embeddings. Under context parallelism this rank's slice
+  // of every sequence, at its global positions; under sequence parallelism the residual stream
+  // is its tensor-parallel slice of that.
+  at::Tensor embed(const at::Tensor& input_ids, const Context& context) {
+    const std::int64_t seq = input_ids.size(1);
+    const at::Tensor positions =
+        cp_.slice(context.docs.positions.defined() ? context.docs.positions
+                                                   : at::arange(seq, input_ids.options().dtype(at::kLong)).unsqueeze(0));
     const at::Tensor position_embeddings = at::embedding(tp_.replicated(wpe_->weight), tp_.sequence_slice(positions));
-    at::Tensor x = tp_.stream_dropout(tp_.vocab_embedding(cp_.slice(input_ids), wte_->weight) + position_embeddings,
-                                      config_.dropout, is_training());
-    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    return tp_.stream_dropout(tp_.vocab_embedding(cp_.slice(input_ids), wte_->weight) + position_embeddings,
+                              config_.dropout, is_training());
+  }
+
+  // Blocks [first, end) (this rank holds them), each one of fsdp's units.
+  at::Tensor run_blocks(at::Tensor x, std::int64_t first, std::int64_t end, const Context& context) {
+    for (std::int64_t b = first; b < end; ++b) {
+      const std::size_t i = tessera::gpt_parts::local_position(block_index_, b);
       // The body outlives this call when checkpointed (backward runs it again): it owns the block
       // and the mask.
-      tessera::BlockBody body = [block = blocks_[i], mask = docs.attention_mask, documents](const at::Tensor& h) {
+      tessera::BlockBody body = [block = blocks_[i], mask = context.docs.attention_mask,
+                                 documents = context.documents](const at::Tensor& h) {
         return block->forward(h, mask, documents);
       };
-      const bool checkpointed = tessera::checkpoints_block(
-          config_.activation_checkpointing, config_.activation_checkpointing_every, static_cast<std::int64_t>(i));
+      const bool checkpointed =
+          tessera::checkpoints_block(config_.activation_checkpointing, config_.activation_checkpointing_every, b);
       x = run_unit(i, x, [&](const at::Tensor& h) {
         return checkpointed ? tessera::checkpoint_activations(body, h) : body(h);
       });
     }
-    // The whole sequence, replicated (its gradient summed over the ranks): every rank computes
-    // its vocabulary's logits of every token.
-    return tp_.column_input(ln_f_->forward(x));
+    return x;
   }
+
+  // The last stage: the final norm. The whole sequence, replicated (its gradient summed over the
+  // ranks): every tensor-parallel rank computes its vocabulary's logits of every token.
+  at::Tensor finish(const at::Tensor& x) { return tp_.column_input(ln_f_->forward(x)); }
 
  public:
   // GPT-2 init (gpt_parts::initialize_gpt2_parameters): any subset, in any order, gets the values
@@ -204,11 +271,13 @@ class Gpt final : public tessera::Model {
   GptConfig config_;
   tessera::TensorParallel tp_;
   tessera::ContextParallel cp_;
+  tessera::PipelineParallel pp_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
-  std::shared_ptr<Embedding> wte_, wpe_;
-  std::vector<std::shared_ptr<Block>> blocks_;
-  std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<Embedding> wte_, wpe_;       // wte: first and last stage; wpe: first stage
+  std::vector<std::shared_ptr<Block>> blocks_;  // this rank's blocks, in order
+  std::vector<std::int64_t> block_index_;       // each one's index in the whole model
+  std::shared_ptr<LayerNorm> ln_f_;             // last stage
   double flop_params_ = 0;
   std::vector<std::string> tokenizer_files_;  // of an imported Hugging Face folder, carried into hf exports
   std::string special_ids_;  // the imported config.json's bos/eos/pad ids, carried into hf exports
@@ -224,6 +293,7 @@ void register_components(tessera::Registrar& registrar) {
         auto checked = [&](GptConfig c) {
           tessera::gpt_parts::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
           tessera::gpt_parts::check_context_parallel(c.n_head, c.n_head, c.dropout, run.parallel);
+          tessera::gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
           return c;
         };
         // Weights read from a file at construction: built whole.
@@ -233,12 +303,12 @@ void register_components(tessera::Registrar& registrar) {
           // A Tessera export folder: its config.json settles what the YAML left out.
           const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "gpt");
           return std::make_shared<Gpt>(
-              checked(exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml), nullptr, tp, cp);
+              checked(exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml), nullptr, tp, cp, run);
         }
         // A Hugging Face folder: config.json settles what the YAML left out.
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Gpt>(checked(tessera::gpt2_format::settle_config(yaml, hf.config)), &hf, tp, cp);
+        return std::make_shared<Gpt>(checked(tessera::gpt2_format::settle_config(yaml, hf.config)), &hf, tp, cp, run);
       });
 }
 

@@ -135,7 +135,7 @@ inline GptConfig settle_export(GptConfig c, const HfConfig& exported) {
 // Copies a Hugging Face GPT-2 checkpoint into `model`'s parameters (GPT-2's names, with or
 // without the `transformer.` prefix published files lack).
 inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model, const TensorParallelPlan& plan = {},
-                           const TensorParallel& tp = {}) {
+                           const TensorParallel& tp = {}, bool partial = false) {
   hf_import::WeightImport weights(hf);
   const std::string prefix = weights.has("transformer.wte.weight") ? "transformer." : "";
   for (const auto& item : model.named_parameters()) {
@@ -153,7 +153,7 @@ inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model, con
   }
   // Causal-mask buffers older transformers saved with every attention layer.
   weights.ignore([](const std::string& name) { return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"); });
-  weights.finish();
+  weights.finish(partial);
 }
 
 // config.json and the tensors of a GPT2LMHeadModel equal to `state` (model/gpt's state dict).

@@ -71,12 +71,38 @@ inline void check_context_parallel(std::int64_t heads, std::int64_t kv_heads, do
   (void)kv_heads;  // too few key/value heads are replicated for the exchange, and the log says so
 }
 
+// What pipeline parallelism needs of the blocks: every stage holds one (or the split points fall
+// inside the model), and an interleaved schedule's stages share the blocks evenly.
+inline void check_pipeline_parallel(std::int64_t blocks, const ParallelDims& dims) {
+  if (dims.pp == 1) return;
+  const std::int64_t stages = dims.pp * dims.pp_stages_per_rank;
+  if (stages > blocks) {
+    throw ConfigError(std::to_string(stages) + " pipeline stages (pp " + std::to_string(dims.pp) + " x " +
+                          std::to_string(dims.pp_stages_per_rank) + " per rank) for " + std::to_string(blocks) +
+                          " blocks: every stage needs a block; lower pp or pp_stages_per_rank",
+                      "n_layer");
+  }
+  if (!dims.pp_split_points.empty() && dims.pp_split_points.back() >= blocks) {
+    throw ConfigError("parallelism.pp_split_points " + std::to_string(dims.pp_split_points.back()) +
+                          " is past the last of the " + std::to_string(blocks) + " blocks",
+                      "n_layer");
+  }
+  if (dims.pp_schedule == "interleaved_1f1b" && dims.pp_split_points.empty() && blocks % stages != 0) {
+    throw ConfigError(std::to_string(blocks) + " blocks do not divide into the " + std::to_string(stages) +
+                          " stages of interleaved_1f1b (pp " + std::to_string(dims.pp) + " x " +
+                          std::to_string(dims.pp_stages_per_rank) +
+                          " per rank); use a multiple of the stages, or give pp_split_points",
+                      "n_layer");
+  }
+}
+
 // The mesh rules on the sizes the YAML states (a model taking its sizes from init_from checks
 // them again once they are settled, and skips this).
 template <class Config>
 void check_mesh(const Config& c, const RunContext& run) {
   check_tensor_parallel(c, run.parallel);
   check_context_parallel(c.n_head, c.n_head, c.dropout, run.parallel);
+  check_pipeline_parallel(c.n_layer, run.parallel);
 }
 
 // What dropout and biases cover differs between the models; the docs say so.
@@ -103,6 +129,7 @@ void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& d
       .at_least(1);
   f.splits_over(MeshAxis::tp);
   f.splits_over(MeshAxis::cp);
+  f.splits_over(MeshAxis::pp);
   f.check([](const Config& c) {
     if (c.n_embd % c.n_head != 0) {
       throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +

@@ -20,6 +20,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpt_architecture.hpp"
 #include "tessera/attention.hpp"
 #include "tessera/linear_gelu.hpp"
 #include "tessera/deferred_init.hpp"
@@ -111,6 +113,25 @@ inline std::int64_t whole_parameter_count(const torch::nn::Module& model, const 
     n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? expert_ranks : tp.size());
   }
   return n;
+}
+
+// Where block `block` of the whole model sits among this rank's blocks (`held`: their indices,
+// increasing); a pipeline stage holds some blocks only.
+inline std::size_t local_position(const std::vector<std::int64_t>& held, std::int64_t block) {
+  const auto it = std::lower_bound(held.begin(), held.end(), block);
+  if (it == held.end() || *it != block) throw Error("block " + std::to_string(block) + " is not on this pipeline stage");
+  return static_cast<std::size_t>(it - held.begin());
+}
+
+// A GPT-2 model's parameters, whole, from its config (a pipeline stage holds some of them only):
+// the token and position embeddings, n_layer blocks (two norms, q/k/v and output projections,
+// a 4x MLP) and the final norm. `dense_mlp` false: the blocks' MLPs are not counted (the caller
+// adds its own).
+inline std::int64_t gpt_parameter_count(const GptArchitecture& c, bool dense_mlp = true) {
+  const std::int64_t C = c.n_embd, norm = c.bias ? 2 * C : C;
+  const std::int64_t attention = 4 * C * C + (c.bias ? 4 * C : 0);
+  const std::int64_t mlp = dense_mlp ? 8 * C * C + (c.bias ? 5 * C : 0) : 0;
+  return c.vocab_size * C + c.max_seq_len * C + c.n_layer * (2 * norm + attention + mlp) + norm;
 }
 
 // y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would).

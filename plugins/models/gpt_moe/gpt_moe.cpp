@@ -1,6 +1,7 @@
 // Model `gpt_moe`: a GPT-2 style decoder whose feed-forward layers are mixtures of experts with
 // top-k routing, optional expert capacity, and the Switch load-balancing and router z-losses.
-// It reports its routing to monitors through tessera::MoeRouting.
+// It reports its routing to monitors through tessera::MoeRouting. Splits over tensor-, context-,
+// expert- and pipeline-parallel ranks.
 #include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/linear.h>
@@ -19,6 +20,7 @@
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
@@ -75,22 +77,27 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   // Under context parallelism (`cp`) this rank computes its slice of every sequence; the router
   // sees that slice's tokens.
   // Under expert parallelism (`ep`) this rank holds num_experts / ep of every MoE layer's experts.
-  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp, tessera::ContextParallel cp, tessera::ExpertParallel ep)
+  // Under pipeline parallelism (`pp`) it holds the blocks of its own stages only.
+  GptMoe(const GptMoeConfig& s, tessera::TensorParallel tp, tessera::ContextParallel cp, tessera::ExpertParallel ep,
+         tessera::PipelineParallel pp)
       : s_(s),
         tp_(std::move(tp)),
         cp_(std::move(cp)),
         ep_(std::move(ep)),
-        init_seed_(tessera::draw_init_seed()),
-        wte_(register_module("wte", std::make_shared<Embedding>(tp_.local(s.vocab_size), s.n_embd))),
-        wpe_(register_module("wpe", std::make_shared<Embedding>(s.max_seq_len, s.n_embd))) {
+        pp_(std::move(pp)),
+        init_seed_(tessera::draw_init_seed()) {
+    // The token embedding on the first stage, and on the last as its output head.
+    if (pp_.holds_first_stage() || pp_.holds_last_stage()) {
+      wte_ = register_module("wte", std::make_shared<Embedding>(tp_.local(s.vocab_size), s.n_embd));
+    }
+    if (pp_.holds_first_stage()) wpe_ = register_module("wpe", std::make_shared<Embedding>(s.max_seq_len, s.n_embd));
     auto stack = register_module("h", std::make_shared<torch::nn::Module>());
+    std::int64_t moe_blocks = 0;
     for (std::int64_t i = 0; i < s.n_layer; ++i) {
-      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_, cp_, ep_)));
       const std::string block = "h." + std::to_string(i) + ".";
       tessera::gpt_parts::attention_plan(plan_, block + "attn.", s.bias);
-      if (blocks_.back()->moe) {
-        moe_layers_.push_back(blocks_.back()->moe);
-        moe_blocks_.push_back(static_cast<std::int64_t>(blocks_.size()) - 1);
+      if (s.is_moe_block(i)) {
+        ++moe_blocks;
         for (const char* tensor : {"c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias"}) {
           if (!s.bias && std::string(tensor).find("bias") != std::string::npos) continue;
           plan_[block + "moe.experts." + tensor] = tessera::TensorShard::expert_stack();
@@ -98,18 +105,31 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
       } else {
         tessera::gpt_parts::mlp_plan(plan_, block + "mlp.", s.bias);
       }
+      if (!pp_.holds_block(i)) continue;
+      blocks_.push_back(stack->register_module(std::to_string(i), std::make_shared<Block>(s, s.is_moe_block(i), tp_, cp_, ep_)));
+      block_index_.push_back(i);
+      if (blocks_.back()->moe) {
+        moe_layers_.push_back(blocks_.back()->moe);
+        moe_blocks_.push_back(i);
+      }
     }
     plan_["wte.weight"] = tessera::TensorShard::vocabulary();
-    ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp_));
+    if (pp_.holds_last_stage()) ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(s.n_embd, s.bias, tp_));
     // Deferred (built by the host for a run): the parameters are shapes on the meta device until
     // the trainer or fsdp gives them storage and asks initialize_parameters for their values.
     if (!has_deferred_parameters()) initialize_parameters(parameters());
     // Active parameters: a token passes through k of the E experts of an MoE layer. The position
-    // table is a lookup (no FLOPs); the tied token embedding is the output matmul.
-    const std::int64_t per_expert = 2 * s.n_embd * s.expert_width() + (s.bias ? s.expert_width() + s.n_embd : 0);
-    const auto idle = static_cast<std::int64_t>(moe_layers_.size()) * (s.num_experts - s.top_k) * per_expert;
-    active_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_, ep_.size()) -
-                                         wpe_->weight.numel() - idle);
+    // table is a lookup (no FLOPs); the tied token embedding is the output matmul. The whole
+    // model's, counted from the config on a pipeline stage (which holds some blocks only).
+    const std::int64_t C = s.n_embd;
+    const std::int64_t per_expert = 2 * C * s.expert_width() + (s.bias ? s.expert_width() + C : 0);
+    const std::int64_t idle = moe_blocks * (s.num_experts - s.top_k) * per_expert;
+    const std::int64_t whole =
+        pp_.size() > 1 ? tessera::gpt_parts::gpt_parameter_count(s, /*dense_mlp=*/false) +
+                             moe_blocks * (C * s.num_experts + s.num_experts * per_expert) +
+                             (s.n_layer - moe_blocks) * (8 * C * C + (s.bias ? 5 * C : 0))
+                       : tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_, ep_.size());
+    active_params_ = static_cast<double>(whole - s.max_seq_len * C - idle);
   }
 
   tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
@@ -137,6 +157,9 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
            12.0 * static_cast<double>(s_.n_layer * s_.n_embd) * static_cast<double>(seq_len);
   }
   at::Tensor auxiliary_loss() override { return aux_loss_; }
+  std::vector<std::string> pipeline_tied_parameters() const override {
+    return pp_.size() > 1 ? std::vector<std::string>{"wte.weight"} : std::vector<std::string>{};
+  }
 
   std::int64_t num_experts() const override { return s_.num_experts; }
   std::int64_t experts_per_token() const override { return s_.top_k; }
@@ -158,6 +181,26 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
+    if (pp_.size() > 1) {
+      throw tessera::Error("model/gpt_moe: compute_hidden runs the whole model, but under pipeline parallelism this "
+                           "rank holds some blocks only (Model::forward_stage runs them)");
+    }
+    check_input(input_ids);
+    const at::Tensor x = run_blocks(embed(input_ids), 0, s_.n_layer);
+    collect_auxiliary_loss(0, s_.n_layer);
+    return finish(x);
+  }
+
+  at::Tensor compute_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden) override {
+    const tessera::PipelineStage& stage = pp_.local_stages().at(local_stage);
+    check_input(input_ids);
+    const at::Tensor x = run_blocks(stage.first ? embed(input_ids) : hidden, stage.first_block, stage.end_block);
+    collect_auxiliary_loss(stage.first_block, stage.end_block);
+    return stage.last ? finish(x) : x;
+  }
+
+ private:
+  void check_input(const at::Tensor& input_ids) const {
     if (input_ids.dim() != 2) {
       throw tessera::Error("model/gpt_moe: input_ids must be [batch, seq], got " + std::to_string(input_ids.dim()) +
                            " dimensions");
@@ -167,28 +210,41 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
       throw tessera::Error("model/gpt_moe: sequence length " + std::to_string(seq) + " exceeds max_seq_len " +
                            std::to_string(s_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
     }
-    // This rank's slice of every sequence under context parallelism, at its global positions.
-    const at::Tensor positions = cp_.positions(seq, input_ids.device());
-    at::Tensor x = at::dropout(tp_.vocab_embedding(cp_.slice(input_ids), wte_->weight) + wpe_->forward(positions),
-                               s_.dropout, is_training());
-    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+  }
+
+  // The first stage: token and position embeddings; this rank's slice of every sequence under
+  // context parallelism, at its global positions.
+  at::Tensor embed(const at::Tensor& input_ids) {
+    const at::Tensor positions = cp_.positions(input_ids.size(1), input_ids.device());
+    return at::dropout(tp_.vocab_embedding(cp_.slice(input_ids), wte_->weight) + wpe_->forward(positions), s_.dropout,
+                       is_training());
+  }
+
+  // Blocks [first, end) (this rank holds them), each one of fsdp's units.
+  at::Tensor run_blocks(at::Tensor x, std::int64_t first, std::int64_t end) {
+    for (std::int64_t b = first; b < end; ++b) {
+      const std::size_t i = tessera::gpt_parts::local_position(block_index_, b);
       const std::shared_ptr<Block>& block = blocks_[i];
-      const bool checkpointed = tessera::checkpoints_block(s_.activation_checkpointing,
-                                                           s_.activation_checkpointing_every, static_cast<std::int64_t>(i));
+      const bool checkpointed =
+          tessera::checkpoints_block(s_.activation_checkpointing, s_.activation_checkpointing_every, b);
       x = run_unit(i, x, [&](const at::Tensor& h) {
         return checkpointed ? block->forward_checkpointed(h, block) : block->forward(h);
       });
     }
-    collect_auxiliary_loss();
-    return tp_.column_input(ln_f_->forward(x));
+    return x;
   }
 
- private:
-  // The weighted sum over MoE layers of this forward's balance and z-losses.
-  void collect_auxiliary_loss() {
+  // The last stage: the final norm, the whole sequence replicated over tensor-parallel ranks.
+  at::Tensor finish(const at::Tensor& x) { return tp_.column_input(ln_f_->forward(x)); }
+
+  // The weighted sum of this forward's balance and z-losses over the MoE layers of blocks
+  // [first, end) (a pipeline stage's own).
+  void collect_auxiliary_loss(std::int64_t first, std::int64_t end) {
     aux_loss_ = at::Tensor();
     if (s_.aux_loss_coef <= 0 && s_.z_loss_coef <= 0) return;
-    for (const auto& layer : moe_layers_) {
+    for (std::size_t l = 0; l < moe_layers_.size(); ++l) {
+      if (moe_blocks_[l] < first || moe_blocks_[l] >= end) continue;
+      const auto& layer = moe_layers_[l];
       at::Tensor term = layer->last_aux_loss() * s_.aux_loss_coef + layer->last_z_loss() * s_.z_loss_coef;
       aux_loss_ = aux_loss_.defined() ? aux_loss_ + term : term;
     }
@@ -208,13 +264,15 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
   tessera::TensorParallel tp_;
   tessera::ContextParallel cp_;
   tessera::ExpertParallel ep_;
+  tessera::PipelineParallel pp_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
-  std::shared_ptr<Embedding> wte_, wpe_;
-  std::vector<std::shared_ptr<Block>> blocks_;
+  std::shared_ptr<Embedding> wte_, wpe_;       // wte: first and last stage; wpe: first stage
+  std::vector<std::shared_ptr<Block>> blocks_;  // this rank's blocks, in order
+  std::vector<std::int64_t> block_index_;       // each one's index in the whole model
   std::vector<std::shared_ptr<MoeFeedForward>> moe_layers_;
   std::vector<std::int64_t> moe_blocks_;  // the block index of each MoE layer
-  std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<LayerNorm> ln_f_;       // last stage
   at::Tensor aux_loss_;
   double active_params_ = 0;
 };
@@ -224,7 +282,7 @@ void register_components(tessera::Registrar& registrar) {
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
       [](const GptMoeConfig& c, const tessera::RunContext& run) {
         return std::make_shared<GptMoe>(c, tessera::TensorParallel::of(run), tessera::ContextParallel::of(run),
-                                        tessera::ExpertParallel::of(run));
+                                        tessera::ExpertParallel::of(run), tessera::PipelineParallel::of(run, c.n_layer));
       });
 }
 

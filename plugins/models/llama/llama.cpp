@@ -38,6 +38,7 @@
 #include "tessera/hugging_face.hpp"
 #include "tessera/model.hpp"
 #include "tessera/moe.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/plugin.hpp"
 #include "../expert_linear.hpp"
 #include "../gpt/transformer_parts.hpp"
@@ -266,24 +267,27 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
   // `tp`: the run's tensor-parallel ranks; this rank holds its part of the split parameters.
   // `cp`: the run's context-parallel ranks; this rank computes its slice of every sequence.
   // `ep`: the run's expert-parallel ranks; this rank holds num_experts / ep of every block's experts.
+  // `run`: its pipeline stages; this rank holds their blocks only (the embedding on the
+  // first stage, the final norm and the head on the last; a tied head is the embedding again).
   Llama(const LlamaConfig& c, const tessera::HfCheckpoint* hf, tessera::TensorParallel tp,
-        tessera::ContextParallel cp, tessera::ExpertParallel ep)
+        tessera::ContextParallel cp, tessera::ExpertParallel ep, const tessera::RunContext& run)
       : config_(c),
         tp_(std::move(tp)),
         cp_(std::move(cp)),
         ep_(std::move(ep)),
-        init_seed_(tessera::draw_init_seed()),
-        embed_tokens_(register_module("embed_tokens", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd))) {
+        pp_(tessera::PipelineParallel::of(run, c.n_layer)),
+        init_seed_(tessera::draw_init_seed()) {
+    if (pp_.holds_first_stage() || (c.tie_embeddings && pp_.holds_last_stage())) {
+      embed_tokens_ = register_module("embed_tokens", std::make_shared<Embedding>(tp_.local(c.vocab_size), c.n_embd));
+    }
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
-      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_, ep_)));
       const std::string block = "layers." + std::to_string(i) + ".";
       for (const char* column : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}) {
         plan_[block + column + ".weight"] = tessera::TensorShard::columns();
       }
       plan_[block + "self_attn.o_proj.weight"] = tessera::TensorShard::rows();
-      if (blocks_.back()->block_sparse_moe) {
-        moe_layers_.push_back(blocks_.back()->block_sparse_moe);
+      if (c.mixture_of_experts()) {
         for (const char* stack : {"w1", "w2", "w3"}) {
           plan_[block + "block_sparse_moe.experts." + stack + ".weight"] = tessera::TensorShard::expert_stack();
         }
@@ -292,12 +296,21 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
         plan_[block + "mlp.up_proj.weight"] = tessera::TensorShard::columns();
         plan_[block + "mlp.down_proj.weight"] = tessera::TensorShard::rows();
       }
+      if (!pp_.holds_block(i)) continue;
+      blocks_.push_back(layers->register_module(std::to_string(i), std::make_shared<Block>(c, tp_, cp_, ep_)));
+      block_index_.push_back(i);
+      if (blocks_.back()->block_sparse_moe) {
+        moe_layers_.push_back(blocks_.back()->block_sparse_moe);
+        moe_blocks_.push_back(i);
+      }
     }
     plan_["embed_tokens.weight"] = tessera::TensorShard::vocabulary();
-    norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp_));
-    if (!c.tie_embeddings) {
-      lm_head_ = register_module("lm_head", std::make_shared<Affine>(c.n_embd, tp_.local(c.vocab_size), false));
-      plan_["lm_head.weight"] = tessera::TensorShard::vocabulary();
+    plan_["lm_head.weight"] = tessera::TensorShard::vocabulary();
+    if (pp_.holds_last_stage()) {
+      norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp_));
+      if (!c.tie_embeddings) {
+        lm_head_ = register_module("lm_head", std::make_shared<Affine>(c.n_embd, tp_.local(c.vocab_size), false));
+      }
     }
     // Derived from the config, not learned: neither parameters nor state (an import or a
     // checkpoint never carries them).
@@ -308,16 +321,17 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
       tokenizer_files_ = hf->tokenizer_files;
       special_ids_ = tessera::hf_import::special_token_ids(hf->config);
     } else if (!c.init_from.empty()) {
-      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_, ep_);
+      tessera::hf_import::load_tessera_weights(*this, c.init_from, plan_, tp_, ep_, /*partial=*/pp_.size() > 1);
     }
     // 6N + 12·L·H·D·T (PaLM appendix B). N counts the head (tied or not) but not a separate
     // input embedding: a lookup costs no FLOPs. The whole model's N, whatever part of it this
-    // rank holds; of the experts, only the k a token passes through.
-    const std::int64_t idle_experts = static_cast<std::int64_t>(moe_layers_.size()) * (c.num_experts - c.top_k) * 3 *
-                                      c.n_embd * c.mlp_size();
-    flop_params_ = static_cast<double>(tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_, ep_.size()) -
-                                       (c.tie_embeddings ? 0 : c.vocab_size * c.n_embd) -
-                                       (c.mixture_of_experts() ? idle_experts : 0));
+    // rank holds (a pipeline stage counts it from the config); of the experts, only the k a
+    // token passes through.
+    const std::int64_t idle_experts =
+        c.mixture_of_experts() ? c.n_layer * (c.num_experts - c.top_k) * 3 * c.n_embd * c.mlp_size() : 0;
+    const std::int64_t whole = pp_.size() > 1 ? tessera::llama::parameter_count(c)
+                                              : tessera::gpt_parts::whole_parameter_count(*this, plan_, tp_, ep_.size());
+    flop_params_ = static_cast<double>(whole - (c.tie_embeddings ? 0 : c.vocab_size * c.n_embd) - idle_experts);
   }
 
   tessera::TensorParallelPlan tensor_parallel_plan() const override { return plan_; }
@@ -338,6 +352,11 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
   bool masks_documents() const override { return true; }
   bool exports_hugging_face() const override { return true; }
   std::string architecture_json() const override { return tessera::llama::architecture_json(config_); }
+
+  std::vector<std::string> pipeline_tied_parameters() const override {
+    return pp_.size() > 1 && config_.tie_embeddings ? std::vector<std::string>{"embed_tokens.weight"}
+                                                   : std::vector<std::string>{};
+  }
 
   tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
     tessera::HfExport out;
@@ -363,7 +382,7 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
     std::vector<tessera::RouterStatistics> out;
     for (std::size_t i = 0; i < moe_layers_.size(); ++i) {
       out.push_back(moe_layers_[i]->router().take_statistics(moe_layers_[i]->gate->weight.options().dtype(at::kFloat)));
-      out.back().layer = static_cast<std::int64_t>(i);
+      out.back().layer = moe_blocks_[i];
     }
     return out;
   }
@@ -412,6 +431,36 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
   }
 
   at::Tensor compute_hidden(const at::Tensor& input_ids) override {
+    if (pp_.size() > 1) {
+      throw tessera::Error("model/llama: compute_hidden runs the whole model, but under pipeline parallelism this rank "
+                           "holds some blocks only (Model::forward_stage runs them)");
+    }
+    check_input(input_ids);
+    at::Tensor x = embed(input_ids);
+    const Context context = context_of(input_ids, x.scalar_type());
+    x = run_blocks(x, 0, config_.n_layer, context);
+    collect_auxiliary_loss(0, config_.n_layer);
+    return finish(x);
+  }
+
+  at::Tensor compute_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden) override {
+    const tessera::PipelineStage& stage = pp_.local_stages().at(local_stage);
+    check_input(input_ids);
+    at::Tensor x = stage.first ? embed(input_ids) : hidden;
+    const Context context = context_of(input_ids, x.scalar_type());
+    x = run_blocks(x, stage.first_block, stage.end_block, context);
+    collect_auxiliary_loss(stage.first_block, stage.end_block);
+    return stage.last ? finish(x) : x;
+  }
+
+ private:
+  // What every block needs of the forward pass: the rotary tables at this rank's positions, and
+  // packed documents' mask (or, under context parallelism, their ids).
+  struct Context {
+    at::Tensor cos, sin, mask, documents;
+  };
+
+  void check_input(const at::Tensor& input_ids) const {
     if (input_ids.dim() != 2) {
       throw tessera::Error("model/llama: input_ids must be [batch, seq], got " + std::to_string(input_ids.dim()) +
                            " dimensions");
@@ -421,22 +470,28 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
       throw tessera::Error("model/llama: sequence length " + std::to_string(seq) + " exceeds max_seq_len " +
                            std::to_string(config_.max_seq_len) + "; raise max_seq_len or shorten the data's seq_len");
     }
-    // Under context parallelism this rank's slice of every sequence; under sequence parallelism
-    // the residual stream is its tensor-parallel slice of that.
-    at::Tensor x = tp_.vocab_embedding(cp_.slice(input_ids), embed_tokens_->weight);
+  }
+
+  // The first stage: the token embedding. Under context parallelism this rank's slice of every
+  // sequence; under sequence parallelism the residual stream is its tensor-parallel slice of that.
+  at::Tensor embed(const at::Tensor& input_ids) {
+    return tp_.vocab_embedding(cp_.slice(input_ids), embed_tokens_->weight);
+  }
+
+  // `stream`: the residual stream's dtype (the tables' without autocast).
+  Context context_of(const at::Tensor& input_ids, at::ScalarType stream) {
+    const std::int64_t seq = input_ids.size(1);
     // The tables in the compute dtype (as Hugging Face casts them), on the input's device: under
     // autocast the projections they multiply come out in the autocast dtype.
-    const at::ScalarType dtype =
-        at::autocast::is_autocast_enabled(input_ids.device().type())
-            ? at::autocast::get_autocast_dtype(input_ids.device().type())
-            : x.scalar_type();
+    const at::ScalarType dtype = at::autocast::is_autocast_enabled(input_ids.device().type())
+                                     ? at::autocast::get_autocast_dtype(input_ids.device().type())
+                                     : stream;
     // Copied to the device and dtype once, not at every forward pass.
     if (!cos_on_.defined() || cos_on_.device() != input_ids.device() || cos_on_.scalar_type() != dtype) {
       cos_on_ = cos_.to(input_ids.device(), dtype);
       sin_on_ = sin_.to(input_ids.device(), dtype);
     }
-    at::Tensor cos = cos_on_.narrow(0, 0, seq);
-    at::Tensor sin = sin_on_.narrow(0, 0, seq);
+    Context context{cos_on_.narrow(0, 0, seq), sin_on_.narrow(0, 0, seq), at::Tensor(), at::Tensor()};
     // Packed documents: rotary angles restart at each, attention stays within each
     // (context-parallel attention masks them from the document ids themselves).
     const bool sliced = cp_.size() > 1;
@@ -444,46 +499,53 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
     if (document_ids().defined()) docs = tessera::documents::layout(document_ids(), input_ids, !sliced);
     if (docs.positions.defined() || sliced) {
       // The angles of this rank's positions (global ones under context parallelism).
-      const at::Tensor positions = cp_.slice(docs.positions.defined() ? docs.positions
-                                                                      : at::arange(seq, input_ids.options()).unsqueeze(0));
+      const at::Tensor positions =
+          cp_.slice(docs.positions.defined() ? docs.positions : at::arange(seq, input_ids.options()).unsqueeze(0));
       const at::Tensor flat = positions.flatten();
-      cos = cos_on_.index_select(0, flat).view({positions.size(0), 1, positions.size(1), -1});
-      sin = sin_on_.index_select(0, flat).view({positions.size(0), 1, positions.size(1), -1});
+      context.cos = cos_on_.index_select(0, flat).view({positions.size(0), 1, positions.size(1), -1});
+      context.sin = sin_on_.index_select(0, flat).view({positions.size(0), 1, positions.size(1), -1});
     }
-    const at::Tensor documents = sliced && document_ids().defined() ? document_ids().to(input_ids.device(), at::kLong)
-                                                                   : at::Tensor();
-    for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      const std::shared_ptr<Block>& block = blocks_[i];
-      const bool checkpointed = tessera::checkpoints_block(config_.activation_checkpointing,
-                                                           config_.activation_checkpointing_every,
-                                                           static_cast<std::int64_t>(i));
-      x = run_unit(i, x, [&](const at::Tensor& h) {
-        if (!checkpointed) return block->forward(h, cos, sin, docs.attention_mask, documents);
+    context.mask = docs.attention_mask;
+    if (sliced && document_ids().defined()) context.documents = document_ids().to(input_ids.device(), at::kLong);
+    return context;
+  }
+
+  // Blocks [first, end) (this rank holds them), each one of fsdp's units.
+  at::Tensor run_blocks(at::Tensor x, std::int64_t first, std::int64_t end, const Context& c) {
+    for (std::int64_t b = first; b < end; ++b) {
+      const std::shared_ptr<Block>& block = blocks_[tessera::gpt_parts::local_position(block_index_, b)];
+      const bool checkpointed =
+          tessera::checkpoints_block(config_.activation_checkpointing, config_.activation_checkpointing_every, b);
+      x = run_unit(tessera::gpt_parts::local_position(block_index_, b), x, [&](const at::Tensor& h) {
+        if (!checkpointed) return block->forward(h, c.cos, c.sin, c.mask, c.documents);
         // A dense block is recomputed whole; a mixture-of-experts block its attention only: the
         // router's losses need their graph from the forward pass, its statistics are counted once,
         // and the experts' all-to-alls stay out of backward's recomputation.
-        tessera::BlockBody attention = [block, cos, sin, mask = docs.attention_mask, documents](const at::Tensor& in) {
-          return block->attend(in, cos, sin, mask, documents);
+        tessera::BlockBody attention = [block, c](const at::Tensor& in) {
+          return block->attend(in, c.cos, c.sin, c.mask, c.documents);
         };
         if (block->block_sparse_moe) return block->feed_forward(tessera::checkpoint_activations(attention, h));
-        tessera::BlockBody body = [block, cos, sin, mask = docs.attention_mask, documents](const at::Tensor& in) {
-          return block->forward(in, cos, sin, mask, documents);
+        tessera::BlockBody body = [block, c](const at::Tensor& in) {
+          return block->forward(in, c.cos, c.sin, c.mask, c.documents);
         };
         return tessera::checkpoint_activations(body, h);
       });
     }
-    collect_auxiliary_loss();
-    // The whole sequence, replicated (its gradient summed over the ranks): every rank computes
-    // its vocabulary's logits of every token.
-    return tp_.column_input(norm_->forward(x));
+    return x;
   }
 
- private:
-  // The weighted sum over blocks of this forward's balance and z-losses (Mixtral).
-  void collect_auxiliary_loss() {
+  // The last stage: the final norm. The whole sequence, replicated (its gradient summed over the
+  // ranks): every tensor-parallel rank computes its vocabulary's logits of every token.
+  at::Tensor finish(const at::Tensor& x) { return tp_.column_input(norm_->forward(x)); }
+
+  // The weighted sum of this forward's balance and z-losses over the Mixtral blocks of
+  // [first, end) (a pipeline stage's own).
+  void collect_auxiliary_loss(std::int64_t first, std::int64_t end) {
     aux_loss_ = at::Tensor();
     if (config_.aux_loss_coef <= 0 && config_.z_loss_coef <= 0) return;
-    for (const auto& layer : moe_layers_) {
+    for (std::size_t l = 0; l < moe_layers_.size(); ++l) {
+      if (moe_blocks_[l] < first || moe_blocks_[l] >= end) continue;
+      const auto& layer = moe_layers_[l];
       at::Tensor term = layer->router().last_aux_loss() * config_.aux_loss_coef +
                         layer->router().last_z_loss() * config_.z_loss_coef;
       aux_loss_ = aux_loss_.defined() ? aux_loss_ + term : term;
@@ -516,18 +578,21 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
     }
     // Rotary tables some converters store with every layer: derived, not weights.
     weights.ignore([](const std::string& name) { return name.find("rotary_emb.inv_freq") != std::string::npos; });
-    weights.finish();
+    weights.finish(/*partial=*/pp_.size() > 1);
   }
 
   LlamaConfig config_;
   tessera::TensorParallel tp_;
   tessera::ContextParallel cp_;
   tessera::ExpertParallel ep_;
+  tessera::PipelineParallel pp_;
   tessera::TensorParallelPlan plan_;  // filled as the layers are built
   std::uint64_t init_seed_;
   std::shared_ptr<Embedding> embed_tokens_;
-  std::vector<std::shared_ptr<Block>> blocks_;
-  std::vector<std::shared_ptr<SparseMoe>> moe_layers_;  // Mixtral: every block's
+  std::vector<std::shared_ptr<Block>> blocks_;  // this rank's blocks, in order
+  std::vector<std::int64_t> block_index_;       // each one's index in the whole model
+  std::vector<std::shared_ptr<SparseMoe>> moe_layers_;  // Mixtral: every block's (this rank's)
+  std::vector<std::int64_t> moe_blocks_;                // their block indices
   at::Tensor aux_loss_;
   std::shared_ptr<RmsNorm> norm_;
   std::shared_ptr<Affine> lm_head_;  // null when tied
@@ -552,6 +617,7 @@ void register_components(tessera::Registrar& registrar) {
           LlamaConfig::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
           LlamaConfig::check_context_parallel(c, run.parallel);
           LlamaConfig::check_expert_parallel(c, run.parallel);
+          tessera::gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
           return c;
         };
         // Weights read from files at construction: built whole.
@@ -561,11 +627,11 @@ void register_components(tessera::Registrar& registrar) {
           // A Tessera export folder: its config.json settles what the YAML left out.
           const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "llama");
           return std::make_shared<Llama>(checked(exported ? tessera::llama::settle_export(yaml, *exported) : yaml),
-                                         nullptr, tp, cp, ep);
+                                         nullptr, tp, cp, ep, run);
         }
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp, cp, ep);
+        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp, cp, ep, run);
       });
 }
 

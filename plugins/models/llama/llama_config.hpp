@@ -17,6 +17,7 @@
 #include "tessera/config_fields.hpp"
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
+#include "../gpt/gpt_architecture.hpp"
 #include "../hf_import.hpp"
 
 namespace tessera::llama {
@@ -196,15 +197,25 @@ struct LlamaConfig {
     f.splits_over(MeshAxis::cp);
     f.splits_sequence();
     f.splits_experts();
+    f.splits_over(MeshAxis::pp);
     // With init_from the sizes the YAML leaves out come from its config.json: checked once settled.
     f.check_in_run([](const LlamaConfig& c, const RunContext& run) {
       if (!c.init_from.empty()) return;
       check_tensor_parallel(c, run.parallel);
       check_context_parallel(c, run.parallel);
       check_expert_parallel(c, run.parallel);
+      gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
     });
   }
 };
+
+// The whole model's parameters from its config (a pipeline stage holds some of them only).
+inline std::int64_t parameter_count(const LlamaConfig& c) {
+  const std::int64_t C = c.n_embd, D = c.head_size(), I = c.mlp_size();
+  const std::int64_t attention = C * c.n_head * D + 2 * C * c.kv_heads() * D + c.n_head * D * C;
+  const std::int64_t mlp = c.mixture_of_experts() ? C * c.num_experts + c.num_experts * 3 * C * I : 3 * C * I;
+  return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + mlp + 2 * C) + C;
+}
 
 // The Hugging Face name of a Tessera parameter name.
 inline std::string hf_name(const std::string& name) { return name.rfind("lm_head.", 0) == 0 ? name : "model." + name; }

@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <set>
 
 #include "tessera/deferred_init.hpp"
@@ -59,6 +60,11 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
     for (const auto& item : model.named_parameters()) {
       if (tessera::shard_in(plan, item.key()).experts) experts_.insert(item.value().unsafeGetTensorImpl());
     }
+  }
+  // A pipeline's tied embedding: a unit of its own on both ends, so their gradients' parts line up.
+  const auto params_by_name = model.named_parameters();
+  for (const std::string& name : model.pipeline_tied_parameters()) {
+    if (const auto* p = params_by_name.find(name)) apart_.insert(p->unsafeGetTensorImpl());
   }
   broadcast_from_rank0(model);
   const std::vector<at::Tensor> params = optimizer.parameters();
@@ -167,14 +173,15 @@ void DataParallel::build_buckets(const std::vector<at::Tensor>& params) {
     bytes = 0;
   };
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const bool apart = apart_.count(it->unsafeGetTensorImpl()) > 0;
     const bool other_kind = !bucket.empty() && (it->scalar_type() != bucket.front().scalar_type() ||
                                                 it->device() != bucket.front().device() ||
                                                 experts_.count(it->unsafeGetTensorImpl()) !=
                                                     experts_.count(bucket.front().unsafeGetTensorImpl()));
-    if (other_kind) close();
+    if (other_kind || apart) close();
     bucket.push_back(*it);
     bytes += static_cast<std::int64_t>(it->nbytes());
-    if (bytes >= options_.bucket_bytes) close();
+    if (bytes >= options_.bucket_bytes || apart) close();
   }
   close();
 }
@@ -192,11 +199,16 @@ void DataParallel::begin_micro_batch(std::int64_t index, std::int64_t count) {
   check_setup("begin_micro_batch");
   if (in_backward_) complete_backward();
   last_micro_batch_ = index + 1 == count;
-  if (index == 0) {
+  // Under a pipeline schedule each backward of a stage calls this, several per micro-batch when
+  // a rank holds several stages: the step's first call starts the record of what was used.
+  if (index == 0 && !step_begun_) {
     for (auto& flags : used_) flags.assign(flags.size(), false);
+    final_launched_.assign(units_.size(), false);
   }
+  step_begun_ = true;
   for (auto& u : units_) u->reset_ready();
   ready_.assign(units_.size(), false);
+  launched_.assign(units_.size(), false);
   next_launch_ = 0;
   in_backward_ = true;
 }
@@ -211,7 +223,9 @@ void DataParallel::on_grad_ready(std::size_t unit, std::size_t index) {
 }
 
 void DataParallel::launch_ready_units() {
-  // Strictly in unit order, so every rank starts the same collectives in the same order.
+  // Strictly in unit order, so every rank starts the same collectives in the same order. (Under a
+  // pipeline schedule complete_backward launches them.)
+  if (options_.pipeline) return;
   while (next_launch_ < units_.size() && ready_[next_launch_]) {
     FlatUnit& unit = *units_[next_launch_++];
     unit.launch_reduction(last_micro_batch_);
@@ -221,6 +235,24 @@ void DataParallel::launch_ready_units() {
 }
 
 void DataParallel::complete_backward() {
+  if (options_.pipeline) {
+    // A pipeline stage's backward reaches the units of that stage only (a rank may hold several):
+    // the units it reached reduce, in unit order; the others wait for their own stage's backward.
+    // This runs when the next micro-batch's backward begins, after forwards of other micro-batches
+    // whose graphs hold the root's parameters (embeddings, final norm, head): the root stays
+    // gathered until the optimizer step.
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      if (ready_[u] && !launched_[u]) {
+        launched_[u] = true;
+        if (last_micro_batch_) final_launched_[u] = true;
+        units_[u]->launch_reduction(last_micro_batch_);
+        if (std::find(root_.begin(), root_.end(), units_[u].get()) == root_.end()) release(*units_[u]);
+      }
+    }
+    for (auto& u : units_) u->wait_reduction();
+    in_backward_ = false;
+    return;
+  }
   if (options_.shard_parameters && comm_->world_size() > 1) {
     // fsdp's backward gathers and its reductions share one stream of collectives: a unit whose
     // reduction would start here rather than during backward (some parameter got no gradient)
@@ -291,7 +323,33 @@ void DataParallel::drop_unused_gradients() {
 void DataParallel::finish_gradients() {
   check_setup("finish_gradients");
   if (in_backward_) complete_backward();
+  if (options_.pipeline) {
+    // Units no single stage's backward completed (parameters of two stages in one bucket): their
+    // gradients have accumulated over the whole step; every rank of the stage reduces them here,
+    // in unit order.
+    if (final_launched_.size() != units_.size()) final_launched_.assign(units_.size(), false);
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      if (final_launched_[u]) continue;
+      final_launched_[u] = true;
+      units_[u]->launch_reduction(true);
+      if (std::find(root_.begin(), root_.end(), units_[u].get()) == root_.end()) release(*units_[u]);
+    }
+    for (auto& u : units_) u->wait_reduction();
+    settle_unused_parameters();
+  }
+  step_begun_ = false;
   reduce_over_replicas();
+}
+
+at::Tensor DataParallel::gradient_of(const at::Tensor& param) {
+  check_setup("gradient_of");
+  const auto found = where_.find(param.unsafeGetTensorImpl());
+  if (found == where_.end()) throw tessera::Error("parallel/" + options_.name + ": gradient_of a parameter it does not hold");
+  const auto [u, i] = found->second;
+  std::vector<bool> only(units_[u]->params().size(), false);
+  only[i] = true;
+  const auto pieces = units_[u]->owned_gradient_pieces(only);
+  return pieces.empty() ? at::Tensor() : pieces.front();
 }
 
 void DataParallel::reduce_over_replicas() {

@@ -62,6 +62,11 @@ struct DataParallelOptions {
   // gradients are summed, and their state sharded, over `expert_group` (the ranks holding the
   // same experts) in units of their own. Null: no expert parallelism.
   std::shared_ptr<tessera::Communicator> expert_group;
+  // Pipeline parallelism (parallelism.pp > 1): a stage's backward reaches its own units only, and
+  // a rank may hold several stages, so each backward reduces the units it reached (none waits
+  // for units of another stage); parameters the model ties across the pipeline's ends
+  // (Model::pipeline_tied_parameters) get units of their own.
+  bool pipeline = false;
 };
 
 // The model's parameter names by tensor: how the strategies name the parameters of their units.
@@ -76,6 +81,7 @@ class DataParallel final : public tessera::ParallelStrategy,
   void setup(tessera::Model& model, tessera::Optimizer& optimizer, tessera::Communicator& comm) override;
   void begin_micro_batch(std::int64_t index, std::int64_t count) override;
   void finish_gradients() override;
+  at::Tensor gradient_of(const at::Tensor& param) override;
   std::vector<at::Tensor> gradients() override;
   at::Tensor grad_norm_squared_share() override;
   void count_in_grad_norm(const std::vector<bool>& counted) override;
@@ -137,6 +143,16 @@ class DataParallel final : public tessera::ParallelStrategy,
   // The stacked experts' parameters (expert parallelism), and the communicator of a parameter's
   // unit: the experts' group for them, unit_comm_ for the others.
   std::set<const c10::TensorImpl*> experts_;
+  // Parameters in units of their own (a pipeline's tied embedding).
+  std::set<const c10::TensorImpl*> apart_;
+  // Under a pipeline schedule: which units this backward launched, and whether the step's first
+  // backward began.
+  std::vector<bool> launched_;
+  // Under a pipeline: the units whose last micro-batch's reduction ran this step. A bucket holding
+  // parameters of two stages (interleaved schedules) is never whole in one stage's backward: it
+  // reduces at finish_gradients, once every stage's backward is done.
+  std::vector<bool> final_launched_;
+  bool step_begun_ = false;
   tessera::Communicator& comm_for(const at::Tensor& p) const;
   // The ranks holding the same values of `p` (the expert data-parallel group for stacked experts).
   tessera::Communicator& holders_of(const at::Tensor& p) const;

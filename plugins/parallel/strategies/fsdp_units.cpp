@@ -47,10 +47,21 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
   // the ranks holding the same experts) and the rest's.
   auto flat_units = [&](const std::vector<at::Tensor>& params_of_unit) {
     std::vector<FlatUnit*> made;
-    const auto [others, experts] = split_experts(params_of_unit);
-    for (const auto* part : {&experts, &others}) {
-      if (part->empty()) continue;
-      units_.push_back(std::make_unique<FlatUnit>(*part, comm_for(part->front()), options_.reduction, true,
+    auto [others, experts] = split_experts(params_of_unit);
+    // A pipeline's tied embedding apart (its shards line up on both ends of the pipeline).
+    std::vector<std::vector<at::Tensor>> parts{experts};
+    std::vector<at::Tensor> rest_of_others;
+    for (const auto& p : others) {
+      if (apart_.count(p.unsafeGetTensorImpl())) {
+        parts.push_back({p});
+      } else {
+        rest_of_others.push_back(p);
+      }
+    }
+    parts.push_back(rest_of_others);
+    for (const auto& part : parts) {
+      if (part.empty()) continue;
+      units_.push_back(std::make_unique<FlatUnit>(part, comm_for(part.front()), options_.reduction, true,
                                                   options_.precision, &deferred));
       made.push_back(units_.back().get());
     }

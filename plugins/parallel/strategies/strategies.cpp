@@ -66,11 +66,19 @@ auto bucketed(const char* name, GradReduction reduction) {
   return [name, reduction](const BucketedConfig& c, const tessera::RunContext& run) {
     DataParallelOptions o;
     o.expert_group = expert_group(run);
+    o.pipeline = run.mesh && run.mesh->dims().pp > 1;
     o.name = name;
     o.reduction = reduction;
     o.bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024.0 * 1024.0);
     o.precision.reduce = dtype_of(c.reduce_dtype);
     o.find_unused_parameters = c.find_unused_parameters;
+    if (o.pipeline && o.find_unused_parameters) {
+      // Which buckets reduce would then depend on what each rank's stage used, and could differ
+      // between the ranks of a stage.
+      throw tessera::ConfigError("find_unused_parameters is not available under pipeline parallelism "
+                                 "(parallelism.pp > 1); set it to false",
+                                 "find_unused_parameters");
+    }
     return std::make_shared<DataParallel>(o);
   };
 }
@@ -98,6 +106,7 @@ void register_components(tessera::Registrar& registrar) {
         o.precision.param = dtype_of(c.param_dtype);
         o.precision.reduce = dtype_of(c.reduce_dtype);
         o.expert_group = expert_group(run);
+        o.pipeline = run.mesh && run.mesh->dims().pp > 1;
         if (run.mesh && run.mesh->dims().dp_replicate > 1) {
           // Hybrid sharding: shard within dp_shard (and its context-parallel peers), replicate
           // across dp_replicate.

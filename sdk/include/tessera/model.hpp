@@ -104,6 +104,22 @@ class TESSERA_API Model : public torch::nn::Module {
   // them again under another mesh, and to count replicated gradients once in the global norm.
   virtual TensorParallelPlan tensor_parallel_plan() const { return {}; }
 
+  // --- Pipeline parallelism (tessera/parallel/pipeline_parallel.hpp) -----------------------------
+  // A model whose config declares splits_over(MeshAxis::pp) is built with this rank's stages only
+  // (PipelineParallel::of: their blocks, the embeddings on the first stage, the final norm and the
+  // output head on the last) and runs one of them here. `input_ids` [batch, seq]: the
+  // micro-batch, which every stage gets (the first embeds it, the others take the sequence's
+  // length and positions from it); `hidden`: what the stage before returned (undefined for the
+  // first stage). The last stage returns the hidden states before the output head (output_head()
+  // applies, as after forward_hidden()). Through the installed hooks like forward().
+  // `document_ids` as for forward().
+  at::Tensor forward_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden,
+                           const at::Tensor& document_ids = {});
+  // Parameters held by both the first and the last stage (an embedding tied to the output head):
+  // their gradients are summed over the two, so their values stay equal; the first stage's copy
+  // is the one saved. By name.
+  virtual std::vector<std::string> pipeline_tied_parameters() const { return {}; }
+
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.
   virtual std::vector<std::shared_ptr<torch::nn::Module>> sharding_units() { return {}; }
@@ -118,6 +134,8 @@ class TESSERA_API Model : public torch::nn::Module {
   virtual at::Tensor compute(const at::Tensor& input_ids) = 0;
   // compute() without the output projection; only for models with has_output_head().
   virtual at::Tensor compute_hidden(const at::Tensor& input_ids);
+  // One of this rank's pipeline stages (forward_stage); the default throws.
+  virtual at::Tensor compute_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden);
   // compute() calls unit `index` of sharding_units() through this.
   at::Tensor run_unit(std::size_t index, const at::Tensor& input,
                       const std::function<at::Tensor(const at::Tensor&)>& body);

@@ -3,7 +3,10 @@
 // zero2, fsdp). The trainer calls it at fixed points of every step:
 //
 //   setup(model, optimizer, comm)                 once, before the first step
-//   per step:  begin_micro_batch(i, n)            before each micro-batch's forward
+//   per step:  begin_micro_batch(i, n)            before each micro-batch's forward (under
+//                                                 pipeline parallelism: before each backward of
+//                                                 a stage, several per micro-batch when the rank
+//                                                 holds several stages)
 //              finish_gradients()                 after the last backward
 //              reduce_loss_and_grad_norm(...)     the step's loss and global norm over ranks
 //              gradients()                        what clipping scales
@@ -68,6 +71,11 @@ class TESSERA_API ParallelStrategy {
   virtual void finish_gradients() = 0;
   // The gradients this rank's optimizer step reads (whole, or this rank's shard of them).
   virtual std::vector<at::Tensor> gradients() = 0;
+  // After finish_gradients(): this rank's part of `param`'s gradient (whole, or the piece of its
+  // shard it updates; undefined when it holds none), in place: the host sums a pipeline's tied
+  // embedding there over the two ends (Model::pipeline_tied_parameters, which a strategy keeps
+  // in units of their own so both ends' pieces line up). The default: param.grad().
+  virtual at::Tensor gradient_of(const at::Tensor& param);
   // This rank's share of the squared global gradient norm; the shares of all ranks sum to it.
   // Parameters count_in_grad_norm() left out are not in it.
   virtual at::Tensor grad_norm_squared_share() = 0;

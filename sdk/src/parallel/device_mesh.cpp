@@ -157,6 +157,33 @@ std::shared_ptr<Communicator> DeviceMesh::group_ptr(const std::vector<MeshAxis>&
 
 Communicator& DeviceMesh::group(const std::vector<MeshAxis>& axes) const { return *group_ptr(axes); }
 
+std::vector<std::int64_t> DeviceMesh::pipeline_ends_members(const ParallelDims& dims, std::int64_t member) {
+  const std::int64_t stage = mesh_coordinate(dims, member, MeshAxis::pp);
+  if (dims.pp == 1 || (stage != 0 && stage != dims.pp - 1)) return {member};
+  std::vector<std::int64_t> members;
+  for (const std::int64_t r : group_members(dims, {MeshAxis::pp}, member)) {
+    const std::int64_t s = mesh_coordinate(dims, r, MeshAxis::pp);
+    if (s == 0 || s == dims.pp - 1) members.push_back(r);
+  }
+  return members;
+}
+
+std::shared_ptr<Communicator> DeviceMesh::pipeline_ends_ptr() const {
+  const auto members = pipeline_ends_members(dims_, rank_);
+  if (members.size() <= 1) return alone_;
+  if (dims_.pp == 2) return group_ptr({MeshAxis::pp});
+  const auto it = groups_.find("pp_ends");
+  if (it == groups_.end()) throw Error("device mesh " + dims_.describe() + ": the host made no group pp_ends");
+  return it->second;
+}
+
+std::shared_ptr<Communicator> DeviceMesh::pipeline_gradients_ptr() const {
+  if (dims_.pp == 1) return alone_;
+  const auto it = groups_.find("pp_gradients");
+  if (it == groups_.end()) throw Error("device mesh " + dims_.describe() + ": the host made no group pp_gradients");
+  return it->second;
+}
+
 std::vector<std::int64_t> DeviceMesh::expert_group_members(const ParallelDims& dims, std::int64_t member, bool data) {
   std::vector<std::int64_t> members;
   const std::int64_t ep = dims.ep, d = mesh_coordinate(dims, member, MeshAxis::dp_shard);
@@ -237,7 +264,8 @@ std::vector<std::vector<MeshAxis>> DeviceMesh::standard_groups() {
           {MeshAxis::dp_replicate, MeshAxis::dp_shard},
           {MeshAxis::dp_shard, MeshAxis::cp},
           {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp},
-          {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp}};
+          {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp},
+          {MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp, MeshAxis::pp}};
 }
 
 std::shared_ptr<Communicator> data_parallel_group(const RunContext& run) {

@@ -60,10 +60,21 @@ class TESSERA_API DeviceMesh {
   std::shared_ptr<Communicator> expert_data_parallel_ptr() const;
   // Their global ranks for global rank `member` (`data`: the expert data-parallel group).
   static std::vector<std::int64_t> expert_group_members(const ParallelDims& dims, std::int64_t member, bool data);
-  // Every rank that computes the loss of one stage of the model: all but pp.
+  // Every rank: the step's loss (the last pipeline stage's) and the gradient norm (over every
+  // stage's parameters) are reduced over all of them.
   Communicator& loss_group() const {
-    return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp});
+    return group({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp, MeshAxis::tp, MeshAxis::pp});
   }
+  // Pipeline parallelism: this rank and its peer on the other end of the pipeline (the first and
+  // the last stage's ranks with the same other coordinates), which hold an embedding tied to the
+  // output head and sum its gradients. The rank alone on a middle stage or without pp.
+  std::shared_ptr<Communicator> pipeline_ends_ptr() const;
+  static std::vector<std::int64_t> pipeline_ends_members(const ParallelDims& dims, std::int64_t member);
+  // Pipeline parallelism: a second group over this rank's pipeline peers, on which gradients travel
+  // back while activations travel forward on the pp group. On NCCL the transfers between two ranks
+  // of one group run in order on one stream, and a send waits for its receive: with one group, a
+  // 1F1B stage sending an activation while its neighbour sends a gradient would wait for ever.
+  std::shared_ptr<Communicator> pipeline_gradients_ptr() const;
 
   // The name of the group of `axes` ("dp_replicate_dp_shard"), in mesh order, axes of size 1 left
   // out ("" when none is left: the rank alone).

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessera/export.hpp"
 
@@ -23,6 +24,12 @@ struct TESSERA_API ParallelDims {
   std::int64_t ep = 1;
   bool sequence_parallel = false;
   std::string cp_type = "ring";  // how attention crosses context-parallel slices: ring or ulysses
+  // Pipeline parallelism: the schedule (gpipe, 1f1b, interleaved_1f1b), the stages each pipeline
+  // rank holds (interleaved: several, every pp-th), and where the blocks are cut (block indices
+  // that begin a stage after the first; empty: balanced by block count).
+  std::string pp_schedule = "1f1b";
+  std::int64_t pp_stages_per_rank = 1;
+  std::vector<std::int64_t> pp_split_points;
 
   std::int64_t size(MeshAxis axis) const;
   // Ranks in all: the product of the axes (ep borrows, it does not multiply).

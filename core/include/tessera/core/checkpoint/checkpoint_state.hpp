@@ -39,6 +39,9 @@ struct CheckpointState {
   // Under tensor or expert parallelism, "param.<i>" -> which part of the whole parameter i is
   // (shard_layout in reshard.hpp); empty otherwise.
   StateDict optimizer_layouts;
+  // "param.<i>" -> the model's name of parameter i: how a run that numbers its optimizer's
+  // parameters otherwise (another pipeline split) finds each one's state.
+  std::map<std::string, std::string> optimizer_names;
   std::string mesh = "1 rank";  // the run's device mesh, ParallelDims::describe()
   StateDict data;  // the dataset's state on this rank
   StateDict rng;   // this rank's generators
@@ -67,6 +70,10 @@ struct LoadedCheckpoint {
   // The optimizer state as one rank would hold it with no sharding: per-parameter tensors
   // ("param.<i>.<field>") whole but flattened; others as saved.
   StateDict optimizer;
+  // With the checkpoint's parameter names (written since pipeline parallelism): i above is the
+  // index of the parameter's name here, and the optimizer state is every saved parameter's. Empty
+  // (an older checkpoint): i is the saving optimizer's own index.
+  std::vector<std::string> optimizer_names;
   StateDict data;  // this rank's if it was saved, else rank 0's
   StateDict rng;   // this rank's if it was saved, else rank 0's
 };

@@ -22,7 +22,19 @@ StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict
 // parameter this rank's parameter i is.
 struct OptimizerPart {
   StateDict state, ranges, layouts;
+  std::map<std::string, std::string> names;  // "param.<i>" -> parameter name (absent in older files)
 };
+// Renumbers every part's "param.<i>" keys (state, ranges, layouts) by the index of the
+// parameter's name in the sorted names of all parts, which it returns; parts written by
+// different pipeline stages number their parameters independently. Parts without names (older
+// checkpoints) are left as they are, and the result is empty.
+std::vector<std::string> key_parts_by_name(std::vector<OptimizerPart>& parts);
+// The whole optimizer state keyed by `names` (key_parts_by_name's) re-keyed to the indices of
+// `params_names` (this run's optimizer's parameters' names, in order): the state of parameters
+// this run does not hold (another pipeline stage's) dropped. Throws CheckpointError naming a
+// parameter the checkpoint has no state for.
+StateDict optimizer_state_by_index(const StateDict& by_name_index, const std::vector<std::string>& names,
+                                   const std::vector<std::string>& params_names);
 // int64 [rank, size, shard dim, blocks, local shape...]: part `rank` of `size` (of the
 // tensor-parallel or, for stacked experts, the expert-parallel ranks).
 at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArrayRef local_shape);

@@ -1,7 +1,8 @@
 // The `parallelism` section of a run spec (docs/distributed.md): the device mesh's degrees. The
 // `parallel` component (ddp, zero1, zero2, fsdp) is the data-parallel strategy over the
 // dp_replicate x dp_shard ranks (and their cp peers); tp (with sequence_parallel) splits the
-// model's layers, cp (ring or ulysses attention) every sequence. Declared
+// model's layers, cp (ring or ulysses attention) every sequence, pp its blocks into pipeline
+// stages, ep the experts of its mixture-of-experts layers. Declared
 // once (tessera/config_fields.hpp); resolved against the world size into ParallelDims.
 #pragma once
 
@@ -22,6 +23,9 @@ struct ParallelismSettings {
   std::int64_t ep = 1;
   bool sequence_parallel = false;
   std::string cp_type = "ring";
+  std::string pp_schedule = "1f1b";
+  std::int64_t pp_stages_per_rank = 0;  // 0: 2 for interleaved_1f1b, else 1
+  std::vector<std::int64_t> pp_split_points;
 
   static void declare(ConfigFields<ParallelismSettings>& f);
 };

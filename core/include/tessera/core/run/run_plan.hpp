@@ -24,6 +24,9 @@ struct RunOptions {
   std::vector<std::string> plugin_paths;  // --plugin-path DIR
   std::string run_dir;                    // --run-dir DIR
   std::string resume;                     // --resume auto|PATH ("" starts fresh)
+  // `tessera eval`: no training step follows, so the trainer's own requirements (a pipeline's
+  // micro-batches) are not checked.
+  bool evaluate_only = false;
 };
 
 struct RunPlan {

@@ -6,12 +6,14 @@
 //
 //   trainer.cpp        construction, the loop (stop and save agreement, events), saving
 //   trainer_step.cpp   one step, phase by phase
+//   pipeline_step.cpp  a step's forwards and backwards through pipeline stages
 //   trainer_state.cpp  capture() and restore(): the trainer's state for checkpoints
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,7 @@
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/scheduler.hpp"
 
@@ -129,6 +132,14 @@ class Trainer : private CallbackEvents {
   struct StepClock;    // when each phase ended
   StepInputs fetch();
   at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx);
+  // The same under pipeline parallelism: this rank's stages, in the schedule's order; the loss
+  // on the last stage (this rank's summed loss: 0 elsewhere).
+  at::Tensor pipeline_forward_backward(StepInputs& inputs, CallbackContext& ctx);
+  // After the data-parallel reduction: a pipeline's tied embedding summed over its two ends.
+  void sum_tied_gradients();
+  // The parameters this rank holds as the last stage's copy of a pipeline's tied embedding (none on
+  // the first stage, whose copy is the one counted in the norm and written in checkpoints).
+  std::set<const c10::TensorImpl*> pipeline_tied_copies() const;
   // Forward, loss and backward of one micro-batch; its summed loss, detached.
   at::Tensor micro_batch(const MicroBatchInputs& inputs, double aux_weight);
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
@@ -207,6 +218,15 @@ class Trainer : private CallbackEvents {
   TensorParallel tp_;
   ContextParallel cp_;  // the model computes its slice of every sequence; the loss takes its labels
   ExpertParallel ep_;   // the stacked experts this rank holds (checkpoints join and cut them)
+  // Under pipeline parallelism this rank's stages (the model holds their blocks; the trainer
+  // moves activations between them); empty otherwise.
+  std::optional<PipelineParallel> pp_;
+  // Under a pipeline: this step's seconds waiting for another stage's data (receives and the
+  // step's last sends), and per step its share of the forward-backward time and the activation
+  // high-water mark (peak less resident memory), logged per rank at the run's end.
+  double pipeline_wait_s_ = 0;
+  std::vector<double> pipeline_idle_shares_, pipeline_activation_bytes_;
+  void log_pipeline_summary() const;
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head

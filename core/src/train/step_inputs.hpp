@@ -1,0 +1,23 @@
+// A step's micro-batches and their token counts (trainer_step.cpp draws them; trainer_step.cpp
+// and pipeline_step.cpp run them). Private to the trainer's sources.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/batch.hpp"
+#include "tessera/core/train/trainer.hpp"
+
+namespace tessera::core {
+
+struct Trainer::StepInputs {
+  std::vector<Batch> micro_batches;
+  // Over all ranks: the loss divisor, the throughput's tokens, the samples counted in progress.
+  std::int64_t target_tokens = 0, input_tokens = 0, samples = 0;
+  std::int64_t seq_len = 0;  // the longest micro-batch's, for the model's FLOPs per token
+  // 1 / target_tokens: every micro-batch's summed loss is scaled by it.
+  double inv_tokens() const { return 1.0 / static_cast<double>(std::max<std::int64_t>(target_tokens, 1)); }
+};
+
+}  // namespace tessera::core
