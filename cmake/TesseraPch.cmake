@@ -2,30 +2,32 @@
 #
 # Parsing <ATen/ATen.h> and <torch/nn/module.h> is 7-10 s of every translation unit that reaches
 # them, most of the ~20 s such a unit takes here; precompiled once, a unit loads them in well
-# under a second. Two carrier targets hold the precompiled header, because GCC refuses one made
-# with -fPIC in a unit compiled with -fPIE: tessera_pch_library for libraries and plugins,
-# tessera_pch_executable for programs. Every other target reuses one of them (REUSE_FROM), which
-# works because the whole build shares its other code-generation flags (optimisation, debug info,
-# sanitizers); definitions may differ as long as LibTorch's headers don't read them.
+# under a second. Three carrier targets hold the precompiled header, because a compiler refuses
+# one made with other code-generation flags: tessera_pch_library for libraries (-fPIC),
+# tessera_pch_hidden for libraries and plugins compiled with -fvisibility=hidden (clang refuses a
+# header precompiled with another visibility; GCC accepts it), tessera_pch_executable for
+# programs (-fPIE). Every other target reuses one of them (REUSE_FROM), which works because the
+# whole build shares its other code-generation flags (optimisation, debug info, sanitizers);
+# definitions may differ as long as LibTorch's headers don't read them. The SDK, the engine and
+# the host binary use them too, in every preset (the fuzz preset's clang included): a build from
+# a clean clone with an empty compiler cache, as CI's, parses the headers once per carrier.
 #
 # ccache caches the precompiled header itself and, with CCACHE_SLOPPINESS pch_defines and
-# time_macros (set on the launcher in the top-level CMakeLists.txt), the units that use it.
+# time_macros (set on the launcher in the top-level CMakeLists.txt), the units that use it; clang
+# writes no timestamp into it (-fno-pch-timestamp) so that ccache can.
 # Plugins built out of tree through find_package(Tessera) never see these targets.
 set(TESSERA_PCH_HEADERS <ATen/ATen.h> <torch/nn/module.h>)
 
-# GCC only: the plugins compile with -fvisibility=hidden and the carriers without it, which GCC
-# accepts and clang refuses ("default visibility ... differs in PCH file").
-if(TESSERA_PCH AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  message(STATUS "TESSERA_PCH: off with ${CMAKE_CXX_COMPILER_ID} (the precompiled headers are made for GCC)")
-  set(TESSERA_PCH OFF)
-endif()
-
 if(TESSERA_PCH)
-  foreach(_kind library executable)
+  foreach(_kind library hidden executable)
     add_library(tessera_pch_${_kind} OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch/carrier.cpp)
     target_link_libraries(tessera_pch_${_kind} PRIVATE ${TORCH_LIBRARIES})
     target_precompile_headers(tessera_pch_${_kind} PRIVATE ${TESSERA_PCH_HEADERS})
+    if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+      target_compile_options(tessera_pch_${_kind} PRIVATE -Xclang -fno-pch-timestamp)
+    endif()
   endforeach()
+  set_target_properties(tessera_pch_hidden PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   # Programs are compiled as position-independent executables (CMAKE_POSITION_INDEPENDENT_CODE).
   set_target_properties(tessera_pch_executable PROPERTIES POSITION_INDEPENDENT_CODE OFF)
   target_compile_options(tessera_pch_executable PRIVATE ${CMAKE_CXX_COMPILE_OPTIONS_PIE})
@@ -39,8 +41,11 @@ function(tessera_use_pch)
   endif()
   foreach(_target IN LISTS ARGN)
     get_target_property(_type ${_target} TYPE)
+    get_target_property(_visibility ${_target} CXX_VISIBILITY_PRESET)
     if(_type STREQUAL "EXECUTABLE")
       target_precompile_headers(${_target} REUSE_FROM tessera_pch_executable)
+    elseif(_visibility STREQUAL "hidden")
+      target_precompile_headers(${_target} REUSE_FROM tessera_pch_hidden)
     else()
       target_precompile_headers(${_target} REUSE_FROM tessera_pch_library)
     endif()

@@ -3,11 +3,13 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tessera/core/distributed/distributed.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::core {
@@ -67,6 +69,23 @@ StateDict unpack(const at::Tensor& header, const at::Tensor& data) {
   return state;
 }
 
+// A stage's whole state in pieces the host group carries (an NCCL run's Gloo group): one
+// message of it would be staged whole onto the GPU of both ranks.
+void send_in_pieces(Communicator& group, const at::Tensor& bytes, std::int64_t to, int tag) {
+  for (std::int64_t offset = 0; offset < bytes.numel(); offset += kHostGroupMaxBytes) {
+    at::Tensor piece = bytes.narrow(0, offset, std::min(kHostGroupMaxBytes, bytes.numel() - offset));
+    group.send_async(piece, to, tag)->wait();
+  }
+}
+
+void receive_in_pieces(Communicator& group, at::Tensor& bytes, std::int64_t from, int tag) {
+  for (std::int64_t offset = 0; offset < bytes.numel(); offset += kHostGroupMaxBytes) {
+    at::Tensor piece = at::empty({std::min(kHostGroupMaxBytes, bytes.numel() - offset)}, at::kByte);
+    group.recv_async(piece, from, tag)->wait();
+    bytes.narrow(0, offset, piece.numel()).copy_(piece);
+  }
+}
+
 }  // namespace
 
 StateDict gather_state_dicts(const StateDict& local, Communicator& group) {
@@ -75,8 +94,8 @@ StateDict gather_state_dicts(const StateDict& local, Communicator& group) {
     Packed p = pack(local);
     at::Tensor sizes = at::tensor({p.header.numel(), p.data.numel()}, at::kLong);
     group.send_async(sizes, 0, 1)->wait();
-    group.send_async(p.header, 0, 2)->wait();
-    group.send_async(p.data, 0, 3)->wait();
+    send_in_pieces(group, p.header, 0, 2);
+    send_in_pieces(group, p.data, 0, 3);
     return {};
   }
   StateDict whole = local;
@@ -85,8 +104,8 @@ StateDict gather_state_dicts(const StateDict& local, Communicator& group) {
     group.recv_async(sizes, r, 1)->wait();
     at::Tensor header = at::empty({sizes[0].item<std::int64_t>()}, at::kByte);
     at::Tensor data = at::empty({sizes[1].item<std::int64_t>()}, at::kByte);
-    group.recv_async(header, r, 2)->wait();
-    group.recv_async(data, r, 3)->wait();
+    receive_in_pieces(group, header, r, 2);
+    receive_in_pieces(group, data, r, 3);
     for (auto& [name, t] : unpack(header, data)) whole.emplace(name, std::move(t));  // the lower rank's stays
   }
   return whole;
