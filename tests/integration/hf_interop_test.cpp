@@ -102,6 +102,10 @@ class HfInterop : public ::testing::Test {
 
   static double relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
 
+  // Defined below with the tests that use it.
+  void two_ranks_export_what_one_rank_does(const std::string& mesh, const std::string& eval_mesh = "",
+                                           const std::string& both = "");
+
   const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
   TempDir dir_;
 };
@@ -225,11 +229,13 @@ std::vector<double> step_losses(const std::string& metrics) {
   return losses;
 }
 
-// A tensor-parallel run saves and exports whole models: the hf exports of a Llama (grouped-query,
-// untied head) and a GPT-2 imported by init_from and trained on 2 tensor-parallel ranks load in
-// transformers with nothing missing or unexpected, give the loss `tessera eval` gives on one rank
-// from the run's checkpoint (cut again for one rank), and the one-rank run's export's loss.
-TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
+// A run on 2 ranks of a model-parallel mesh saves and exports whole models: the hf exports of a
+// Llama (grouped-query, untied head) and a GPT-2 imported by init_from and trained on the mesh
+// load in transformers with nothing missing or unexpected and give the loss of the same training
+// on one rank's export; `tessera eval` of the run's checkpoint gives the export's loss, on one
+// rank (the checkpoint cut again) and through the mesh (`eval_mesh`: the pipeline's stages).
+void HfInterop::two_ranks_export_what_one_rank_does(const std::string& mesh, const std::string& eval_mesh,
+                                                    const std::string& both) {
   const std::string tokens = dir_.file("tokens.bin");
   reference("tokens " + tokens + " --count 20000 --vocab 256");
   reference("make-llama " + dir_.file("llama") + " --kv-heads 2");
@@ -238,69 +244,45 @@ TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
     SCOPED_TRACE(variant);
     const std::string start = dir_.file(variant == "gpt" ? "gpt2" : "llama");
     double exported_loss[2] = {NAN, NAN};
-    for (const int tp : {2, 1}) {
-      const std::string name = variant + "-tp" + std::to_string(tp);
+    for (const int ranks : {2, 1}) {
+      const std::string name = variant + "-ranks" + std::to_string(ranks);
       const std::string path = spec(name, model_yaml(variant, start), tokens);
-      const std::string train = " train " + path + " --set checkpoint.export_format=hf";
+      const std::string train = " train " + path + " --set checkpoint.export_format=hf " + both;
       std::string out;
       ASSERT_EQ(run_command(testing::tessera_binary() +
-                                (tp == 1 ? train : " launch --nproc-per-node 2 --" + train + " --set parallelism.tp=2"),
+                                (ranks == 1 ? train : " launch --nproc-per-node 2 --" + train + " " + mesh),
                             out),
                 0)
           << out;
       const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
-      exported_loss[tp - 1] = reference_loss(exported, tokens, "--strict");
-      if (tp == 2) {
-        EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[1]), kLossTolerance);
-        EXPECT_GT(relative(exported_loss[1], reference_loss(start, tokens)), 1e-3) << "training changed nothing";
-      }
+      exported_loss[ranks - 1] = reference_loss(exported, tokens, "--strict");
+      if (ranks == 1) continue;
+      EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[1]), kLossTolerance);
+      EXPECT_GT(relative(exported_loss[1], reference_loss(start, tokens)), 1e-3) << "training changed nothing";
+      if (eval_mesh.empty()) continue;
+      ASSERT_EQ(run_command("(" + testing::tessera_binary() + " launch --nproc-per-node 2 -- eval " + path +
+                                " --split train --batches 3 --resume auto " + eval_mesh + " 2>/dev/null)",
+                            out),
+                0)
+          << out;
+      const auto brace = out.find('{');
+      ASSERT_NE(brace, std::string::npos) << out;
+      const auto through_mesh = nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
+      EXPECT_EQ(through_mesh.value("tokens", 0), 3 * 4 * kSeqLen);
+      EXPECT_LT(relative(through_mesh.at("loss").get<double>(), exported_loss[1]), kLossTolerance);
     }
-    EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "tp 2 against one rank";
+    EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << mesh << " against one rank";
   }
 }
 
-// A pipelined run (pp 2: each rank holds one stage's blocks; GPT-2's tied embedding on both ends)
-// saves and exports whole models: the hf exports of a Llama and a GPT-2 trained on 2 pipeline
-// ranks load in transformers with nothing missing or unexpected and give the loss of the same
-// training on one rank; `tessera eval` through the pipeline (2 ranks, from the run's checkpoint)
-// gives the loss transformers gives for the export.
+TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
+  two_ranks_export_what_one_rank_does("--set parallelism.tp=2");
+}
+
+// Pipelined (each rank one stage's blocks; GPT-2's tied embedding on both ends), with the step's 2
+// micro-batches the pipeline's; evaluated through the pipeline too.
 TEST_F(HfInterop, PipelinedRunsExportWholeModelsThatTransformersLoads) {
-  const std::string tokens = dir_.file("tokens.bin");
-  reference("tokens " + tokens + " --count 20000 --vocab 256");
-  reference("make-llama " + dir_.file("llama") + " --kv-heads 2");
-  reference("make-gpt2 " + dir_.file("gpt2"));
-  for (const std::string variant : {"llama", "gpt"}) {
-    SCOPED_TRACE(variant);
-    const std::string start = dir_.file(variant == "gpt" ? "gpt2" : "llama");
-    double exported_loss[2] = {NAN, NAN};
-    for (const int pp : {2, 1}) {
-      const std::string name = variant + "-pp" + std::to_string(pp);
-      const std::string path = spec(name, model_yaml(variant, start), tokens);
-      const std::string train = " train " + path + " --set checkpoint.export_format=hf --set trainer.grad_accum=2";
-      std::string out;
-      ASSERT_EQ(run_command(testing::tessera_binary() +
-                                (pp == 1 ? train : " launch --nproc-per-node 2 --" + train + " --set parallelism.pp=2"),
-                            out),
-                0)
-          << out;
-      const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
-      exported_loss[pp - 1] = reference_loss(exported, tokens, "--strict");
-      if (pp == 2) {
-        EXPECT_GT(relative(exported_loss[1], reference_loss(start, tokens)), 1e-3) << "training changed nothing";
-        ASSERT_EQ(run_command("(" + testing::tessera_binary() + " launch --nproc-per-node 2 -- eval " + path +
-                                  " --split train --batches 3 --resume auto --set parallelism.pp=2 2>/dev/null)",
-                              out),
-                  0)
-            << out;
-        const auto brace = out.find('{');
-        ASSERT_NE(brace, std::string::npos) << out;
-        const auto piped = nlohmann::json::parse(out.substr(brace, out.find('\n', brace) - brace));
-        EXPECT_EQ(piped.value("tokens", 0), 3 * 4 * kSeqLen);
-        EXPECT_LT(relative(piped.at("loss").get<double>(), exported_loss[1]), kLossTolerance);
-      }
-    }
-    EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "pp 2 against one rank";
-  }
+  two_ranks_export_what_one_rank_does("--set parallelism.pp=2", "--set parallelism.pp=2", "--set trainer.grad_accum=2");
 }
 
 // Mixtral (model/llama with num_experts): a MixtralForCausalLM made by transformers imports with

@@ -31,6 +31,16 @@ const std::string kDocuments =
 // two micro-batches are not two ranks' batches.
 const std::string kMixtral = "--set components.model.config.num_experts=4 --set components.model.config.aux_loss_coef=0";
 
+// A run saved under one mesh at step 5 of 10 and resumed under another.
+struct Reshard {
+  std::string name;
+  int save_ranks;
+  std::string save;
+  int load_ranks;
+  std::string load;
+  std::string model = "tiny_tp";
+};
+
 class TensorParallel : public Cli {
  protected:
   std::string config(const std::string& model) const {
@@ -41,6 +51,26 @@ class TensorParallel : public Cli {
     const std::string command = "train " + config(model) + data_set() + " " + args + " --run-dir " + dir_.file(name);
     return run_command(tessera(ranks == 1 ? command : "launch --nproc-per-node " + std::to_string(ranks) + " -- " + command),
                        out);
+  }
+  // The resumed run's steps 6-10 are the saved run's, within float32 rounding.
+  void resumes_as_saved(const Reshard& r) {
+    SCOPED_TRACE(r.name);
+    std::string out;
+    ASSERT_EQ(train(r.save_ranks, r.model, r.save + " --set checkpoint.every_steps=5", "save_" + r.name, out), 0) << out;
+    ASSERT_EQ(train(r.load_ranks, r.model,
+                    r.load + " --resume " + dir_.file("save_" + r.name) + "/checkpoints/step_00000005",
+                    "load_" + r.name, out),
+              0)
+        << out;
+    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+    const auto saved = read_metrics(dir_.file("save_" + r.name) + "/metrics.jsonl");
+    const auto loaded = read_metrics(dir_.file("load_" + r.name) + "/metrics.jsonl");
+    ASSERT_EQ(saved.size(), 10u);
+    ASSERT_EQ(loaded.size(), 5u) << out;
+    for (std::size_t i = 0; i < loaded.size(); ++i) {
+      const double expected = saved[i + 5]["loss"], got = loaded[i]["loss"];
+      EXPECT_NEAR(got, expected, 2e-5 * expected) << "step " << i + 6;
+    }
   }
 };
 

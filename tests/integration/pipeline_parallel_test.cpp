@@ -82,14 +82,6 @@ TEST_F(Pipeline, WithDropoutRunsRepeatAndResumeBitExactly) {
 // Saved under a pipeline (each stage its blocks), resumed without one and back: the steps after the
 // checkpoint are the uninterrupted run's (whole parameters and optimizer state, cut again).
 TEST_F(Pipeline, CheckpointsReshardBetweenPipelinedAndWholeModels) {
-  struct Reshard {
-    std::string name;
-    int save_ranks;
-    std::string save;
-    int load_ranks;
-    std::string load;
-    std::string model = "tiny_tp";
-  };
   const Reshard cases[] = {
       {"pp2_gpipe_to_1", 2, "--set parallelism.pp=2 --set parallelism.pp_schedule=gpipe", 1, ""},
       {"1_to_pp2_1f1b", 1, "", 2, "--set parallelism.pp=2"},
@@ -98,25 +90,7 @@ TEST_F(Pipeline, CheckpointsReshardBetweenPipelinedAndWholeModels) {
       {"llama_fsdp2_pp2_to_fsdp2", 4, "--set parallelism.pp=2" + kFsdp, 2, kFsdp, "tiny_llama_tp"},
       {"llama_1_to_pp2", 1, "", 2, "--set parallelism.pp=2", "tiny_llama_tp"},
   };
-  for (const Reshard& r : cases) {
-    SCOPED_TRACE(r.name);
-    std::string out;
-    ASSERT_EQ(train(r.save_ranks, r.model, r.save + " --set checkpoint.every_steps=5", "save_" + r.name, out), 0) << out;
-    ASSERT_EQ(train(r.load_ranks, r.model,
-                    r.load + " --resume " + dir_.file("save_" + r.name) + "/checkpoints/step_00000005",
-                    "load_" + r.name, out),
-              0)
-        << out;
-    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
-    const auto saved = read_metrics(dir_.file("save_" + r.name) + "/metrics.jsonl");
-    const auto loaded = read_metrics(dir_.file("load_" + r.name) + "/metrics.jsonl");
-    ASSERT_EQ(saved.size(), 10u);
-    ASSERT_EQ(loaded.size(), 5u) << out;
-    for (std::size_t i = 0; i < loaded.size(); ++i) {
-      const double expected = saved[i + 5]["loss"], got = loaded[i]["loss"];
-      EXPECT_NEAR(got, expected, 2e-5 * expected) << "step " << i + 6;
-    }
-  }
+  for (const Reshard& r : cases) resumes_as_saved(r);
 }
 
 // What a pipeline cannot take is refused before anything is built: one line with the spec's

@@ -120,14 +120,6 @@ TEST_F(TensorParallel, WithDropoutRunsRepeatAndResumeBitExactly) {
 // Saved under one mesh, resumed under another: the steps after the checkpoint are the
 // uninterrupted run's (whole parameters and optimizer state in the checkpoint, cut again).
 TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
-  struct Reshard {
-    std::string name;
-    int save_ranks;
-    std::string save;
-    int load_ranks;
-    std::string load;
-    std::string model = "tiny_tp";
-  };
   const Reshard cases[] = {
       {"tp2_to_1", 2, "--set parallelism.tp=2", 1, ""},
       {"1_to_tp4", 1, "", 4, "--set parallelism.tp=4"},
@@ -143,25 +135,7 @@ TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
       // Experts whole on both tensor-parallel ranks: their state written once.
       {"tp2_ep2_to_1", 4, "--set parallelism.tp=2 --set parallelism.ep=2", 1, "--set trainer.grad_accum=4", "tiny_moe_ep"},
   };
-  for (const Reshard& r : cases) {
-    SCOPED_TRACE(r.name);
-    std::string out;
-    ASSERT_EQ(train(r.save_ranks, r.model, r.save + " --set checkpoint.every_steps=5", "save_" + r.name, out), 0) << out;
-    ASSERT_EQ(train(r.load_ranks, r.model,
-                    r.load + " --resume " + dir_.file("save_" + r.name) + "/checkpoints/step_00000005",
-                    "load_" + r.name, out),
-              0)
-        << out;
-    EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
-    const auto saved = read_metrics(dir_.file("save_" + r.name) + "/metrics.jsonl");
-    const auto loaded = read_metrics(dir_.file("load_" + r.name) + "/metrics.jsonl");
-    ASSERT_EQ(saved.size(), 10u);
-    ASSERT_EQ(loaded.size(), 5u) << out;
-    for (std::size_t i = 0; i < loaded.size(); ++i) {
-      const double expected = saved[i + 5]["loss"], got = loaded[i]["loss"];
-      EXPECT_NEAR(got, expected, 2e-5 * expected) << "step " << i + 6;
-    }
-  }
+  for (const Reshard& r : cases) resumes_as_saved(r);
 }
 
 // init_from a Tessera export: each tensor-parallel rank takes its part of every tensor, and the
