@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <ostream>
+#include <regex>
 #include <string>
 
 #include "cli_fixture.hpp"
@@ -41,6 +42,11 @@ struct Reshard {
   std::string model = "tiny_tp";
 };
 
+// A spec the mesh cannot take: its model, the --set arguments, what the error says.
+struct Bad {
+  std::string model, args, expected;
+};
+
 class TensorParallel : public Cli {
  protected:
   std::string config(const std::string& model) const {
@@ -51,6 +57,15 @@ class TensorParallel : public Cli {
     const std::string command = "train " + config(model) + data_set() + " " + args + " --run-dir " + dir_.file(name);
     return run_command(tessera(ranks == 1 ? command : "launch --nproc-per-node " + std::to_string(ranks) + " -- " + command),
                        out);
+  }
+  // `tessera validate` refuses it before anything is built: exit 2, one line with FILE:LINE:COL
+  // (the spec, or the --set that wrote the value): PATH: what is wrong.
+  void is_a_positioned_validate_error(const Bad& c) {
+    SCOPED_TRACE(c.args);
+    std::string out;
+    EXPECT_EQ(run_command(tessera("validate " + config(c.model) + data_set() + " " + c.args), out), 2) << out;
+    EXPECT_NE(out.find(c.expected), std::string::npos) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(R"(error: [^\n]+:[0-9]+:[0-9]+: [a-z_.]+: )"))) << "positioned: " << out;
   }
   // The resumed run's steps 6-10 are the saved run's, within float32 rounding.
   void resumes_as_saved(const Reshard& r) {

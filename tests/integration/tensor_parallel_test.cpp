@@ -230,9 +230,6 @@ TEST_F(TensorParallel, ExpertParallelRanksRouteAsDataParallelRanksDo) {
 // What a mesh cannot do is refused before anything is built: one line with the spec's position,
 // exit 2.
 TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
-  struct Bad {
-    std::string model, args, expected;
-  };
   const Bad cases[] = {
       {"tiny_tp", "--set parallelism.tp=3", "n_head (4) must be divisible by parallelism.tp (3)"},
       {"tiny_tp", "--set parallelism.tp=2 --set components.model.config.vocab_size=255",
@@ -264,14 +261,7 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
       {"tiny_llama_tp", "--set parallelism.tp=2 --set parallelism.sequence_parallel=true " + kMixtral,
        "the experts route whole sequences, not tensor-parallel slices of them"},
   };
-  for (const Bad& c : cases) {
-    SCOPED_TRACE(c.args);
-    std::string out;
-    EXPECT_EQ(run_command(tessera("validate " + config(c.model) + data_set() + " " + c.args), out), 2) << out;
-    EXPECT_NE(out.find(c.expected), std::string::npos) << out;
-    // FILE:LINE:COL (the spec, or the --set that wrote the value): PATH: what is wrong.
-    EXPECT_TRUE(std::regex_search(out, std::regex(R"(error: [^\n]+:[0-9]+:[0-9]+: [a-z_.]+: )"))) << "positioned: " << out;
-  }
+  for (const Bad& c : cases) is_a_positioned_validate_error(c);
   // gpt_moe runs its experts on whole sequences.
   std::string out;
   EXPECT_EQ(run_command(tessera("validate " + config("tiny_tp") + data_set() +
