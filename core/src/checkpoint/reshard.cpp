@@ -11,10 +11,8 @@
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
 
 namespace tessera::core {
-namespace {
 
-// The index i of a per-parameter key "param.<i>.<field>", or -1.
-long long param_index(const std::string& key) {
+long long optimizer_param_index(const std::string& key) {
   if (key.rfind("param.", 0) != 0) return -1;
   const auto dot = key.find('.', 6);
   if (dot == std::string::npos || dot == 6) return -1;
@@ -24,6 +22,8 @@ long long param_index(const std::string& key) {
   return std::stoll(key.substr(6, dot - 6));
 }
 
+namespace {
+
 // "param.<i>.rest" (or "param.<i>") with i replaced by `index`.
 std::string with_index(const std::string& key, long long index) {
   const auto dot = key.find('.', 6);
@@ -31,7 +31,7 @@ std::string with_index(const std::string& key, long long index) {
 }
 
 // The index of "param.<i>" alone (a ranges or layouts key), or -1.
-long long bare_param_index(const std::string& key) { return param_index(key + "."); }
+long long bare_param_index(const std::string& key) { return optimizer_param_index(key + "."); }
 
 }  // namespace
 
@@ -52,7 +52,7 @@ std::vector<std::string> key_parts_by_name(std::vector<OptimizerPart>& parts) {
     };
     StateDict state, ranges, layouts;
     for (auto& [key, t] : part.state) {
-      const long long local = param_index(key);
+      const long long local = optimizer_param_index(key);
       state[local < 0 ? key : renumber(key, local)] = t;
     }
     for (auto& [key, t] : part.ranges) ranges[renumber(key, bare_param_index(key))] = t;
@@ -70,7 +70,7 @@ StateDict optimizer_state_by_index(const StateDict& by_name_index, const std::ve
   for (std::size_t i = 0; i < params_names.size(); ++i) local_of[params_names[i]] = static_cast<long long>(i);
   StateDict out;
   for (const auto& [key, t] : by_name_index) {
-    const long long index = param_index(key);
+    const long long index = optimizer_param_index(key);
     if (index < 0) {
       out[key] = t;
       continue;
@@ -92,7 +92,7 @@ StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict
   std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> covered;
   for (const auto& [state, ranges] : parts_and_ranges) {
     for (const auto& [key, t] : state) {
-      const long long index = param_index(key);
+      const long long index = optimizer_param_index(key);
       if (index < 0 || t.dim() == 0) {
         if (!whole.count(key)) whole[key] = t;  // the same on every rank
         continue;
@@ -144,7 +144,7 @@ StateDict optimizer_state_for(const StateDict& whole, const std::vector<at::Tens
                               const std::vector<std::pair<std::int64_t, std::int64_t>>* ranges) {
   StateDict out;
   for (const auto& [key, t] : whole) {
-    const long long index = param_index(key);
+    const long long index = optimizer_param_index(key);
     if (index < 0 || t.dim() == 0) {
       out[key] = t.clone();
       continue;
@@ -179,7 +179,7 @@ StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
   // same on every rank) taken from the first part that has them.
   std::map<std::string, bool> keys;
   for (const auto& part : parts) {
-    for (const auto& [key, t] : part.state) keys[key] = param_index(key) >= 0 && t.dim() > 0;
+    for (const auto& [key, t] : part.state) keys[key] = optimizer_param_index(key) >= 0 && t.dim() > 0;
   }
   StateDict whole;
   for (const auto& [key, per_element] : keys) {
@@ -193,7 +193,7 @@ StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
       }
       continue;
     }
-    const std::string param = "param." + std::to_string(param_index(key));
+    const std::string param = "param." + std::to_string(optimizer_param_index(key));
     // The parts of each rank of the parameter's layout.
     std::map<std::int64_t, std::vector<std::pair<StateDict, StateDict>>> by_rank;
     at::Tensor layout;
@@ -246,7 +246,7 @@ StateDict shard_part(const StateDict& whole, const std::vector<at::Tensor>& para
                      const std::vector<TensorShard>& shards, const std::vector<ShardRanks>& ranks) {
   StateDict out;
   for (const auto& [key, t] : whole) {
-    const long long index = param_index(key);
+    const long long index = optimizer_param_index(key);
     if (index < 0 || t.dim() == 0 || index >= static_cast<long long>(params.size())) {
       out[key] = t;
       continue;

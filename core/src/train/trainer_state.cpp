@@ -27,17 +27,6 @@ std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrat
   return ranges;
 }
 
-// The index i of an optimizer state key "param.<i>.<field>" (tessera/optimizer.hpp), or -1.
-long long optimizer_param_index(const std::string& key) {
-  if (key.rfind("param.", 0) != 0) return -1;
-  const auto dot = key.find('.', 6);
-  if (dot == std::string::npos || dot == 6) return -1;
-  for (std::size_t i = 6; i < dot; ++i) {
-    if (key[i] < '0' || key[i] > '9') return -1;
-  }
-  return std::stoll(key.substr(6, dot - 6));
-}
-
 // A Stateful's state_dict() is already a copy (tessera/stateful.hpp): only device tensors move.
 StateDict on_host(StateDict state) {
   for (auto& [key, t] : state) t = t.detach().to(at::kCPU);

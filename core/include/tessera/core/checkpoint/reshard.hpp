@@ -7,12 +7,16 @@
 
 #include <cstdint>
 #include <utility>
+#include <string>
 #include <vector>
 
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/stateful.hpp"
 
 namespace tessera::core {
+
+// The index i of a per-parameter key "param.<i>.<field>", or -1 for any other key.
+long long optimizer_param_index(const std::string& key);
 
 // Joins the parts saved by several ranks (each with its "param.<i>" -> [begin, end, numel]
 // ranges) into whole flattened tensors; the parts must tile every parameter exactly.
