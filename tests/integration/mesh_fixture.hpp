@@ -7,6 +7,7 @@
 #include <ostream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "cli_fixture.hpp"
 
@@ -66,6 +67,32 @@ class TensorParallel : public Cli {
     EXPECT_EQ(run_command(tessera("validate " + config(c.model) + data_set() + " " + c.args), out), 2) << out;
     EXPECT_NE(out.find(c.expected), std::string::npos) << out;
     EXPECT_TRUE(std::regex_search(out, std::regex(R"(error: [^\n]+:[0-9]+:[0-9]+: [a-z_.]+: )"))) << "positioned: " << out;
+  }
+  // Two runs of tiny_tp with ARGS on 2 ranks (run dirs NAME "a", "b") give the same losses, and
+  // one resumed from the first's step 5 ("c") gives its steps 6-10 to the last bit; `first` gets
+  // the first run's metrics.
+  void repeats_and_resumes_bit_exactly(const std::string& args, const std::string& name,
+                                       std::vector<nlohmann::json>& first) {
+    std::string out;
+    ASSERT_EQ(train(2, "tiny_tp", args + " --set checkpoint.every_steps=5", "a" + name, out), 0) << out;
+    ASSERT_EQ(train(2, "tiny_tp", args, "b" + name, out), 0) << out;
+    ASSERT_EQ(train(2, "tiny_tp", args + " --resume " + dir_.file("a" + name) + "/checkpoints/step_00000005", "c" + name,
+                    out),
+              0)
+        << out;
+    first = read_metrics(dir_.file("a" + name) + "/metrics.jsonl");
+    const auto b = read_metrics(dir_.file("b" + name) + "/metrics.jsonl");
+    const auto c = read_metrics(dir_.file("c" + name) + "/metrics.jsonl");
+    ASSERT_EQ(first.size(), 10u);
+    ASSERT_EQ(b.size(), 10u);
+    ASSERT_EQ(c.size(), 5u) << out;
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      EXPECT_EQ(double(b[i]["loss"]), double(first[i]["loss"])) << "step " << i + 1;
+    }
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      EXPECT_EQ(c[i]["step"], first[i + 5]["step"]);
+      EXPECT_EQ(double(c[i]["loss"]), double(first[i + 5]["loss"])) << "step " << i + 6;
+    }
   }
   // The resumed run's steps 6-10 are the saved run's, within float32 rounding.
   void resumes_as_saved(const Reshard& r) {

@@ -93,22 +93,8 @@ TEST_F(TensorParallel, WithDropoutRunsRepeatAndResumeBitExactly) {
     SCOPED_TRACE("sequence_parallel " + sp);
     const std::string args = "--set components.model.config.dropout=0.1 --set parallelism.tp=2 "
                              "--set parallelism.sequence_parallel=" + sp;
-    std::string out;
-    ASSERT_EQ(train(2, "tiny_tp", args + " --set checkpoint.every_steps=5", "a" + sp, out), 0) << out;
-    ASSERT_EQ(train(2, "tiny_tp", args, "b" + sp, out), 0) << out;
-    ASSERT_EQ(train(2, "tiny_tp", args + " --resume " + dir_.file("a" + sp) + "/checkpoints/step_00000005", "c" + sp, out), 0)
-        << out;
-    const auto a = read_metrics(dir_.file("a" + sp) + "/metrics.jsonl");
-    const auto b = read_metrics(dir_.file("b" + sp) + "/metrics.jsonl");
-    const auto c = read_metrics(dir_.file("c" + sp) + "/metrics.jsonl");
-    ASSERT_EQ(a.size(), 10u);
-    ASSERT_EQ(b.size(), 10u);
-    ASSERT_EQ(c.size(), 5u) << out;
-    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(double(b[i]["loss"]), double(a[i]["loss"])) << "step " << i + 1;
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      EXPECT_EQ(c[i]["step"], a[i + 5]["step"]);
-      EXPECT_EQ(double(c[i]["loss"]), double(a[i + 5]["loss"])) << "step " << i + 6;
-    }
+    std::vector<nlohmann::json> first;
+    repeats_and_resumes_bit_exactly(args, sp, first);
   }
   // Dropout did something: the run without it has other losses.
   std::string out;

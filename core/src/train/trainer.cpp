@@ -1,5 +1,7 @@
 // The trainer's construction and its loop: agreeing on stops and saves at each step boundary,
 // the events around the steps, and saving. One step is trainer_step.cpp.
+// Long (past 400 lines) because construction, the loop and saving share the trainer's private
+// state; splitting them would pass that state around rather than separate concepts.
 #include "tessera/core/train/trainer.hpp"
 
 #include <ATen/Context.h>

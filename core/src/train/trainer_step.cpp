@@ -1,6 +1,8 @@
 // One optimizer step, phase by phase: fetch the micro-batches, forward and backward each, reduce
 // the loss and the gradient norm over ranks, let callbacks judge the step, update the weights,
 // record the metrics. Each phase is one function; step() shows them in order.
+// Long (past 400 lines) as the sum of its phases; the pipeline's forward-backward is apart in
+// pipeline_step.cpp.
 #include <ATen/ops/_foreach_zero.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/logical_and.h>

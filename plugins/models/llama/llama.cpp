@@ -5,6 +5,9 @@
 // With num_experts, Mixtral: every block's MLP is a mixture of SwiGLU experts (top-k routing,
 // tessera::ExpertRouter), expert-parallel over parallelism.ep; imports and exports Hugging Face's
 // MixtralForCausalLM, and reports its routing to monitors through tessera::MoeRouting.
+// Long (past 400 lines): the blocks, their tensor-, context-, expert- and pipeline-parallel
+// placement and the import/export hooks all act on the same modules; the config and name mapping
+// are apart in llama_config.hpp.
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>

@@ -3,6 +3,8 @@
 // rope_theta/rope_scaling and transformers 5's rope_parameters), and the tensor names (Tessera's
 // are Hugging Face's without `model.`; stacked experts are one tensor per weight here, one per
 // expert there).
+// Long (past 400 lines): one table of Hugging Face fields and names for Llama and Mixtral, kept
+// together so that import and export cannot disagree.
 #pragma once
 
 #include <nlohmann/json.hpp>

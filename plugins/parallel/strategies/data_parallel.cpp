@@ -2,6 +2,8 @@
 // from autograd hooks, parameters without a gradient, the optimizer step on shards. The state for
 // checkpoints is data_parallel_state.cpp; what only fsdp does (units from the model, gathering
 // and freeing around forward) is fsdp_units.cpp.
+// Long (past 400 lines): the bucket hooks, their reductions (pipeline schedules included) and
+// the sharded optimizer step read and write the same per-unit state.
 #include "data_parallel.hpp"
 
 #include <ATen/ops/_foreach_norm.h>
