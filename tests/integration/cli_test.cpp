@@ -28,7 +28,7 @@ TEST_F(Cli, VersionAndHelp) {
   EXPECT_NE(out.find(std::string("(SDK ABI ") + std::to_string(kSdkAbiVersion) + "; LibTorch " + TORCH_VERSION + ", "),
             std::string::npos)
       << out;
-  for (const char* cmd : {"train", "validate", "components", "describe"}) {
+  for (const char* cmd : {"train", "validate", "components", "describe", "plan"}) {
     EXPECT_EQ(run_command(tessera(std::string(cmd) + " --help"), out), 0) << cmd;
     EXPECT_NE(out.find("usage: tessera"), std::string::npos) << cmd;
   }

@@ -18,7 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // 10 steps of 2 micro-batches per data-parallel rank, clipping at 0.5 (tiny_tp.yaml): the same
-// loss and grad norm every step as one process, within float32 rounding.
+// loss and grad norm every step as one process, within float32 rounding; and the bytes the mesh's
+// ranks held and moved are those `tessera plan` computes for it (every mesh of these tests and of
+// pipeline_parallel_test.cpp).
 TEST_P(Meshes, TrainAsOneRankWithAsMuchAccumulation) {
   const MeshCase c = GetParam();
   std::string one_log, log;
@@ -38,6 +40,8 @@ TEST_P(Meshes, TrainAsOneRankWithAsMuchAccumulation) {
     EXPECT_EQ(mesh[i]["tokens"], one[i]["tokens"]) << "step " << i + 1;
   }
   EXPECT_LT(double(mesh.back()["loss"]), double(mesh.front()["loss"])) << "it learns";
+  // What the run held and moved is what `tessera plan` says a rank of this mesh does.
+  plan_agrees_with_run(c.ranks, c.model, c.model_sets + " " + c.sets, mesh);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -28,6 +28,7 @@ bool parse_command_line(const Args& args, const boost::program_options::options_
 int train_command(const Args& args);
 int validate_command(const Args& args);
 int eval_command(const Args& args);
+int plan_command(const Args& args);
 int prepare_data_command(const Args& args);
 int components_command(const Args& args);
 int describe_command(const Args& args);

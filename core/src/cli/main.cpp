@@ -22,6 +22,8 @@ const char* kUsage =
     "  train CONFIG       train from a run spec\n"
     "  validate CONFIG    check a run spec and every component in it, building nothing\n"
     "  eval CONFIG        the model's loss on the spec's evaluation data, one JSON line on stdout\n"
+    "  plan CONFIG --ranks N [--device-memory GiB]\n"
+    "                     the meshes for N ranks: memory and bytes moved per rank, bubble, ranked\n"
     "  prepare-data INPUT... --tokenizer SPEC --out FILE\n"
     "                     tokenise text or JSON lines into a token file for dataset/tokens\n"
     "  components         list the registered components and the plugin files they come from\n"
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
       {"train", cli::train_command},
       {"validate", cli::validate_command},
       {"eval", cli::eval_command},
+      {"plan", cli::plan_command},
       {"prepare-data", cli::prepare_data_command},
       {"components", cli::components_command},
       {"describe", cli::describe_command},

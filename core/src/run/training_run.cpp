@@ -172,6 +172,24 @@ TrainingRun::TrainingRun(const RunOptions& options) : plan_(plan_and_configure_l
   if (!options.evaluate_only) check_pipeline_micro_batches(plan_);
 }
 
+void TrainingRun::check_mesh(const ParallelDims& dims) const {
+  RunPlan plan = plan_;
+  plan.context.parallel = dims;
+  ComponentFactory(host_.registry(), plan.context).validate(plan.components());
+  check_model_splits(plan, host_.registry());
+  check_pipeline_micro_batches(plan);
+}
+
+std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const {
+  const ConfigNode* model = plan_.components().find("model");
+  if (!model) throw ConfigIssue(plan_.spec.pos(), "components.model", "the spec has no model to plan");
+  ConfigNode only_model = ConfigNode::make_map(plan_.components().pos());
+  only_model.set("model", *model);
+  DeferredInitScope deferred;
+  BuiltComponents built = ComponentFactory(host_.registry(), context).build(only_model);
+  return instance<Model>(built, "model");
+}
+
 std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {
   // Rank 0 chooses and tells the others, so every rank restores the same step even if their
   // views of the file system differ. newest_valid() verified it, including that its metadata's

@@ -134,6 +134,7 @@ class Gpt final : public tessera::Model {
   // GPT2LMHeadModel has biases throughout.
   bool exports_hugging_face() const override { return config_.bias; }
   std::string architecture_json() const override { return tessera::gpt2_format::architecture_json(config_); }
+  tessera::TransformerShape transformer_shape() const override { return tessera::gpt_parts::transformer_shape(config_); }
 
   tessera::HfExport hugging_face_export(const tessera::StateDict& state) const override {
     tessera::HfExport out = tessera::gpt2_format::export_folder(config_, state, special_ids_);

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "tessera/config_fields.hpp"
+#include "tessera/activation_checkpoint.hpp"
+#include "tessera/model.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallel/parallel_dims.hpp"
 
@@ -137,6 +139,24 @@ void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& d
                         "n_embd");
     }
   });
+}
+
+// The shape tessera plan reads (Model::transformer_shape): a GPT-2 block's attention and its
+// 4 x n_embd MLP; gpt_moe adds its experts.
+inline TransformerShape transformer_shape(const GptArchitecture& c) {
+  TransformerShape shape;
+  shape.hidden = c.n_embd;
+  shape.blocks = c.n_layer;
+  shape.heads = c.n_head;
+  shape.kv_heads = c.n_head;
+  shape.head_dim = c.head_dim();
+  shape.mlp_hidden = 4 * c.n_embd;
+  for (std::int64_t block = 0; block < c.n_layer; ++block) {
+    if (checkpoints_block(c.activation_checkpointing, c.activation_checkpointing_every, block)) {
+      shape.checkpointed_blocks.push_back(block);
+    }
+  }
+  return shape;
 }
 
 }  // namespace tessera::gpt_parts

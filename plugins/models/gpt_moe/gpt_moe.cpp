@@ -149,6 +149,16 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
     return head;
   }
 
+  tessera::TransformerShape transformer_shape() const override {
+    tessera::TransformerShape shape = tessera::gpt_parts::transformer_shape(s_);
+    shape.mlp_hidden = s_.expert_width();
+    for (std::int64_t block = 0; block < s_.n_layer; ++block) {
+      if (s_.is_moe_block(block)) shape.moe_blocks.push_back(block);
+    }
+    shape.experts = s_.num_experts;
+    shape.experts_per_token = s_.top_k;
+    return shape;
+  }
   std::int64_t vocab_size() const override { return s_.vocab_size; }
   std::int64_t max_seq_len() const override { return s_.max_seq_len; }
   // 6 N_active + 12 L C T, the dense GPT's count (PaLM appendix B) with only the routed experts.

@@ -355,6 +355,25 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
   bool masks_documents() const override { return true; }
   bool exports_hugging_face() const override { return true; }
   std::string architecture_json() const override { return tessera::llama::architecture_json(config_); }
+  tessera::TransformerShape transformer_shape() const override {
+    tessera::TransformerShape shape;
+    shape.hidden = config_.n_embd;
+    shape.blocks = config_.n_layer;
+    shape.heads = config_.n_head;
+    shape.kv_heads = config_.kv_heads();
+    shape.head_dim = config_.head_size();
+    shape.mlp_hidden = config_.mlp_size();
+    shape.gated_mlp = true;
+    for (std::int64_t block = 0; block < config_.n_layer; ++block) {
+      if (config_.mixture_of_experts()) shape.moe_blocks.push_back(block);
+      if (tessera::checkpoints_block(config_.activation_checkpointing, config_.activation_checkpointing_every, block)) {
+        shape.checkpointed_blocks.push_back(block);
+      }
+    }
+    shape.experts = config_.num_experts;
+    shape.experts_per_token = config_.mixture_of_experts() ? config_.top_k : 0;
+    return shape;
+  }
 
   std::vector<std::string> pipeline_tied_parameters() const override {
     return pp_.size() > 1 && config_.tie_embeddings ? std::vector<std::string>{"embed_tokens.weight"}

@@ -24,6 +24,26 @@
 
 namespace tessera {
 
+// A transformer's shape, as `tessera plan` needs it to count the bytes each mesh axis moves and
+// the activations a block keeps (core/src/plan/). Sizes are the whole model's, before any split.
+// hidden == 0 (the default): the model does not describe itself; its parameters and the
+// data-parallel strategies' traffic are still planned, the model-parallel axes' traffic is not.
+struct TransformerShape {
+  std::int64_t hidden = 0;      // width of the residual stream (d_model)
+  std::int64_t blocks = 0;      // transformer blocks
+  std::int64_t heads = 0;       // query heads
+  std::int64_t kv_heads = 0;    // key/value heads (heads without grouping)
+  std::int64_t head_dim = 0;
+  std::int64_t mlp_hidden = 0;  // a dense MLP's inner width (an expert's, in an MoE block)
+  bool gated_mlp = false;       // SwiGLU: two inner projections
+  // Blocks whose MLP is a mixture of experts (by index), its experts and their routing.
+  std::vector<std::int64_t> moe_blocks;
+  std::int64_t experts = 0;
+  std::int64_t experts_per_token = 0;
+  // Blocks that recompute their activations in backward (activation checkpointing), by index.
+  std::vector<std::int64_t> checkpointed_blocks;
+};
+
 // What a strategy does around the forward pass. Installed by the strategy, called by Model.
 class TESSERA_API ForwardHooks {
  public:
@@ -119,6 +139,10 @@ class TESSERA_API Model : public torch::nn::Module {
   // their gradients are summed over the two, so their values stay equal; the first stage's copy
   // is the one saved. By name.
   virtual std::vector<std::string> pipeline_tied_parameters() const { return {}; }
+
+  // --- Planning (tessera plan) ---------------------------------------------------------------------
+  // The whole model's shape (TransformerShape above); the default describes nothing.
+  virtual TransformerShape transformer_shape() const { return {}; }
 
   // The submodules a sharding strategy gathers one at a time, in the order compute() runs them.
   // Empty (the default): the model is one unit.

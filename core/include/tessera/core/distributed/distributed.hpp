@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,6 +69,12 @@ std::shared_ptr<Communicator> make_subgroup(Communicator& world, const std::stri
 // that has more than one rank and fewer than all (DeviceMesh::standard_groups, made in that
 // order). A mesh of data parallelism alone makes none.
 std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>& world, const ParallelDims& dims);
+// The same with the groups made by `make_group(name, members)` (tessera plan: communicators that
+// know their place and move no data, core/src/plan/layout_mesh.cpp).
+using MakeGroup =
+    std::function<std::shared_ptr<Communicator>(const std::string& name, const std::vector<std::int64_t>& members)>;
+std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>& world, const ParallelDims& dims,
+                                             const MakeGroup& make_group);
 
 // Ends the process groups of a communicator made above, for a run that finished normally: NCCL
 // destroys its communicators once their queued work is done (without this, its destructor aborts

@@ -34,6 +34,15 @@ class TrainingRun {
   TrainResult train();
   // Builds the trainer without running it (tests drive single steps).
   std::unique_ptr<Trainer> make_trainer();
+
+  // --- tessera plan (core/src/plan/) ---------------------------------------------------------
+  // The checks `tessera validate` makes, for a run of this spec on the mesh `dims` instead of
+  // the spec's own (components, model splits, the pipeline's micro-batches). Throws ConfigIssue.
+  void check_mesh(const ParallelDims& dims) const;
+  // The spec's model alone as the rank of `context` builds it (context.mesh set), inside a
+  // DeferredInitScope: a model that defers its initialisation holds shapes, not memory. Keep it
+  // no longer than this TrainingRun (its plugin stays loaded that long).
+  std::shared_ptr<Model> build_model(const RunContext& context) const;
   // `tessera eval`: the model as built (init_from) or as a checkpoint left it (options' resume),
   // its loss over the first batches of a dataset of the spec, reduced over the ranks
   // (core/src/run/evaluation.cpp).

@@ -1,0 +1,206 @@
+// tessera plan: the candidate meshes, each checked as `tessera validate` would and planned rank
+// by rank (one rank per pipeline stage), then ranked. See mesh_plan.hpp.
+#include "tessera/core/plan/mesh_plan.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <tuple>
+
+#include "plan_parts.hpp"
+#include "tessera/core/run/parallelism_settings.hpp"
+#include "tessera/core/run/training_run.hpp"
+#include "tessera/core/train/pipeline_schedule.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::core {
+
+namespace {
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// The scalar at a path of the spec, or "".
+std::string scalar_at(const ConfigNode& spec, const std::vector<const char*>& path) {
+  const ConfigNode* node = &spec;
+  for (const char* key : path) {
+    if (!node->is_map()) return "";
+    node = node->find(key);
+    if (!node) return "";
+  }
+  return node->is_scalar() ? node->scalar() : "";
+}
+
+plan::StepFacts step_facts(const RunPlan& run, const Model& model) {
+  plan::StepFacts step;
+  step.micro_batch = run.trainer.micro_batch_size;
+  step.micro_batches = run.trainer.grad_accum;
+  const std::string seq_len = scalar_at(run.spec, {"components", "train_data", "config", "seq_len"});
+  step.seq_len = seq_len.empty() ? model.max_seq_len() : std::atoll(seq_len.c_str());
+  step.bf16 = run.settings.precision == "bf16";
+  step.strategy = scalar_at(run.spec, {"components", "parallel", "variant_key"});
+  step.reduce_bytes = scalar_at(run.spec, {"components", "parallel", "config", "reduce_dtype"}) == "bf16" ? 2 : 4;
+  step.gather_bytes = scalar_at(run.spec, {"components", "parallel", "config", "param_dtype"}) == "bf16" ? 2 : 4;
+  step.optimizer = scalar_at(run.spec, {"components", "optimizer", "variant_key"});
+  const std::string implementation = scalar_at(run.spec, {"components", "optimizer", "config", "implementation"});
+  step.fused_optimizer = implementation.empty() || implementation == "auto" || implementation == "fused";
+  const std::string momentum = scalar_at(run.spec, {"components", "optimizer", "config", "momentum"});
+  step.sgd_momentum = momentum.empty() ? 0 : std::atof(momentum.c_str());
+  step.vocab = model.vocab_size();
+  return step;
+}
+
+bool same_mesh(const ParallelDims& a, const ParallelDims& b) {
+  return a.pp == b.pp && a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.tp == b.tp &&
+         a.ep == b.ep && a.sequence_parallel == b.sequence_parallel;
+}
+
+// The first line of a validation message, for the list of refused meshes.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+double PlannedRank::communicated_total() const {
+  double total = 0;
+  for (const auto& [group, bytes] : communicated) total += bytes;
+  return total;
+}
+
+PlannedMemory PlannedMesh::largest() const {
+  PlannedMemory m;
+  for (const auto& r : ranks) {
+    m.parameters = std::max(m.parameters, r.memory.parameters);
+    m.gradients = std::max(m.gradients, r.memory.gradients);
+    m.optimizer_state = std::max(m.optimizer_state, r.memory.optimizer_state);
+    m.activations = std::max(m.activations, r.memory.activations);
+  }
+  return m;
+}
+
+double PlannedMesh::largest_communicated() const {
+  double most = 0;
+  for (const auto& r : ranks) most = std::max(most, r.communicated_total());
+  return most;
+}
+
+std::vector<ParallelDims> candidate_meshes(std::int64_t ranks, const ParallelDims& spec,
+                                           const std::vector<std::string>& model_axes, bool hybrid_sharding) {
+  auto splits = [&](const char* axis) { return std::find(model_axes.begin(), model_axes.end(), axis) != model_axes.end(); };
+  std::vector<ParallelDims> out;
+  for (std::int64_t pp : divisors(ranks)) {
+    if (pp > 1 && !splits("pp")) continue;
+    for (std::int64_t tp : divisors(ranks / pp)) {
+      if (tp > 1 && !splits("tp")) continue;
+      for (std::int64_t cp : divisors(ranks / pp / tp)) {
+        if (cp > 1 && !splits("cp")) continue;
+        for (std::int64_t replicate : divisors(ranks / pp / tp / cp)) {
+          if (replicate > 1 && !hybrid_sharding) continue;
+          const std::int64_t shard = ranks / pp / tp / cp / replicate;
+          for (std::int64_t ep : divisors(shard)) {
+            if (ep > 1 && (!splits("ep") || replicate > 1)) continue;
+            for (bool sp : {false, true}) {
+              if (sp && (tp == 1 || !splits("sequence_parallel"))) continue;
+              ParallelDims d = spec;
+              d.pp = pp;
+              d.tp = tp;
+              d.cp = cp;
+              d.dp_replicate = replicate;
+              d.dp_shard = shard;
+              d.ep = ep;
+              d.sequence_parallel = sp;
+              if (pp != spec.pp) d.pp_split_points.clear();
+              if (pp == 1) d.pp_stages_per_rank = 1;
+              out.push_back(d);
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void rank_meshes(std::vector<PlannedMesh>& meshes) {
+  std::stable_sort(meshes.begin(), meshes.end(), [](const PlannedMesh& a, const PlannedMesh& b) {
+    return std::make_tuple(!a.fits, a.bubble, a.largest_communicated(), a.largest().total()) <
+           std::make_tuple(!b.fits, b.bubble, b.largest_communicated(), b.largest().total());
+  });
+}
+
+PlanResult plan_meshes(const PlanRequest& request) {
+  if (request.ranks < 1) throw Error("tessera plan: --ranks must be at least 1");
+  RunOptions options = request.run;
+  options.evaluate_only = false;
+  TrainingRun run(options);
+  const RunPlan& spec = run.plan();
+  PlanResult result;
+  const std::string variant = scalar_at(spec.spec, {"components", "model", "variant_key"});
+  result.model = "model/" + variant;
+  std::vector<std::string> axes;
+  if (const ComponentInfo* info = run.plugins().registry().find("model", variant)) {
+    for (const char* axis : {"tp", "cp", "ep", "pp", "sequence_parallel"}) {
+      if (info->schema.splits_over_axis(axis)) axes.push_back(axis);
+    }
+  }
+  // The model's shape and the step's facts, from the model built for one rank.
+  TransformerShape shape;
+  plan::StepFacts step;
+  {
+    RunContext alone = spec.context;
+    alone.parallel = ParallelDims{};
+    alone.mesh = plan::make_layout_mesh(alone.parallel, 0);
+    const auto model = run.build_model(alone);
+    shape = model->transformer_shape();
+    step = step_facts(spec, *model);
+  }
+  result.model_describes_shape = shape.hidden > 0;
+  ParallelDims base = spec.context.parallel;
+  // The spec's own mesh for this many ranks, where its parallelism: section makes one.
+  bool has_own = false;
+  ParallelDims own;
+  try {
+    own = resolve_parallel_dims(spec.parallelism, request.ranks, /*launched=*/true);
+    has_own = true;
+  } catch (const ConfigError&) {
+  }
+  for (const ParallelDims& dims : candidate_meshes(request.ranks, base, axes, step.strategy == "fsdp")) {
+    const std::string name = dims.describe();
+    try {
+      run.check_mesh(dims);
+    } catch (const ConfigError& e) {
+      result.rejected.push_back(name + ": " + first_line(e.what()));
+      continue;
+    }
+    PlannedMesh mesh;
+    mesh.dims = dims;
+    mesh.strategy = plan::resolved_strategy(step, dims);
+    mesh.spec_mesh = has_own && same_mesh(own, dims);
+    const std::int64_t per_stage = dims.world_size() / dims.pp;
+    for (std::int64_t stage = 0; stage < dims.pp; ++stage) {
+      RunContext context = spec.context;
+      context.parallel = dims;
+      context.rank = stage * per_stage;
+      context.world_size = dims.world_size();
+      context.mesh = plan::make_layout_mesh(dims, context.rank);
+      const auto model = run.build_model(context);
+      const plan::RankModel part = plan::describe_rank(*model, context, shape);
+      PlannedRank rank;
+      rank.rank = context.rank;
+      rank.memory = plan::plan_model_state(part, step, dims);
+      rank.memory.activations = plan::plan_activations(part, shape, step, dims);
+      rank.communicated = plan::plan_communication(part, shape, step, dims);
+      mesh.ranks.push_back(std::move(rank));
+    }
+    if (dims.pp > 1) mesh.bubble = pipeline_bubble(dims.pp_schedule, dims.pp, dims.pp_stages_per_rank, step.micro_batches);
+    mesh.fits = request.device_memory_bytes <= 0 || mesh.largest().total() <= request.device_memory_bytes;
+    result.meshes.push_back(std::move(mesh));
+  }
+  rank_meshes(result.meshes);
+  return result;
+}
+
+}  // namespace tessera::core

@@ -1,0 +1,64 @@
+// Parameters, gradients and optimizer state one rank holds under the run's strategy, as
+// plugins/parallel/strategies keeps them: fp32 master weights (bf16 precision is autocast over
+// them), flat units padded to the group's size (a few elements, left out here), stacked experts
+// sharded over their own expert data-parallel group.
+//   ddp     parameters n, gradients n (the flat reduction buffer)
+//   zero1   parameters n, gradients n + n/W (the buffer and this rank's reduced shard)
+//   zero2   parameters n, gradients n/W
+//   fsdp    parameters n/W, gradients n/W (hybrid: W is the shard group, dp_shard x cp)
+//   local   parameters n, gradients n (freed between steps; the measured gradient_bytes is 0)
+// Optimizer state covers what the rank updates (n, or n/W when sharded): adamw two fp32 moments
+// per element and, fused, a step per tensor; sgd a momentum buffer when momentum > 0.
+#include "plan_parts.hpp"
+
+namespace tessera::core::plan {
+namespace {
+
+constexpr double kMaster = 4;  // fp32 master weights, gradients and optimizer state
+
+double expert_shards(const ParallelDims& dims) {
+  // The ranks holding the same experts: the data-parallel ranks (x cp) over ep.
+  return static_cast<double>(dims.dp_replicate * dims.dp_shard * dims.cp / dims.ep);
+}
+
+}  // namespace
+
+std::string resolved_strategy(const StepFacts& step, const ParallelDims& dims) {
+  const std::int64_t gradient_ranks = dims.dp_replicate * dims.dp_shard * dims.cp;
+  if (!step.strategy.empty()) return step.strategy;
+  return gradient_ranks > 1 ? "ddp" : "local";
+}
+
+PlannedMemory plan_model_state(const RankModel& model, const StepFacts& step, const ParallelDims& dims) {
+  const std::string strategy = resolved_strategy(step, dims);
+  const bool hybrid = strategy == "fsdp" && dims.dp_replicate > 1;
+  const double shards = static_cast<double>(hybrid ? dims.dp_shard * dims.cp : dims.dp_replicate * dims.dp_shard * dims.cp);
+  const double expert_group = hybrid ? std::max(1.0, expert_shards(dims) / dims.dp_replicate) : expert_shards(dims);
+  // Elements the rank holds whole, and the share of them it owns when a strategy shards.
+  const double whole = model.dense + model.experts;
+  const double owned = model.dense / shards + model.experts / expert_group;
+  PlannedMemory m;
+  if (strategy == "fsdp") {
+    m.parameters = kMaster * owned;
+    m.gradients = kMaster * owned;
+  } else {
+    m.parameters = kMaster * whole;
+    if (strategy == "zero1") {
+      m.gradients = kMaster * (whole + owned);
+    } else if (strategy == "zero2") {
+      m.gradients = kMaster * owned;
+    } else {
+      m.gradients = kMaster * whole;  // ddp, local
+    }
+  }
+  const bool sharded_state = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
+  const double updated = sharded_state ? owned : whole;
+  if (step.optimizer == "adamw") {
+    m.optimizer_state = 2 * kMaster * updated + (step.fused_optimizer ? 4 * model.tensors : 0);
+  } else if (step.optimizer == "sgd") {
+    m.optimizer_state = step.sgd_momentum > 0 ? kMaster * updated : 0;
+  }
+  return m;
+}
+
+}  // namespace tessera::core::plan

@@ -1,0 +1,54 @@
+// One rank's part of the model, counted from the model as that rank builds it (on the meta device
+// under a layout mesh): its parameters by kind, and which pipeline stages and blocks it holds.
+#include <algorithm>
+#include <set>
+
+#include "plan_parts.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
+
+namespace tessera::core::plan {
+
+RankModel describe_rank(Model& model, const RunContext& context, const TransformerShape& shape) {
+  RankModel r;
+  r.rank = context.rank;
+  const TensorParallelPlan tp_plan = model.tensor_parallel_plan();
+  const std::vector<std::string> tied = model.pipeline_tied_parameters();
+  std::set<const void*> experts;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const double n = static_cast<double>(item.value().numel());
+    const TensorShard shard = shard_in(tp_plan, item.key());
+    r.tensors += 1;
+    if (shard.experts) {
+      r.experts += n;
+      experts.insert(item.value().unsafeGetTensorImpl());
+    } else {
+      r.dense += n;
+    }
+    if (shard.replicated()) r.tp_replicated += n;
+    if (std::find(tied.begin(), tied.end(), item.key()) != tied.end()) r.tied += n;
+  }
+  std::set<const void*> counted;
+  for (const auto& unit : model.sharding_units()) {
+    for (const auto& p : unit->parameters(/*recurse=*/true)) {
+      if (experts.count(p.unsafeGetTensorImpl()) || !counted.insert(p.unsafeGetTensorImpl()).second) continue;
+      r.unit_dense += static_cast<double>(p.numel());
+    }
+  }
+  const PipelineParallel pipeline = PipelineParallel::transport_of(context);
+  r.local_stages = static_cast<std::int64_t>(pipeline.local_stages().size());
+  r.first_stage = pipeline.holds_first_stage();
+  r.last_stage = pipeline.holds_last_stage();
+  for (const auto& stage : pipeline.local_stages()) {
+    if (!stage.first) ++r.stage_boundaries_in;
+    if (!stage.last) ++r.stage_boundaries_out;
+  }
+  if (shape.blocks > 0) {
+    const PipelineParallel stages = PipelineParallel::of(context, shape.blocks);
+    for (const auto& stage : stages.local_stages()) {
+      for (std::int64_t b = stage.first_block; b < stage.end_block; ++b) r.blocks.push_back(b);
+    }
+  }
+  return r;
+}
+
+}  // namespace tessera::core::plan
