@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -22,8 +23,10 @@ std::string gib(double bytes) {
   char text[32];
   if (bytes >= 1024.0 * 1024 * 1024) {
     std::snprintf(text, sizeof text, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  } else {
+  } else if (bytes >= 1024.0 * 1024) {
     std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024));
+  } else {
+    std::snprintf(text, sizeof text, "%.1f KiB", bytes / 1024.0);
   }
   return text;
 }
@@ -79,7 +82,10 @@ void print_table(const core::PlanResult& result, std::int64_t ranks, double devi
   std::cout << result.model << " on " << ranks << " ranks: " << result.meshes.size() << " meshes";
   if (!result.rejected.empty()) std::cout << " (" << result.rejected.size() << " more refused by validation, --json lists why)";
   std::cout << "; per rank, the largest" << (device_memory > 0 ? ", against " + gib(device_memory) : std::string()) << "\n";
-  std::cout << std::left << std::setw(4) << "#" << std::setw(44) << "mesh" << std::setw(9) << "strategy" << std::setw(5)
+  std::size_t width = 6;
+  for (const auto& mesh : result.meshes) width = std::max(width, mesh_name(mesh).size() + 3);
+  const int name_width = static_cast<int>(width);
+  std::cout << std::left << std::setw(4) << "#" << std::setw(name_width) << "mesh" << std::setw(9) << "strategy" << std::setw(5)
             << "fits" << std::right << std::setw(12) << "parameters" << std::setw(12) << "gradients" << std::setw(12)
             << "optimizer" << std::setw(13) << "activations" << std::setw(12) << "total" << std::setw(14)
             << "moved/step" << std::setw(8) << "bubble" << "\n";
@@ -88,7 +94,7 @@ void print_table(const core::PlanResult& result, std::int64_t ranks, double devi
     const core::PlannedMemory m = mesh.largest();
     char bubble[16];
     std::snprintf(bubble, sizeof bubble, "%.3f", mesh.bubble);
-    std::cout << std::left << std::setw(4) << ++index << std::setw(44) << (mesh.spec_mesh ? "*" : "") + mesh_name(mesh) << std::setw(9)
+    std::cout << std::left << std::setw(4) << ++index << std::setw(name_width) << (mesh.spec_mesh ? "*" : "") + mesh_name(mesh) << std::setw(9)
               << mesh.strategy << std::setw(5) << (mesh.fits ? "yes" : "no") << std::right << std::setw(12)
               << gib(m.parameters) << std::setw(12) << gib(m.gradients) << std::setw(12) << gib(m.optimizer_state)
               << std::setw(13) << gib(m.activations) << std::setw(12) << gib(m.total()) << std::setw(14)

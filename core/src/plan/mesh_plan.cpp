@@ -11,6 +11,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/pipeline_schedule.hpp"
 #include "tessera/error.hpp"
+#include "tessera/parallel/pipeline_parallel.hpp"
 
 namespace tessera::core {
 
@@ -57,6 +58,35 @@ plan::StepFacts step_facts(const RunPlan& run, const Model& model) {
 bool same_mesh(const ParallelDims& a, const ParallelDims& b) {
   return a.pp == b.pp && a.dp_replicate == b.dp_replicate && a.dp_shard == b.dp_shard && a.cp == b.cp && a.tp == b.tp &&
          a.ep == b.ep && a.sequence_parallel == b.sequence_parallel;
+}
+
+// The global blocks the rank of `context` holds.
+std::vector<std::int64_t> stage_blocks(const RunContext& context, const TransformerShape& shape) {
+  std::vector<std::int64_t> blocks;
+  const PipelineParallel pipeline = PipelineParallel::of(context, shape.blocks);
+  for (const auto& stage : pipeline.local_stages()) {
+    for (std::int64_t b = stage.first_block; b < stage.end_block; ++b) blocks.push_back(b);
+  }
+  return blocks;
+}
+
+// What tells the parameters of one pipeline rank from another's: its stages' ends and their
+// blocks' kinds (dense or MoE, checkpointed or not); "" when the model does not say its shape.
+std::string stage_key(const RunContext& context, const TransformerShape& shape) {
+  if (shape.blocks <= 0) return "";
+  auto has = [](const std::vector<std::int64_t>& v, std::int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  std::string key;
+  const PipelineParallel pipeline = PipelineParallel::of(context, shape.blocks);
+  for (const auto& stage : pipeline.local_stages()) {
+    key += stage.first ? "F" : "-";
+    key += stage.last ? "L" : "-";
+    for (std::int64_t b = stage.first_block; b < stage.end_block; ++b) {
+      key += has(shape.moe_blocks, b) ? (has(shape.checkpointed_blocks, b) ? 'M' : 'm')
+                                      : (has(shape.checkpointed_blocks, b) ? 'D' : 'd');
+    }
+    key += '|';
+  }
+  return key;
 }
 
 // The first line of a validation message, for the list of refused meshes.
@@ -180,14 +210,24 @@ PlanResult plan_meshes(const PlanRequest& request) {
     mesh.strategy = plan::resolved_strategy(step, dims);
     mesh.spec_mesh = has_own && same_mesh(own, dims);
     const std::int64_t per_stage = dims.world_size() / dims.pp;
+    // Pipeline ranks whose stages hold the same kinds of blocks at the same ends hold the same
+    // parameters: the model is built once for them (a deep model's middle stages).
+    std::map<std::string, plan::RankModel> built;
     for (std::int64_t stage = 0; stage < dims.pp; ++stage) {
       RunContext context = spec.context;
       context.parallel = dims;
       context.rank = stage * per_stage;
       context.world_size = dims.world_size();
       context.mesh = plan::make_layout_mesh(dims, context.rank);
-      const auto model = run.build_model(context);
-      const plan::RankModel part = plan::describe_rank(*model, context, shape);
+      const std::string key = stage_key(context, shape);
+      auto found = key.empty() ? built.end() : built.find(key);
+      if (found == built.end()) {
+        const auto model = run.build_model(context);
+        found = built.emplace(key.empty() ? std::to_string(stage) : key, plan::describe_rank(*model, context, shape)).first;
+      }
+      plan::RankModel part = found->second;
+      part.rank = context.rank;
+      if (shape.blocks > 0) part.blocks = stage_blocks(context, shape);
       PlannedRank rank;
       rank.rank = context.rank;
       rank.memory = plan::plan_model_state(part, step, dims);
