@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <regex>
 #include <string>
@@ -101,11 +102,12 @@ class TensorParallel : public Cli {
   void plan_agrees_with_run(int ranks, const std::string& model, const std::string& args,
                             const std::vector<nlohmann::json>& metrics) {
     std::string out;
+    const std::string errors = dir_.file("plan_stderr.txt");
     ASSERT_EQ(run_command(tessera("plan " + config(model) + data_set() + " " + args + " --ranks " +
-                                  std::to_string(ranks) + " --json 2>/dev/null"),
+                                  std::to_string(ranks) + " --json 2>" + errors),
                           out),
               0)
-        << out;
+        << out << std::ifstream(errors).rdbuf();
     const nlohmann::json plan = nlohmann::json::parse(out);
     const nlohmann::json* mesh = nullptr;
     for (const auto& m : plan["meshes"]) {

@@ -40,7 +40,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // A rank's two stages' parameters share gradient buckets: reduced at the step's end.
                       MeshCase{"gpt_ddp2_pp2_interleaved", "tiny_tp", 4, 2,
                                "--set parallelism.pp=2 --set parallelism.pp_schedule=interleaved_1f1b" + kDdp, kFourBlocks},
-                      MeshCase{"llama_tp2_pp2", "tiny_llama_tp", 4, 1, "--set parallelism.tp=2 --set parallelism.pp=2"}),
+                      MeshCase{"llama_tp2_pp2", "tiny_llama_tp", 4, 1, "--set parallelism.tp=2 --set parallelism.pp=2"},
+                      // Context and expert parallelism inside the stages.
+                      MeshCase{"gpt_cp2_pp2", "tiny_tp", 4, 1, "--set parallelism.cp=2 --set parallelism.pp=2"},
+                      MeshCase{"moe_ep2_pp2", "tiny_moe_ep", 4, 2, "--set parallelism.ep=2 --set parallelism.pp=2"}),
     [](const ::testing::TestParamInfo<MeshCase>& info) { return info.param.name; });
 
 class Pipeline : public TensorParallel {};

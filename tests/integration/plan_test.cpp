@@ -2,6 +2,7 @@
 // checks a spec, the refused ones with validate's reason, marked against a device memory and
 // ranked. (That the planned bytes are the measured ones is checked where the meshes train:
 // Meshes.TrainAsOneRankWithAsMuchAccumulation, mesh_fixture.hpp's plan_agrees_with_run.)
+#include <fstream>
 #include <set>
 #include <string>
 #include <tuple>
@@ -13,17 +14,20 @@ namespace {
 
 class Plan : public TensorParallel {
  protected:
-  nlohmann::json plan(const std::string& model, const std::string& args) {
+  // `tessera plan ... --json` into `result` (its stderr shown if it fails).
+  void plan(const std::string& model, const std::string& args, nlohmann::json& result) {
     std::string out;
-    EXPECT_EQ(run_command(tessera("plan " + config(model) + data_set() + " " + args + " --json 2>/dev/null"), out), 0)
-        << out;
-    return nlohmann::json::parse(out);
+    const std::string errors = dir_.file("plan_stderr.txt");
+    ASSERT_EQ(run_command(tessera("plan " + config(model) + data_set() + " " + args + " --json 2>" + errors), out), 0)
+        << out << std::ifstream(errors).rdbuf();
+    result = nlohmann::json::parse(out);
   }
 };
 
 TEST_F(Plan, ListsEveryValidMeshOfTheRanksAndRefusesTheRestWithValidatesReason) {
   // tiny_tp: 4 heads, 2 blocks, grad_accum 2.
-  const nlohmann::json p = plan("tiny_tp", "--ranks 4");
+  nlohmann::json p;
+  ASSERT_NO_FATAL_FAILURE(plan("tiny_tp", "--ranks 4", p));
   std::set<std::string> names;
   for (const auto& m : p["meshes"]) {
     const auto& d = m["mesh"];
@@ -51,7 +55,8 @@ TEST_F(Plan, ListsEveryValidMeshOfTheRanksAndRefusesTheRestWithValidatesReason) 
     EXPECT_EQ(m["mesh"]["dp_replicate"], 1);
   }
   // An MoE model under fsdp adds the expert-parallel and hybrid-sharded meshes.
-  const nlohmann::json moe = plan("tiny_moe_ep", "--ranks 4" + kFsdp);
+  nlohmann::json moe;
+  ASSERT_NO_FATAL_FAILURE(plan("tiny_moe_ep", "--ranks 4" + kFsdp, moe));
   bool ep = false, hybrid = false;
   for (const auto& m : moe["meshes"]) {
     ep = ep || m["mesh"]["ep"] > 1;
@@ -62,7 +67,8 @@ TEST_F(Plan, ListsEveryValidMeshOfTheRanksAndRefusesTheRestWithValidatesReason) 
 
 TEST_F(Plan, MarksWhatFitsTheDeviceMemoryAndRanksTheFittingFirst) {
   // Between the smallest and the largest rank's total: some meshes fit, some do not.
-  const nlohmann::json all = plan("tiny_tp", "--ranks 4");
+  nlohmann::json all;
+  ASSERT_NO_FATAL_FAILURE(plan("tiny_tp", "--ranks 4", all));
   double least = 1e30, most = 0;
   for (const auto& m : all["meshes"]) {
     least = std::min(least, double(m["largest"]["total_bytes"]));
@@ -70,7 +76,8 @@ TEST_F(Plan, MarksWhatFitsTheDeviceMemoryAndRanksTheFittingFirst) {
   }
   ASSERT_LT(least, most);
   const double gib = (least + most) / 2 / (1024.0 * 1024 * 1024);
-  const nlohmann::json p = plan("tiny_tp", "--ranks 4 --device-memory " + std::to_string(gib));
+  nlohmann::json p;
+  ASSERT_NO_FATAL_FAILURE(plan("tiny_tp", "--ranks 4 --device-memory " + std::to_string(gib), p));
   bool seen_unfitting = false, some_fit = false;
   std::tuple<double, double> previous{-1, -1};
   for (const auto& m : p["meshes"]) {

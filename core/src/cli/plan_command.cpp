@@ -60,7 +60,7 @@ nlohmann::json to_json(const core::PlanResult& result, std::int64_t ranks, doubl
     const core::PlannedMemory largest = mesh.largest();
     m["largest"] = {{"parameter_bytes", largest.parameters},    {"gradient_bytes", largest.gradients},
                     {"optimizer_bytes", largest.optimizer_state}, {"activation_bytes", largest.activations},
-                    {"total_bytes", largest.total()},          {"communicated_bytes", mesh.largest_communicated()}};
+                    {"total_bytes", mesh.largest_total()},          {"communicated_bytes", mesh.largest_communicated()}};
     m["ranks"] = nlohmann::json::array();
     for (const auto& r : mesh.ranks) {
       nlohmann::json rank = {{"rank", r.rank},
@@ -97,7 +97,7 @@ void print_table(const core::PlanResult& result, std::int64_t ranks, double devi
     std::cout << std::left << std::setw(4) << ++index << std::setw(name_width) << (mesh.spec_mesh ? "*" : "") + mesh_name(mesh) << std::setw(9)
               << mesh.strategy << std::setw(5) << (mesh.fits ? "yes" : "no") << std::right << std::setw(12)
               << gib(m.parameters) << std::setw(12) << gib(m.gradients) << std::setw(12) << gib(m.optimizer_state)
-              << std::setw(13) << gib(m.activations) << std::setw(12) << gib(m.total()) << std::setw(14)
+              << std::setw(13) << gib(m.activations) << std::setw(12) << gib(mesh.largest_total()) << std::setw(14)
               << gib(mesh.largest_communicated()) << std::setw(8) << bubble << "\n";
   }
   for (const auto& mesh : result.meshes) {
@@ -113,6 +113,7 @@ void print_table(const core::PlanResult& result, std::int64_t ranks, double devi
 
 int plan_command(const Args& args) {
   core::PlanRequest request;
+  request.ranks = 0;
   double device_memory_gib = 0;
   bool json = false;
   po::options_description visible(
@@ -121,8 +122,8 @@ int plan_command(const Args& args) {
       "optimizer state and activations, the bytes moved per step and the pipeline bubble, best first.\n\n"
       "options");
   visible.add_options()
-      ("ranks", po::value<std::int64_t>(&request.ranks)->default_value(0), "the number of ranks (GPUs) to plan for (required)")
-      ("device-memory", po::value<double>(&device_memory_gib)->default_value(0),
+      ("ranks", po::value<std::int64_t>(&request.ranks)->value_name("N"), "the number of ranks (GPUs) to plan for (required)")
+      ("device-memory", po::value<double>(&device_memory_gib)->value_name("GiB"),
        "each device's memory in GiB: meshes whose largest rank needs more are marked as not fitting")
       ("json", po::bool_switch(&json), "print the plan as one JSON document (every rank and group)")
       ("set", po::value<std::vector<std::string>>(&request.run.overrides)->composing(),
@@ -137,7 +138,10 @@ int plan_command(const Args& args) {
   if (!parse_command_line(args, visible, hidden, positional)) return 0;
   if (request.run.config_path.empty()) throw UsageError("missing CONFIG (a run spec YAML file)");
   if (request.ranks < 1) throw UsageError("--ranks must be at least 1 (the number of ranks to plan for)");
-  if (device_memory_gib < 0) throw UsageError("--device-memory must be positive (GiB)");
+  if (request.ranks > core::kMaxPlannedRanks) {
+    throw UsageError("--ranks must be at most " + std::to_string(core::kMaxPlannedRanks));
+  }
+  if (device_memory_gib < 0) throw UsageError("--device-memory must not be negative (GiB; 0: not given)");
   request.device_memory_bytes = device_memory_gib * 1024.0 * 1024.0 * 1024.0;
   // A plan is for a cluster elsewhere: the data need not be on this machine.
   core::set_path_checks(false);

@@ -49,7 +49,8 @@ double plan_activations(const RankModel& model, const TransformerShape& shape, c
     const double k = moe ? static_cast<double>(std::max<std::int64_t>(1, shape.experts_per_token)) : 1;
     const double norms = 2 * 4 * T * h / split_norms;
     const double attention = e * T * h + e * T * (2 * q + 2 * kv) / tp;
-    const double mlp = k * (e * T * h + inner * e * T * f / (moe ? 1 : tp));
+    const double width = moe ? static_cast<double>(shape.expert_hidden) : f;
+    const double mlp = k * (e * T * h + inner * e * T * width / (moe ? 1 : tp));
     return norms + attention + mlp;
   };
   double kept = 0, largest_block = 0;

@@ -126,7 +126,7 @@ std::map<std::string, double> plan_communication(const RankModel& model, const T
     const double kv_heads = static_cast<double>(shape.kv_heads > 0 ? shape.kv_heads : shape.heads);
     double forward = 0, backward = 0;
     if (dims.cp_type == "ulysses") {
-      const bool kv_split = (shape.kv_heads / dims.tp) % dims.cp == 0;
+      const bool kv_split = (static_cast<std::int64_t>(kv_heads) / dims.tp) % dims.cp == 0;
       const double kv = kv_split ? kv_heads : static_cast<double>(shape.heads);
       forward = backward = e * b * (seq / cp) * D * (2 * static_cast<double>(shape.heads) + 2 * kv) / tp;
     } else {

@@ -18,11 +18,14 @@ namespace tessera::core {
 namespace {
 
 std::vector<std::int64_t> divisors(std::int64_t n) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(d);
+  std::vector<std::int64_t> low, high;
+  for (std::int64_t d = 1; d <= n / d; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
   }
-  return out;
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 // The scalar at a path of the spec, or "".
@@ -43,7 +46,9 @@ plan::StepFacts step_facts(const RunPlan& run, const Model& model) {
   const std::string seq_len = scalar_at(run.spec, {"components", "train_data", "config", "seq_len"});
   step.seq_len = seq_len.empty() ? model.max_seq_len() : std::atoll(seq_len.c_str());
   step.bf16 = run.settings.precision == "bf16";
-  step.strategy = scalar_at(run.spec, {"components", "parallel", "variant_key"});
+  // The ddp the host adds for a spec of several data-parallel ranks without a strategy is not the
+  // spec's choice: each mesh gets its own default.
+  if (!run.strategy_defaulted) step.strategy = scalar_at(run.spec, {"components", "parallel", "variant_key"});
   step.reduce_bytes = scalar_at(run.spec, {"components", "parallel", "config", "reduce_dtype"}) == "bf16" ? 2 : 4;
   step.gather_bytes = scalar_at(run.spec, {"components", "parallel", "config", "param_dtype"}) == "bf16" ? 2 : 4;
   step.optimizer = scalar_at(run.spec, {"components", "optimizer", "variant_key"});
@@ -92,6 +97,43 @@ std::string stage_key(const RunContext& context, const TransformerShape& shape) 
 // The first line of a validation message, for the list of refused meshes.
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// One mesh, rank by rank (one rank per pipeline stage). Throws ConfigError where the model refuses
+// the mesh as it is built.
+PlannedMesh plan_mesh(const TrainingRun& run, const RunPlan& spec, const ParallelDims& dims, const TransformerShape& shape,
+                      const plan::StepFacts& step) {
+  PlannedMesh mesh;
+  mesh.dims = dims;
+  mesh.strategy = plan::resolved_strategy(step, dims);
+  const std::int64_t per_stage = dims.world_size() / dims.pp;
+  // Pipeline ranks whose stages hold the same kinds of blocks at the same ends hold the same
+  // parameters: the model is built once for them (a deep model's middle stages).
+  std::map<std::string, plan::RankModel> built;
+  for (std::int64_t stage = 0; stage < dims.pp; ++stage) {
+    RunContext context = spec.context;
+    context.parallel = dims;
+    context.rank = stage * per_stage;
+    context.world_size = dims.world_size();
+    context.mesh = plan::make_layout_mesh(dims, context.rank);
+    const std::string key = stage_key(context, shape);
+    auto found = key.empty() ? built.end() : built.find(key);
+    if (found == built.end()) {
+      const auto model = run.build_model(context);
+      found = built.emplace(key.empty() ? std::to_string(stage) : key, plan::describe_rank(*model, context, shape)).first;
+    }
+    plan::RankModel part = found->second;
+    part.rank = context.rank;
+    if (shape.blocks > 0) part.blocks = stage_blocks(context, shape);
+    PlannedRank rank;
+    rank.rank = context.rank;
+    rank.memory = plan::plan_model_state(part, step, dims);
+    rank.memory.activations = plan::plan_activations(part, shape, step, dims);
+    rank.communicated = plan::plan_communication(part, shape, step, dims);
+    mesh.ranks.push_back(std::move(rank));
+  }
+  if (dims.pp > 1) mesh.bubble = pipeline_bubble(dims.pp_schedule, dims.pp, dims.pp_stages_per_rank, step.micro_batches);
+  return mesh;
+}
+
 }  // namespace
 
 double PlannedRank::communicated_total() const {
@@ -109,6 +151,12 @@ PlannedMemory PlannedMesh::largest() const {
     m.activations = std::max(m.activations, r.memory.activations);
   }
   return m;
+}
+
+double PlannedMesh::largest_total() const {
+  double most = 0;
+  for (const auto& r : ranks) most = std::max(most, r.memory.total());
+  return most;
 }
 
 double PlannedMesh::largest_communicated() const {
@@ -156,15 +204,18 @@ std::vector<ParallelDims> candidate_meshes(std::int64_t ranks, const ParallelDim
 
 void rank_meshes(std::vector<PlannedMesh>& meshes) {
   std::stable_sort(meshes.begin(), meshes.end(), [](const PlannedMesh& a, const PlannedMesh& b) {
-    return std::make_tuple(!a.fits, a.bubble, a.largest_communicated(), a.largest().total()) <
-           std::make_tuple(!b.fits, b.bubble, b.largest_communicated(), b.largest().total());
+    return std::make_tuple(!a.fits, a.bubble, a.largest_communicated(), a.largest_total()) <
+           std::make_tuple(!b.fits, b.bubble, b.largest_communicated(), b.largest_total());
   });
 }
 
 PlanResult plan_meshes(const PlanRequest& request) {
-  if (request.ranks < 1) throw Error("tessera plan: --ranks must be at least 1");
+  if (request.ranks < 1 || request.ranks > kMaxPlannedRanks) {
+    throw Error("tessera plan: --ranks must be between 1 and " + std::to_string(kMaxPlannedRanks));
+  }
   RunOptions options = request.run;
   options.evaluate_only = false;
+  options.single_process = true;
   TrainingRun run(options);
   const RunPlan& spec = run.plan();
   PlanResult result;
@@ -197,7 +248,14 @@ PlanResult plan_meshes(const PlanRequest& request) {
     has_own = true;
   } catch (const ConfigError&) {
   }
-  for (const ParallelDims& dims : candidate_meshes(request.ranks, base, axes, step.strategy == "fsdp")) {
+  std::vector<ParallelDims> candidates = candidate_meshes(request.ranks, base, axes, step.strategy == "fsdp");
+  // The spec's own mesh is planned too where the enumeration leaves it out (dp_replicate under a
+  // strategy that treats it as dp_shard).
+  if (has_own && std::none_of(candidates.begin(), candidates.end(),
+                              [&](const ParallelDims& d) { return same_mesh(d, own); })) {
+    candidates.push_back(own);
+  }
+  for (const ParallelDims& dims : candidates) {
     const std::string name = dims.describe();
     try {
       run.check_mesh(dims);
@@ -206,37 +264,17 @@ PlanResult plan_meshes(const PlanRequest& request) {
       continue;
     }
     PlannedMesh mesh;
-    mesh.dims = dims;
-    mesh.strategy = plan::resolved_strategy(step, dims);
-    mesh.spec_mesh = has_own && same_mesh(own, dims);
-    const std::int64_t per_stage = dims.world_size() / dims.pp;
-    // Pipeline ranks whose stages hold the same kinds of blocks at the same ends hold the same
-    // parameters: the model is built once for them (a deep model's middle stages).
-    std::map<std::string, plan::RankModel> built;
-    for (std::int64_t stage = 0; stage < dims.pp; ++stage) {
-      RunContext context = spec.context;
-      context.parallel = dims;
-      context.rank = stage * per_stage;
-      context.world_size = dims.world_size();
-      context.mesh = plan::make_layout_mesh(dims, context.rank);
-      const std::string key = stage_key(context, shape);
-      auto found = key.empty() ? built.end() : built.find(key);
-      if (found == built.end()) {
-        const auto model = run.build_model(context);
-        found = built.emplace(key.empty() ? std::to_string(stage) : key, plan::describe_rank(*model, context, shape)).first;
-      }
-      plan::RankModel part = found->second;
-      part.rank = context.rank;
-      if (shape.blocks > 0) part.blocks = stage_blocks(context, shape);
-      PlannedRank rank;
-      rank.rank = context.rank;
-      rank.memory = plan::plan_model_state(part, step, dims);
-      rank.memory.activations = plan::plan_activations(part, shape, step, dims);
-      rank.communicated = plan::plan_communication(part, shape, step, dims);
-      mesh.ranks.push_back(std::move(rank));
+    try {
+      mesh = plan_mesh(run, spec, dims, shape, step);
+    } catch (const ConfigError& e) {
+      // A model with init_from checks the mesh only as it is built (against its weights' sizes).
+      result.rejected.push_back(name + ": " + first_line(e.what()));
+      continue;
+    } catch (const std::exception& e) {
+      throw Error("tessera plan: planning the mesh " + name + ": " + e.what());
     }
-    if (dims.pp > 1) mesh.bubble = pipeline_bubble(dims.pp_schedule, dims.pp, dims.pp_stages_per_rank, step.micro_batches);
-    mesh.fits = request.device_memory_bytes <= 0 || mesh.largest().total() <= request.device_memory_bytes;
+    mesh.spec_mesh = has_own && same_mesh(own, dims);
+    mesh.fits = request.device_memory_bytes <= 0 || mesh.largest_total() <= request.device_memory_bytes;
     result.meshes.push_back(std::move(mesh));
   }
   rank_meshes(result.meshes);

@@ -50,11 +50,13 @@ void ensure_metrics_sink(ConfigNode& root) {
 }
 
 // A run of several data-parallel ranks needs a strategy: ddp unless the spec names one.
-void ensure_parallel_strategy(ConfigNode& root, std::int64_t data_parallel) {
+// Whether it added one.
+bool ensure_parallel_strategy(ConfigNode& root, std::int64_t data_parallel) {
   ConfigNode* components = root.find("components");
-  if (data_parallel == 1 || !components || !components->is_map() || components->find("parallel")) return;
+  if (data_parallel == 1 || !components || !components->is_map() || components->find("parallel")) return false;
   const SourcePos pos{"(default parallel strategy for " + std::to_string(data_parallel) + " data-parallel ranks)"};
   components->set("parallel", default_component("parallel", "ddp", pos));
+  return true;
 }
 
 // A config subtree as JSON: plain scalars that read as numbers or booleans become those.
@@ -162,7 +164,7 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
 
   ensure_metrics_sink(root);
   // Context-parallel peers sum their gradients as data-parallel ranks do.
-  ensure_parallel_strategy(root, context.parallel.data_parallel() * context.parallel.cp);
+  plan.strategy_defaulted = ensure_parallel_strategy(root, context.parallel.data_parallel() * context.parallel.cp);
   plan.strategy = "none";
   if (const ConfigNode* components = root.find("components"); components && components->is_map()) {
     plan.strategy = variant_of(*components, "parallel", "none");

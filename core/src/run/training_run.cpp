@@ -28,7 +28,7 @@ namespace {
 // The plan, with the process-wide effects of planning it: the log level, and the rank prefix
 // under torchrun or srun (`tessera launch` prefixes every line itself).
 RunPlan plan_and_configure_logging(const RunOptions& options) {
-  const DistributedEnv env = read_distributed_env();
+  const DistributedEnv env = options.single_process ? DistributedEnv{} : read_distributed_env();
   RunPlan plan = plan_run(options, env);
   log::Level level = log::Level::info;
   if (log::parse_level(plan.settings.log_level, level)) log::set_level(level);
@@ -178,6 +178,13 @@ void TrainingRun::check_mesh(const ParallelDims& dims) const {
   ComponentFactory(host_.registry(), plan.context).validate(plan.components());
   check_model_splits(plan, host_.registry());
   check_pipeline_micro_batches(plan);
+  if (plan_.trainer.cuda_graph && dims.world_size() > 1) {
+    const ConfigNode* trainer = plan_.spec.find("trainer");
+    const ConfigNode* flag = trainer && trainer->is_map() ? trainer->find("cuda_graph") : nullptr;
+    throw ConfigIssue(flag ? flag->pos() : plan_.spec.pos(), "trainer.cuda_graph",
+                      "captures the step of a single process; a mesh of " + std::to_string(dims.world_size()) +
+                          " ranks cannot; set trainer.cuda_graph: false");
+  }
 }
 
 std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const {

@@ -151,7 +151,7 @@ class GptMoe final : public tessera::Model, public tessera::MoeRouting {
 
   tessera::TransformerShape transformer_shape() const override {
     tessera::TransformerShape shape = tessera::gpt_parts::transformer_shape(s_);
-    shape.mlp_hidden = s_.expert_width();
+    shape.expert_hidden = s_.expert_width();
     for (std::int64_t block = 0; block < s_.n_layer; ++block) {
       if (s_.is_moe_block(block)) shape.moe_blocks.push_back(block);
     }

@@ -372,6 +372,7 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
     }
     shape.experts = config_.num_experts;
     shape.experts_per_token = config_.mixture_of_experts() ? config_.top_k : 0;
+    shape.expert_hidden = config_.mlp_size();
     return shape;
   }
 

@@ -34,12 +34,13 @@ struct TransformerShape {
   std::int64_t heads = 0;       // query heads
   std::int64_t kv_heads = 0;    // key/value heads (heads without grouping)
   std::int64_t head_dim = 0;
-  std::int64_t mlp_hidden = 0;  // a dense MLP's inner width (an expert's, in an MoE block)
+  std::int64_t mlp_hidden = 0;  // a dense block's MLP inner width
   bool gated_mlp = false;       // SwiGLU: two inner projections
   // Blocks whose MLP is a mixture of experts (by index), its experts and their routing.
   std::vector<std::int64_t> moe_blocks;
   std::int64_t experts = 0;
   std::int64_t experts_per_token = 0;
+  std::int64_t expert_hidden = 0;  // an expert's inner width
   // Blocks that recompute their activations in backward (activation checkpointing), by index.
   std::vector<std::int64_t> checkpointed_blocks;
 };

@@ -47,10 +47,15 @@ struct PlannedMesh {
   double bubble = 0;               // an ideal pipeline's idle share
   bool fits = true;                // the largest rank's total within --device-memory
   bool spec_mesh = false;          // the spec's own parallelism: section, for this many ranks
-  // The largest rank's figures (the memory metrics are maxima over ranks).
+  // Each figure's maximum over the ranks (as the memory metrics are measured), and the largest
+  // rank's total (what must fit a device).
   PlannedMemory largest() const;
+  double largest_total() const;
   double largest_communicated() const;
 };
+
+// The most ranks a plan enumerates meshes for.
+inline constexpr std::int64_t kMaxPlannedRanks = std::int64_t{1} << 20;
 
 struct PlanRequest {
   RunOptions run;              // the spec, --set overrides, plugin paths

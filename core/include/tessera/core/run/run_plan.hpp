@@ -27,6 +27,8 @@ struct RunOptions {
   // `tessera eval`: no training step follows, so the trainer's own requirements (a pipeline's
   // micro-batches) are not checked.
   bool evaluate_only = false;
+  // `tessera plan`: plan as one process, whatever torchrun's or Slurm's variables say.
+  bool single_process = false;
 };
 
 struct RunPlan {
@@ -48,6 +50,7 @@ struct RunPlan {
   // mesh's degrees (parallel); the communicator and the mesh are made when the run starts.
   RunContext context;
   std::string strategy;  // the parallel variant, or "none" for one rank without one
+  bool strategy_defaulted = false;  // components.parallel is the ddp the host added
   std::string resume;    // --resume
 
   const ConfigNode& components() const;
