@@ -65,16 +65,6 @@ bool same_mesh(const ParallelDims& a, const ParallelDims& b) {
          a.ep == b.ep && a.sequence_parallel == b.sequence_parallel;
 }
 
-// The global blocks the rank of `context` holds.
-std::vector<std::int64_t> stage_blocks(const RunContext& context, const TransformerShape& shape) {
-  std::vector<std::int64_t> blocks;
-  const PipelineParallel pipeline = PipelineParallel::of(context, shape.blocks);
-  for (const auto& stage : pipeline.local_stages()) {
-    for (std::int64_t b = stage.first_block; b < stage.end_block; ++b) blocks.push_back(b);
-  }
-  return blocks;
-}
-
 // What tells the parameters of one pipeline rank from another's: its stages' ends and their
 // blocks' kinds (dense or MoE, checkpointed or not); "" when the model does not say its shape.
 std::string stage_key(const RunContext& context, const TransformerShape& shape) {
@@ -122,7 +112,7 @@ PlannedMesh plan_mesh(const TrainingRun& run, const RunPlan& spec, const Paralle
     }
     plan::RankModel part = found->second;
     part.rank = context.rank;
-    if (shape.blocks > 0) part.blocks = stage_blocks(context, shape);
+    part.blocks = plan::rank_blocks(context, shape);
     PlannedRank rank;
     rank.rank = context.rank;
     rank.memory = plan::plan_model_state(part, step, dims);

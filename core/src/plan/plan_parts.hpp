@@ -41,6 +41,8 @@ struct RankModel {
 
 // Counts `model` as built by the rank of `context` (context.mesh: a layout mesh).
 RankModel describe_rank(Model& model, const RunContext& context, const TransformerShape& shape);
+// The global indices of the blocks the rank of `context` holds (none when the shape is unknown).
+std::vector<std::int64_t> rank_blocks(const RunContext& context, const TransformerShape& shape);
 
 // What the spec says about a step, read once.
 struct StepFacts {

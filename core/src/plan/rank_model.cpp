@@ -42,13 +42,18 @@ RankModel describe_rank(Model& model, const RunContext& context, const Transform
     if (!stage.first) ++r.stage_boundaries_in;
     if (!stage.last) ++r.stage_boundaries_out;
   }
-  if (shape.blocks > 0) {
-    const PipelineParallel stages = PipelineParallel::of(context, shape.blocks);
-    for (const auto& stage : stages.local_stages()) {
-      for (std::int64_t b = stage.first_block; b < stage.end_block; ++b) r.blocks.push_back(b);
-    }
-  }
+  r.blocks = rank_blocks(context, shape);
   return r;
+}
+
+std::vector<std::int64_t> rank_blocks(const RunContext& context, const TransformerShape& shape) {
+  std::vector<std::int64_t> blocks;
+  if (shape.blocks <= 0) return blocks;
+  const PipelineParallel pipeline = PipelineParallel::of(context, shape.blocks);
+  for (const auto& stage : pipeline.local_stages()) {
+    for (std::int64_t b = stage.first_block; b < stage.end_block; ++b) blocks.push_back(b);
+  }
+  return blocks;
 }
 
 }  // namespace tessera::core::plan
