@@ -48,7 +48,7 @@ plan::StepFacts step_facts(const RunPlan& run, const Model& model) {
   step.bf16 = run.settings.precision == "bf16";
   // The ddp the host adds for a spec of several data-parallel ranks without a strategy is not the
   // spec's choice: each mesh gets its own default.
-  if (!run.strategy_defaulted) step.strategy = scalar_at(run.spec, {"components", "parallel", "variant_key"});
+  if (!run.strategy_defaulted && run.strategy != "none") step.strategy = run.strategy;
   step.reduce_bytes = scalar_at(run.spec, {"components", "parallel", "config", "reduce_dtype"}) == "bf16" ? 2 : 4;
   step.gather_bytes = scalar_at(run.spec, {"components", "parallel", "config", "param_dtype"}) == "bf16" ? 2 : 4;
   step.optimizer = scalar_at(run.spec, {"components", "optimizer", "variant_key"});

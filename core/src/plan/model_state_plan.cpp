@@ -16,11 +16,6 @@ namespace {
 
 constexpr double kMaster = 4;  // fp32 master weights, gradients and optimizer state
 
-double expert_shards(const ParallelDims& dims) {
-  // The ranks holding the same experts: the data-parallel ranks (x cp) over ep.
-  return static_cast<double>(dims.dp_replicate * dims.dp_shard * dims.cp / dims.ep);
-}
-
 }  // namespace
 
 std::string resolved_strategy(const StepFacts& step, const ParallelDims& dims) {
@@ -33,7 +28,9 @@ PlannedMemory plan_model_state(const RankModel& model, const StepFacts& step, co
   const std::string strategy = resolved_strategy(step, dims);
   const bool hybrid = strategy == "fsdp" && dims.dp_replicate > 1;
   const double shards = static_cast<double>(hybrid ? dims.dp_shard * dims.cp : dims.dp_replicate * dims.dp_shard * dims.cp);
-  const double expert_group = hybrid ? std::max(1.0, expert_shards(dims) / dims.dp_replicate) : expert_shards(dims);
+  // Stacked experts are sharded over the ranks holding the same ones: the shard group over ep
+  // (expert parallelism and hybrid sharding do not combine).
+  const double expert_group = shards / static_cast<double>(dims.ep);
   // Elements the rank holds whole, and the share of them it owns when a strategy shards.
   const double whole = model.dense + model.experts;
   const double owned = model.dense / shards + model.experts / expert_group;
