@@ -111,7 +111,11 @@ at::Tensor checkpoint_activations(const BlockBody& body, const at::Tensor& input
   recompute->sharded_rng_state = ShardedRng::state(recompute->device);
   const c10::DeviceType type = input.device().type();
   if (at::autocast::is_autocast_enabled(type)) recompute->autocast_dtype = at::autocast::get_autocast_dtype(type);
-  return CheckpointFunction::apply(input, std::move(recompute));
+  // A block whose input needs no gradient may still hold parameters that do (the adapters of a
+  // frozen base, whose embeddings feed the first block): the function records its node only
+  // for an input that asks for a gradient, so it gets one that does (and drops that gradient).
+  const at::Tensor recorded = input.requires_grad() ? input : input.detach().requires_grad_(true);
+  return CheckpointFunction::apply(recorded, std::move(recompute));
 }
 
 }  // namespace tessera

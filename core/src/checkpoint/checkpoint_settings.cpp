@@ -52,8 +52,10 @@ void CheckpointSettings::declare(ConfigFields<CheckpointSettings>& f) {
   f.field("export_at_end", &C::export_at_end, "export the model as safetensors when training stops");
   f.field("export_format", &C::export_format,
           "tessera: model.safetensors and the model's component spec; hf: a Hugging Face folder "
-          "(config.json, safetensors by Hugging Face names, the tokenizer files) that transformers loads")
-      .one_of({"tessera", "hf"});
+          "(config.json, safetensors by Hugging Face names, the tokenizer files) that transformers loads, "
+          "adapters merged into the weights; peft: the run's adapter as a PEFT folder (adapter_config.json, "
+          "adapter_model.safetensors) that peft loads over the base model")
+      .one_of({"tessera", "hf", "peft"});
   f.field("export_max_shard_size", &C::export_max_shard_size,
           "hf: weights larger than this are split into shards with model.safetensors.index.json (5GB, 500MB, bytes)");
   f.field("export_tokenizer", &C::export_tokenizer,

@@ -167,8 +167,19 @@ void write_model_export(const CheckpointStore& store, const CheckpointState& sta
   fs::create_directories(tmp);
   if (state.hf_export) {
     write_hf_checkpoint(tmp.string(), *state.hf_export, max_shard_bytes);
+  } else if (state.peft_export) {
+    write_file_durably((tmp / CheckpointStore::kPeftConfig).string(), state.peft_export->adapter_config_json);
+    write_safetensors((tmp / CheckpointStore::kPeftModel).string(), state.peft_export->tensors, {{"format", "pt"}});
+    fsync_directory(tmp.string());
   } else {
-    write_safetensors((tmp / CheckpointStore::kExportModel).string(), state.model, model_file_metadata(state.step));
+    // The base and the adapters apart: init_from of the folder takes the base, an adapter's
+    // init_from the adapters.
+    StateDict base, adapters;
+    for (const auto& [name, tensor] : state.model) (state.adapter_tensors.count(name) ? adapters : base)[name] = tensor;
+    write_safetensors((tmp / CheckpointStore::kExportModel).string(), base, model_file_metadata(state.step));
+    if (!adapters.empty()) {
+      write_safetensors((tmp / CheckpointStore::kExportAdapters).string(), adapters, model_file_metadata(state.step));
+    }
     write_file_durably((tmp / CheckpointStore::kExportConfig).string(), state.model_config_json);
     fsync_directory(tmp.string());
   }

@@ -110,6 +110,7 @@ int validate_command(const Args& args) {
   if (parsed.help) return 0;
   core::set_path_checks(!parsed.skip_path_checks);
   core::TrainingRun run(parsed.options);
+  run.check_adapters();
   std::cout << parsed.options.config_path << ": ok (" << run.plugins().plugins().size()
             << " plugins loaded, every component validated)\n";
   return 0;

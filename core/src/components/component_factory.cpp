@@ -1,9 +1,12 @@
 #include "tessera/core/components/component_factory.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
+#include "tessera/adapter.hpp"
 #include "tessera/component_config.hpp"
+#include "tessera/model.hpp"
 #include "tessera/core/config/field_reader.hpp"
 #include "tessera/core/config/suggest.hpp"
 
@@ -16,6 +19,9 @@ const char* kConfigKey = "config";
 const char* kInstanceKey = "instance_key";
 const char* kPassType = "pass_type";
 const std::string kRoot = "components";
+// components.adapters change components.model in place, before anything else gets the model.
+const std::string kModel = "model";
+const std::string kAdapters = "adapters";
 
 bool is_reference(const ConfigNode& node) { return node.is_map() && node.find(kInstanceKey); }
 
@@ -69,14 +75,17 @@ class GraphWalker {
                                                       components_.type_name());
     }
     index_instances();
-    for (const auto& name : build_order()) {
+    for (const auto& name : adapters_after_model(build_order())) {
       const ConfigNode::Entry& entry = *components_.find_entry(name);
       const std::string path = join_path(kRoot, name);
       if (entry.value.is_sequence()) {
         auto& list = built_.lists[name];
         for (size_t i = 0; i < entry.value.items().size(); ++i) {
+          if (build_ && name == kAdapters && i == 0) base_names_ = parameter_names(adapted_model(entry.value, path));
           list.push_back(make(entry.value.items()[i], index_path(path, i), ""));
+          if (build_ && name == kAdapters) apply_adapter(list.back(), entry.value.items()[i], index_path(path, i));
         }
+        if (build_ && name == kAdapters) freeze_what_adapters_left(entry.value);
       } else {
         built_.instances[name] = make(entry.value, path, "");
       }
@@ -85,6 +94,61 @@ class GraphWalker {
   }
 
  private:
+  // The adapters right after the model, so that whatever takes the model (the optimizer, by
+  // reference) gets it adapted, with only the adapters' parameters trainable.
+  std::vector<std::string> adapters_after_model(std::vector<std::string> order) const {
+    const auto adapters = std::find(order.begin(), order.end(), kAdapters);
+    if (adapters == order.end() || std::find(order.begin(), order.end(), kModel) == order.end()) return order;
+    order.erase(adapters);
+    order.insert(std::find(order.begin(), order.end(), kModel) + 1, kAdapters);
+    return order;
+  }
+
+  Model& adapted_model(const ConfigNode& at, const std::string& path) {
+    const auto model = built_.instances.find(kModel);
+    if (model == built_.instances.end() || model->second.kind != Model::kKind || !model->second.object) {
+      throw ConfigIssue(at.pos(), path, "adapters change components.model, and the spec has no model there");
+    }
+    return *static_cast<Model*>(model->second.object.get());
+  }
+
+  void apply_adapter(const ComponentHandle& handle, const ConfigNode& node, const std::string& path) {
+    if (handle.kind != Adapter::kKind) {
+      throw ConfigIssue(node.pos(), path, "components.adapters holds adapters, got a " + handle.kind);
+    }
+    Model& model = adapted_model(node, path);
+    auto& adapter = *static_cast<Adapter*>(handle.object.get());
+    const ConfigNode* config = node.is_map() ? node.find(kConfigKey) : nullptr;
+    try {
+      rethrowing_config_errors(node, config, path, [&] {
+        for (const at::Tensor& p : adapter.apply(model)) trained_.insert(p.unsafeGetTensorImpl());
+      });
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw ConfigIssue(node.pos(), path,
+                        "applying " + handle.kind + "/" + handle.variant + " to the model failed: " + e.what());
+    }
+  }
+
+  // Every parameter no adapter trains is frozen: no gradient, so no optimizer state either.
+  void freeze_what_adapters_left(const ConfigNode& list) {
+    if (list.items().empty()) return;
+    Model& model = adapted_model(list, join_path(kRoot, kAdapters));
+    for (auto& p : model.parameters()) {
+      if (!trained_.count(p.unsafeGetTensorImpl())) p.requires_grad_(false);
+    }
+    for (const std::string& name : parameter_names(model)) {
+      if (!base_names_.count(name)) built_.adapter_parameters.insert(name);
+    }
+  }
+
+  static std::set<std::string> parameter_names(const Model& model) {
+    std::set<std::string> names;
+    for (const auto& item : model.named_parameters()) names.insert(item.key());
+    return names;
+  }
+
   // Records each top-level instance's kind so references can be checked before anything builds.
   void index_instances() {
     for (const auto& e : components_.entries()) {
@@ -275,6 +339,8 @@ class GraphWalker {
   std::map<std::string, std::string> kinds_;
   std::set<std::string> lists_;
   BuiltComponents built_;
+  std::set<const c10::TensorImpl*> trained_;  // parameters the adapters train
+  std::set<std::string> base_names_;          // the model's parameters before the adapters
 };
 
 }  // namespace

@@ -17,6 +17,8 @@ const std::vector<std::string>& top_level_keys() {
 const std::vector<ComponentRole>& trainer_roles() {
   static const std::vector<ComponentRole> roles = {
       {"model", "model", true, false, "the model being trained"},
+      {"adapters", "adapter", false, true,
+       "applied to the model in list order before anything else sees it; only their parameters train"},
       {"train_data", "dataset", true, false, "where training batches come from (the trainer's alone: no component may refer to it)"},
       {"loss", "loss", true, false, "the training loss"},
       {"optimizer", "optimizer", true, false, "updates the model's parameters"},

@@ -13,6 +13,7 @@
 
 #include "tessera/callback.hpp"
 #include "tessera/core/components/component_factory.hpp"
+#include "tessera/core/config/field_reader.hpp"
 #include "tessera/core/run/component_defaults.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/deferred_init.hpp"
@@ -77,7 +78,24 @@ void check_sequence_splits(const RunPlan& plan) {
 }
 
 // A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
+// Adapters wrap whole layers of one model: not yet a tensor-parallel part of a layer, nor a
+// pipeline stage's blocks.
+void check_adapter_splits(const RunPlan& plan) {
+  const ConfigNode* adapters = plan.components().find("adapters");
+  if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;
+  const ParallelDims& dims = plan.context.parallel;
+  for (const auto& [axis, degree] : {std::pair<const char*, std::int64_t>{"tp", dims.tp}, {"pp", dims.pp}}) {
+    if (degree == 1) continue;
+    throw ConfigIssue(adapters->pos(), "components.adapters",
+                      std::string("adapters train with the data-parallel strategies, context and expert "
+                                  "parallelism, not yet with parallelism.") +
+                          axis + " " + std::to_string(degree) + "; set parallelism." + axis +
+                          ": 1 (fsdp shards the adapters' training instead)");
+  }
+}
+
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
+  check_adapter_splits(plan);
   const ParallelDims& dims = plan.context.parallel;
   if (dims.tp == 1 && dims.cp == 1 && dims.ep == 1 && dims.pp == 1) return;
   if (dims.sequence_parallel || dims.cp > 1) check_sequence_splits(plan);
@@ -150,6 +168,40 @@ std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// The model's init_from, absolute: where a PEFT export says its base model is.
+std::string model_init_from(const RunPlan& plan) {
+  const ConfigNode* model = plan.components().find("model");
+  const ConfigNode* config = model && model->is_map() ? model->find("config") : nullptr;
+  const ConfigNode* from = config && config->is_map() ? config->find("init_from") : nullptr;
+  if (!from || !from->is_scalar() || from->scalar().empty()) return {};
+  return fs::absolute(from->scalar()).lexically_normal().string();
+}
+
+// An export format the run's adapters can be written in: a PEFT folder holds one adapter over a
+// model with Hugging Face names. `trainer` null: what the spec alone tells (validation).
+void check_export_of_adapters(const RunPlan& plan, Trainer* trainer) {
+  if (plan.checkpoint.export_format != "peft") return;
+  const ConfigNode* section = plan.spec.find("checkpoint");
+  const ConfigNode* node = section ? section->find("export_format") : nullptr;
+  const SourcePos& at = node ? node->pos() : plan.spec.pos();
+  const ConfigNode* adapters = plan.components().find("adapters");
+  const std::size_t count = adapters && adapters->is_sequence() ? adapters->items().size() : 0;
+  if (count != 1) {
+    throw ConfigIssue(at, "checkpoint.export_format",
+                      "peft writes the one adapter of a run, and components.adapters has " + std::to_string(count) +
+                          "; use export_format: tessera (adapters apart from the base) or hf (merged)");
+  }
+  if (trainer && !trainer->model().exports_hugging_face()) {
+    throw ConfigIssue(at, "checkpoint.export_format",
+                      "a PEFT folder names the layers as the model's Hugging Face format does, and this model has "
+                      "none (model/gpt and model/llama have one); use export_format: tessera");
+  }
+}
+
+}  // namespace
+
 void seed_everything(std::uint64_t seed, const std::string& device) {
   // A Generator is a handle: seeding the copy seeds the global generator.
   at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
@@ -169,6 +221,7 @@ TrainingRun::TrainingRun(const RunOptions& options) : plan_(plan_and_configure_l
   }
   ComponentFactory(host_.registry(), plan_.context).validate(plan_.components());
   check_model_splits(plan_, host_.registry());
+  check_export_of_adapters(plan_, nullptr);
   if (!options.evaluate_only) check_pipeline_micro_batches(plan_);
 }
 
@@ -192,9 +245,19 @@ std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const
   if (!model) throw ConfigIssue(plan_.spec.pos(), "components.model", "the spec has no model to plan");
   ConfigNode only_model = ConfigNode::make_map(plan_.components().pos());
   only_model.set("model", *model);
+  if (const ConfigNode* adapters = plan_.components().find("adapters")) only_model.set("adapters", *adapters);
   DeferredInitScope deferred;
   BuiltComponents built = ComponentFactory(host_.registry(), context).build(only_model);
   return instance<Model>(built, "model");
+}
+
+void TrainingRun::check_adapters() const {
+  const ConfigNode* adapters = plan_.components().find("adapters");
+  if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;
+  // validate --skip-path-checks of a spec whose base weights are not here: nothing to adapt.
+  const std::string base = model_init_from(plan_);
+  if (!path_checks_enabled() && !base.empty() && !fs::exists(base)) return;
+  build_model(plan_.context);
 }
 
 std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {
@@ -247,6 +310,8 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   parts.optimizer = instance<Optimizer>(built, "optimizer");
   parts.scheduler = instance<Scheduler>(built, "scheduler");
   parts.parallel = instance<ParallelStrategy>(built, "parallel");
+  for (const auto& handle : built.lists["adapters"]) parts.adapters.push_back(std::static_pointer_cast<Adapter>(handle.object));
+  parts.adapter_parameters = built.adapter_parameters;
   for (const auto& handle : built.lists["callbacks"]) {
     parts.names.callbacks.push_back(handle.kind + "/" + handle.variant + " (components.callbacks[" +
                                     std::to_string(parts.callbacks.size()) + "])");
@@ -277,6 +342,7 @@ TrainResult TrainingRun::train() {
   }
   auto trainer = make_trainer();
   if (plan_.checkpoint.export_format == "hf" && !trainer->model().exports_hugging_face()) {
+    // (adapters are merged into the weights of the Hugging Face folder)
     const ConfigNode* section = plan_.spec.find("checkpoint");
     const ConfigNode* node = section ? section->find("export_format") : nullptr;
     throw ConfigIssue(node ? node->pos() : plan_.spec.pos(), "checkpoint.export_format",
@@ -292,7 +358,9 @@ TrainResult TrainingRun::train() {
                       plan_.checkpoint.export_tokenizer +
                           " is not a tokenizer file or a folder holding one (tokenizer.json, tokenizer.model, ...)");
   }
+  check_export_of_adapters(plan_, trainer.get());
   CheckpointContext checkpoints;
+  checkpoints.base_model = model_init_from(plan_);
   checkpoints.settings = plan_.checkpoint;
   checkpoints.store = plan_.checkpoints;
   checkpoints.strategy = plan_.strategy;
@@ -315,8 +383,10 @@ TrainResult TrainingRun::train() {
     // `--resume auto` could later pick them; set aside before any rank saves.
     plan_.checkpoints.supersede_after(0);
   }
-  log::info("run '", context.name, "': model has ", trainer->parameter_count(), " parameters; device ",
-            context.device, "; run dir ", context.run_dir);
+  const std::int64_t total = trainer->total_parameter_count(), trainable = trainer->parameter_count();
+  log::info("run '", context.name, "': model has ", total, " parameters",
+            trainable == total ? std::string() : " (" + std::to_string(trainable) + " trainable, the adapters')",
+            "; device ", context.device, "; run dir ", context.run_dir);
   TrainResult result = trainer->fit();
   trainer.reset();
   shut_down(*communicator_);

@@ -158,6 +158,16 @@ std::int64_t Trainer::parameter_count() const {
   return n;
 }
 
+std::int64_t Trainer::total_parameter_count() const {
+  const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
+  std::int64_t n = 0;
+  for (const auto& item : parts_.model->named_parameters()) {
+    const TensorShard shard = shard_in(plan, item.key());
+    n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? ep_.size() : tp_.size());
+  }
+  return n;
+}
+
 std::vector<TensorShard> Trainer::optimizer_shards() const {
   const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
   std::map<const c10::TensorImpl*, std::string> names;
@@ -180,6 +190,10 @@ void Trainer::place_model() {
   }
   c10::NoGradGuard no_grad;
   for (auto& buffer : model.buffers()) buffer.set_data(buffer.to(device_));
+  // Parameters made with storage beside the deferred ones (an adapter's) go to the device as well.
+  for (auto& p : model.parameters()) {
+    if (!p.is_meta() && p.device() != device_) p.set_data(p.to(device_));
+  }
   if (strategy_.materializes_parameters()) return;
   std::vector<at::Tensor> deferred;
   for (const auto& p : model.parameters()) {
@@ -208,13 +222,7 @@ void Trainer::save(bool checkpoint, bool export_model, const char* why) {
   settle_pending_nonfinite();
   const auto start = Clock::now();
   CheckpointState captured = capture();
-  if (export_model && context_.rank == 0 && checkpoint_.settings.export_format == "hf") {
-    HfExport hf = parts_.model->hugging_face_export(captured.model);
-    // The run's tokenizer, when named, goes with the weights (an imported model's own files the
-    // model lists already; the named ones take their place).
-    if (!checkpoint_.settings.export_tokenizer.empty()) hf.files_to_copy = tokenizer_files_at(checkpoint_.settings.export_tokenizer);
-    captured.hf_export = std::make_shared<const HfExport>(std::move(hf));
-  }
+  if (export_model && context_.rank == 0) prepare_export(captured);
   auto state = std::make_shared<const CheckpointState>(std::move(captured));
   checkpointer_->save(state, checkpoint, export_model);
   // Written already: every rank learns now whether that failed anywhere.

@@ -388,6 +388,9 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
     m.extra["parameter_bytes"] = static_cast<double>(largest[0].item<std::int64_t>());
     m.extra["gradient_bytes"] = static_cast<double>(largest[1].item<std::int64_t>());
     m.extra["optimizer_bytes"] = static_cast<double>(largest[2].item<std::int64_t>());
+    // Of the whole model: with adapters, the trainable ones are theirs alone.
+    m.extra["parameters"] = static_cast<double>(total_parameter_count());
+    m.extra["trainable_parameters"] = static_cast<double>(parameter_count());
   }
   for_each_callback_at_step_boundary("on_collect_metrics", [&](Callback& cb) { cb.on_collect_metrics(ctx, m); });
   return m;

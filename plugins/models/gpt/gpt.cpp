@@ -133,6 +133,10 @@ class Gpt final : public tessera::Model {
 
   // GPT2LMHeadModel has biases throughout.
   bool exports_hugging_face() const override { return config_.bias; }
+  // GPT2LMHeadModel's: the blocks under transformer., their projections Conv1D ([in, out]).
+  tessera::HfModuleName hugging_face_module(const std::string& module) const override {
+    return {"transformer." + module, true};
+  }
   std::string architecture_json() const override { return tessera::gpt2_format::architecture_json(config_); }
   tessera::TransformerShape transformer_shape() const override { return tessera::gpt_parts::transformer_shape(config_); }
 

@@ -32,6 +32,7 @@
 
 #include "gpt_architecture.hpp"
 #include "tessera/attention.hpp"
+#include "tessera/linear.hpp"
 #include "tessera/linear_gelu.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/error.hpp"
@@ -134,17 +135,9 @@ inline std::int64_t gpt_parameter_count(const GptArchitecture& c, bool dense_mlp
   return c.vocab_size * C + c.max_seq_len * C + c.n_layer * (2 * norm + attention + mlp) + norm;
 }
 
-// y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would).
-class Affine : public torch::nn::Module {
- public:
-  Affine(std::int64_t in, std::int64_t out, bool with_bias) {
-    weight = register_parameter("weight", new_parameter({out, in}));
-    if (with_bias) bias = register_parameter("bias", parameter({out}, 0.0));
-  }
-  at::Tensor forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
-
-  at::Tensor weight, bias;  // bias undefined without one
-};
+// y = x·Wᵀ + b: torch::nn::Linear without allocating at construction (its reset() would), which
+// adapters can extend (tessera/linear.hpp).
+using Affine = tessera::Linear;
 
 // A lookup table (token or position embedding): torch::nn::Embedding without allocating.
 class Embedding : public torch::nn::Module {
@@ -255,9 +248,11 @@ class Mlp : public torch::nn::Module {
         up_(register_module("c_fc", linear_layer(n_embd, tp_.local(4 * n_embd), bias))),
         down_(register_module("c_proj", linear_layer(tp_.local(4 * n_embd), n_embd, bias))) {}
 
-  // gelu(c_fc(x)) through tessera::linear_gelu, which picks the kernel (its own on a CPU).
+  // gelu(c_fc(x)) through tessera::linear_gelu, which picks the kernel (its own on a CPU); an
+  // adapted c_fc through its forward(), which adds the adapters' terms.
   at::Tensor forward(const at::Tensor& x) {
-    const at::Tensor hidden = linear_gelu(tp_.column_input(x), up_->weight, up_->bias, approximate_);
+    const at::Tensor hidden = up_->adapted() ? at::gelu(up_->forward(tp_.column_input(x)), approximate_)
+                                             : linear_gelu(tp_.column_input(x), up_->weight, up_->bias, approximate_);
     return row_parallel_output(tp_, *down_, hidden, dropout_, is_training());
   }
 

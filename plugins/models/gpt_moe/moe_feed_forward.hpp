@@ -32,7 +32,8 @@ inline ExpertRouting routing_of(const GptMoeConfig& s) {
 class MoeFeedForward : public torch::nn::Module {
  public:
   MoeFeedForward(const GptMoeConfig& s, tessera::ExpertParallel ep = {}) : s_(s), router_(routing_of(s), std::move(ep)) {
-    router = register_module("router", linear_layer(s.n_embd, s.num_experts, false));
+    // Not adaptable: the routing reads its weight directly.
+    router = register_module("router", std::make_shared<gpt_parts::Affine>(s.n_embd, s.num_experts, false, false));
     auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
     const std::int64_t mine = router_.local_experts();
     up = experts->register_module("c_fc", std::make_shared<ExpertLinear>(mine, s.n_embd, s.expert_width(), s.bias));

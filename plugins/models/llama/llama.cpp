@@ -200,7 +200,8 @@ class SparseMoe : public torch::nn::Module {
  public:
   SparseMoe(const LlamaConfig& c, tessera::ExpertParallel ep)
       : router_({c.num_experts, c.top_k, c.capacity_factor, /*renormalize_topk=*/true}, std::move(ep)) {
-    gate = register_module("gate", std::make_shared<Affine>(c.n_embd, c.num_experts, false));
+    // Not adaptable: the routing reads its weight directly.
+    gate = register_module("gate", std::make_shared<Affine>(c.n_embd, c.num_experts, false, false));
     auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
     const std::int64_t mine = router_.local_experts();
     w1 = experts->register_module("w1", std::make_shared<ExpertLinear>(mine, c.n_embd, c.mlp_size(), false));
@@ -354,6 +355,10 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
 
   bool masks_documents() const override { return true; }
   bool exports_hugging_face() const override { return true; }
+  // LlamaForCausalLM's (and Mixtral's): everything under model. but the output head.
+  tessera::HfModuleName hugging_face_module(const std::string& module) const override {
+    return {module == "lm_head" ? module : "model." + module, false};
+  }
   std::string architecture_json() const override { return tessera::llama::architecture_json(config_); }
   tessera::TransformerShape transformer_shape() const override {
     tessera::TransformerShape shape;

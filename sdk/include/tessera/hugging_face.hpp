@@ -62,11 +62,26 @@ TESSERA_API bool is_hf_checkpoint(const std::string& path);
 // naming the file.
 TESSERA_API HfCheckpoint read_hf_checkpoint(const std::string& folder);
 
+// Where one of a model's modules sits in its Hugging Face counterpart (Model::hugging_face_module):
+// what PEFT calls it, and whether its weight is stored transposed there (GPT-2's Conv1D, [in,
+// out]: PEFT's fan_in_fan_out).
+struct HfModuleName {
+  std::string name;  // "model.layers.0.self_attn.q_proj"; empty when the module has none
+  bool fan_in_fan_out = false;
+};
+
 // What a model writes as a Hugging Face folder.
 struct HfExport {
   std::string config_json;                // config.json's text
   StateDict tensors;                      // by Hugging Face name, in the Hugging Face layout
   std::vector<std::string> files_to_copy;  // e.g. the tokenizer files of the imported folder
+};
+
+// A PEFT adapter folder's contents (tessera/adapter.hpp): what peft.PeftModel.from_pretrained
+// loads over its base model.
+struct PeftExport {
+  std::string adapter_config_json;  // adapter_config.json's text
+  StateDict tensors;                // adapter_model.safetensors, by PEFT's names
 };
 
 // Writes `model` into `folder` (which must exist): config.json, the weights as

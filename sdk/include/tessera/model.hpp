@@ -109,6 +109,10 @@ class TESSERA_API Model : public torch::nn::Module {
   // state dict, every tensor whole (a sharded run gathers it first). The default throws.
   virtual HfExport hugging_face_export(const StateDict& state) const;
 
+  // The Hugging Face name of the module at `module` ("layers.0.self_attn.q_proj"): what
+  // adapters' exports (PEFT) call the layers they wrap. The default: none.
+  virtual HfModuleName hugging_face_module(const std::string& /*module*/) const { return {}; }
+
   // --- Tessera exports ----------------------------------------------------------------------------
   // The config fields this model was built with, as a JSON object in its YAML's names, after
   // init_from filled in what the YAML left out (e.g. {"n_head": 12, "rope_theta": 500000.0}).

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "tessera/durable_file.hpp"
@@ -50,6 +51,11 @@ struct CheckpointState {
   // Rank 0, for an export in Hugging Face format: the model's folder contents, converted from
   // `model` by the model at the step (the writer may run after the model has moved on).
   std::shared_ptr<const HfExport> hf_export;
+  // Rank 0, for an export in PEFT format: the adapter folder's contents.
+  std::shared_ptr<const PeftExport> peft_export;
+  // Rank 0, for an export in Tessera's format of a run with adapters: the names of `model`'s
+  // tensors that are the adapters' (written apart from the base, in adapters.safetensors).
+  std::set<std::string> adapter_tensors;
 };
 
 struct CheckpointMetadata {

@@ -63,6 +63,11 @@ class CheckpointStore {
  public:
   static constexpr const char* kExportModel = "model.safetensors";
   static constexpr const char* kExportConfig = "config.json";
+  // A Tessera export's adapter tensors, apart from the base (model.safetensors).
+  static constexpr const char* kExportAdapters = "adapters.safetensors";
+  // An export in PEFT's format (checkpoint.export_format: peft).
+  static constexpr const char* kPeftConfig = "adapter_config.json";
+  static constexpr const char* kPeftModel = "adapter_model.safetensors";
 
   CheckpointStore() = default;
   CheckpointStore(std::string checkpoints_dir, std::string exports_dir);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ namespace tessera::core {
 struct BuiltComponents {
   std::map<std::string, ComponentHandle> instances;            // components.NAME: {...}
   std::map<std::string, std::vector<ComponentHandle>> lists;   // components.NAME: [{...}, ...]
+  // The parameters components.adapters added to the model, by name (exports keep them apart).
+  std::set<std::string> adapter_parameters;
 };
 
 class ComponentFactory {

@@ -39,10 +39,13 @@ class TrainingRun {
   // The checks `tessera validate` makes, for a run of this spec on the mesh `dims` instead of
   // the spec's own (components, model splits, the pipeline's micro-batches). Throws ConfigIssue.
   void check_mesh(const ParallelDims& dims) const;
-  // The spec's model alone as the rank of `context` builds it (context.mesh set), inside a
-  // DeferredInitScope: a model that defers its initialisation holds shapes, not memory. Keep it
-  // no longer than this TrainingRun (its plugin stays loaded that long).
+  // The spec's model alone (with its adapters) as the rank of `context` builds it (context.mesh
+  // set), inside a DeferredInitScope: a model that defers its initialisation holds shapes, not
+  // memory. Keep it no longer than this TrainingRun (its plugin stays loaded that long).
   std::shared_ptr<Model> build_model(const RunContext& context) const;
+  // `tessera validate`: the spec's adapters applied to its model built on the meta device, so a
+  // target that names no layer of the model is reported at its position. Throws ConfigIssue.
+  void check_adapters() const;
   // `tessera eval`: the model as built (init_from) or as a checkpoint left it (options' resume),
   // its loss over the first batches of a dataset of the spec, reduced over the ranks
   // (core/src/run/evaluation.cpp).

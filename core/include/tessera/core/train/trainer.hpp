@@ -8,6 +8,7 @@
 //   trainer_step.cpp   one step, phase by phase
 //   pipeline_step.cpp  a step's forwards and backwards through pipeline stages
 //   trainer_state.cpp  capture() and restore(): the trainer's state for checkpoints
+//   trainer_export.cpp what a model export holds in each format
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/adapter.hpp"
 #include "tessera/callback.hpp"
 #include "tessera/context.hpp"
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
@@ -59,6 +61,10 @@ struct TrainerParts {
   std::vector<std::shared_ptr<Callback>> callbacks;
   // How the ranks share a step; null: the local strategy (a run of one rank).
   std::shared_ptr<ParallelStrategy> parallel;
+  // components.adapters, as applied to the model (in order), and the names of the parameters
+  // they added to it: exports keep those apart from the base, or merge them into it.
+  std::vector<std::shared_ptr<Adapter>> adapters;
+  std::set<std::string> adapter_parameters;
   ComponentNames names;
 };
 
@@ -86,6 +92,8 @@ struct CheckpointContext {
   std::string strategy = "none";  // the parallel variant, recorded in the metadata
   std::string config_yaml;        // the resolved spec
   std::string model_config_json;  // the model's component spec, next to exports
+  // Where the model's base weights came from (its init_from): a PEFT export's base model.
+  std::string base_model;
   std::chrono::milliseconds timeout{300000};
 };
 
@@ -121,8 +129,10 @@ class Trainer : private CallbackEvents {
   Loss& loss() { return *parts_.loss; }
   // The run's context, with the communicator joined.
   const RunContext& context() const { return context_; }
-  // Trainable parameters of the whole model (a tensor-parallel rank holds a part of them).
+  // Parameters of the whole model (a tensor-parallel rank holds a part of them): the trainable
+  // ones (all but what adapters froze), and all of them.
   std::int64_t parameter_count() const;
+  std::int64_t total_parameter_count() const;
   // Set by the first step.
   const MemoryReport& memory() const { return memory_; }
 
@@ -178,6 +188,9 @@ class Trainer : private CallbackEvents {
   void save_if_due(bool stopping, bool save_requested);
   // Saves (checkpoint and/or export) the current step; every rank calls it at the same step.
   void save(bool checkpoint, bool export_model, const char* why);
+  // Rank 0: what the export format makes of the captured weights (trainer_export.cpp): a
+  // Hugging Face folder (adapters merged), a PEFT folder, or Tessera's with adapters apart.
+  void prepare_export(CheckpointState& captured) const;
   CallbackContext callback_context();
   // Calls `call(callback)` on every callback in order for `event`, each under its name: an
   // exception becomes a ComponentFault naming the callback, the event and the step.

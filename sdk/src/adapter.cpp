@@ -1,0 +1,32 @@
+#include "tessera/adapter.hpp"
+
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+Adapter::~Adapter() = default;
+
+PeftExport Adapter::peft_export(const Model&, const StateDict&, const std::string&) const {
+  throw Error("this adapter has no PEFT format; use checkpoint.export_format: tessera or hf");
+}
+
+void Adapter::merge(StateDict&) const {
+  throw Error("this adapter cannot be merged into the base weights; use checkpoint.export_format: tessera");
+}
+
+std::vector<LinearLayer> linear_layers(Model& model) {
+  std::vector<LinearLayer> layers;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (auto linear = std::dynamic_pointer_cast<Linear>(item.value())) layers.push_back({item.key(), std::move(linear)});
+  }
+  return layers;
+}
+
+bool matches_target(const std::string& path, const std::string& target) {
+  if (target.empty()) return false;
+  if (path == target) return true;
+  return path.size() > target.size() && path.compare(path.size() - target.size(), target.size(), target) == 0 &&
+         path[path.size() - target.size() - 1] == '.';
+}
+
+}  // namespace tessera

@@ -1,0 +1,31 @@
+#include "tessera/linear.hpp"
+
+#include <ATen/ops/linear.h>
+
+#include "tessera/deferred_init.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias, bool adaptable)
+    : in_features_(in_features), out_features_(out_features), adaptable_(adaptable) {
+  weight = register_parameter("weight", new_parameter({out_features, in_features}));
+  if (with_bias) {
+    at::Tensor zero = new_parameter({out_features});
+    if (!zero.is_meta()) zero.zero_();
+    bias = register_parameter("bias", zero);
+  }
+}
+
+at::Tensor Linear::forward(const at::Tensor& x) const {
+  at::Tensor y = at::linear(x, weight, bias);
+  for (const Term& term : terms_) y = y + term(x);
+  return y;
+}
+
+void Linear::add_term(Term term) {
+  if (!adaptable_) throw Error("this linear layer is not adaptable: the model reads its weight directly");
+  terms_.push_back(std::move(term));
+}
+
+}  // namespace tessera

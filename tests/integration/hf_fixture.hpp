@@ -1,0 +1,101 @@
+// The Hugging Face interop tests' fixture: transformers (and peft) in the project's .venv as the
+// reference (tools/interop/hf_reference.py; tools/setup.sh installs them), run specs over token
+// files read in order, and `tessera eval` of them. hf_interop_test.cpp and lora_test.cpp use it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "cli_fixture.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+
+constexpr double kLossTolerance = 1e-5;  // relative, fp32 (the contract)
+constexpr std::int64_t kSeqLen = 32;
+
+class HfInterop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (run_command(python_ + " -c 'import transformers, safetensors'", out) != 0) {
+      GTEST_SKIP() << "transformers is not installed in .venv (tools/setup.sh installs it): " << out;
+    }
+  }
+
+  // Runs hf_reference.py; fails the test (with its output) unless it exits 0. Returns stdout's
+  // last line.
+  std::string reference(const std::string& args) {
+    std::string out;
+    // In a subshell: run_command sends stderr to the output after the command's own redirections.
+    const int rc = run_command("(" + python_ + " " + testing::source_dir() + "/tools/interop/hf_reference.py " + args +
+                                   " 2>" + dir_.file("python.err") + ")",
+                               out);
+    std::string err;
+    run_command("cat " + dir_.file("python.err"), err);
+    EXPECT_EQ(rc, 0) << args << "\n" << out << err;
+    return last_line(out);
+  }
+
+  double reference_loss(const std::string& folder, const std::string& tokens, const std::string& extra = "") {
+    const std::string line = reference("loss " + folder + " --tokens " + tokens + " --seq-len " +
+                                       std::to_string(kSeqLen) + " --batch 4 --batches 3 " + extra);
+    return line.empty() ? NAN : nlohmann::json::parse(line).at("loss").get<double>();
+  }
+
+  // A run spec: `model` is the model's YAML, the data `tokens` read in order.
+  std::string spec(const std::string& name, const std::string& model, const std::string& tokens,
+                   const std::string& parallel = "") {
+    return dir_.write(name + ".yaml",
+                      "name: " + name + "\nplugins: {paths: [" + testing::plugin_dir() + "]}\n" +
+                          "settings: {seed: 1, run_dir: " + dir_.file("runs/" + name) + ", device: cpu}\n" +
+                          "components:\n  model: " + model + "\n" +
+                          "  train_data: {component_key: dataset, variant_key: tokens, config: {path: " + tokens +
+                          ", dtype: uint16, seq_len: " + std::to_string(kSeqLen) + ", shuffle: false}}\n" +
+                          "  loss: {component_key: loss, variant_key: cross_entropy}\n" +
+                          "  optimizer: {component_key: optimizer, variant_key: adamw, config: {lr: 1.0e-3, "
+                          "beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1, implementation: loop, "
+                          "model: {instance_key: model, pass_type: BY_REFERENCE}}}\n" +
+                          parallel + "trainer: {max_steps: 3, micro_batch_size: 4, clip_grad_norm: 0}\n");
+  }
+
+  // `tessera eval` over the first 3 batches of 4 windows: the printed loss.
+  double tessera_eval(const std::string& spec_path, const std::string& extra = "") {
+    std::string out;
+    const int rc = run_command("(" + testing::tessera_binary() + " eval " + spec_path + " --split train --batches 3 " +
+                                   extra + " 2>/dev/null)",
+                               out);
+    EXPECT_EQ(rc, 0) << out;
+    const nlohmann::json result = nlohmann::json::parse(last_line(out), nullptr, false);
+    EXPECT_TRUE(result.is_object()) << out;
+    if (!result.is_object()) return NAN;
+    EXPECT_EQ(result.value("tokens", 0), 3 * 4 * kSeqLen);
+    EXPECT_EQ(result.value("batches", 0), 3);
+    return result.value("loss", NAN);
+  }
+
+  static std::string last_line(const std::string& text) {
+    std::string trimmed = text;
+    while (!trimmed.empty() && trimmed.back() == '\n') trimmed.pop_back();
+    const auto pos = trimmed.rfind('\n');
+    return pos == std::string::npos ? trimmed : trimmed.substr(pos + 1);
+  }
+
+  static double relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+  // Defined below with the tests that use it.
+  void two_ranks_export_what_one_rank_does(const std::string& mesh, const std::string& eval_mesh = "",
+                                           const std::string& both = "");
+
+  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
+  TempDir dir_;
+};
+
+inline std::string model_yaml(const std::string& variant, const std::string& folder, const std::string& extra = "") {
+  return "{component_key: model, variant_key: " + variant + ", config: {init_from: " + folder + extra + "}}";
+}
+
+}  // namespace tessera
