@@ -53,6 +53,11 @@ if ! .venv/bin/python3 -c "import transformers, tokenizers, sentencepiece, sys; 
   .venv/bin/pip install --quiet --progress-bar off "transformers==5.23.0" "tokenizers==0.23.3" "sentencepiece==0.1.99" ||
     echo "setup: NOTE: transformers/tokenizers/sentencepiece could not be installed; the interop tests will be skipped"
 fi
+# peft is the reference of the LoRA tests: it loads Tessera's PEFT exports over their base model.
+if ! .venv/bin/python3 -c "import peft" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "peft==0.21.2" "accelerate==1.15.0" ||
+    echo "setup: NOTE: peft could not be installed; the LoRA interop test will be skipped"
+fi
 # matplotlib draws tools/plot's PNGs; tensorboard's own reader checks the event files in a test.
 if ! .venv/bin/python3 -c "import matplotlib, tensorboard" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "matplotlib==3.11.2" "tensorboard==2.21.0" ||

@@ -47,7 +47,7 @@ grep -q '"lr":0.01,' <(sed -n 2p "$tmp/run/metrics.jsonl") || fail "step 2 lr: $
 grep -q '"lr":0.005,' <(sed -n 3p "$tmp/run/metrics.jsonl") || fail "step 3 lr: $(sed -n 3p "$tmp/run/metrics.jsonl")"
 
 # A scaffolded plugin of every kind builds and passes its generated tests as generated.
-for kind in model dataset loss optimizer scheduler callback; do
+for kind in model adapter dataset loss optimizer scheduler callback; do
   name=my_$kind
   "$bin" new-plugin "$kind" "$name" --dir "$tmp" >/dev/null
   cmake -S "$tmp/$name" -B "$tmp/$name/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null 2>&1 \

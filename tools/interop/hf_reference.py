@@ -7,7 +7,7 @@
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
     hf_reference.py same-tokenizer DIR_A DIR_B                       both tokenizers encode alike
     hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
-    hf_reference.py loss DIR --tokens FILE --seq-len T --batch B --batches K [--mutate WHAT]
+    hf_reference.py loss DIR --tokens FILE --seq-len T --batch B --batches K [--mutate WHAT] [--adapter PEFT_DIR]
     hf_reference.py train DIR --tokens FILE --seq-len T --batch B --world W --steps N --lr LR ...
 
 Models are built from a config in Python (nothing is downloaded) with weights of realistic
@@ -15,6 +15,7 @@ scale: at GPT-2's 0.02 init a model is so close to linear that a wrong GELU vari
 layout changes the loss by less than the tests' tolerance. `loss` prints one JSON line,
 {"loss": mean over target tokens, "tokens": count}, for the first K batches of B windows of the
 token file read in order (windows of T + 1 tokens, stride T, as dataset/tokens with shuffle off);
+--adapter loads a PEFT adapter folder over the model first (peft.PeftModel.from_pretrained);
 --mutate computes it with a deliberate mistake (gelu for gelu_new, another rope_theta,
 interleaved instead of rotate-half RoPE) to show the tests would catch it. The GELU variants
 differ by at most 5e-4, which averages out of the loss on random tokens; `probe-tokens` writes
@@ -222,6 +223,10 @@ def mean_loss(model, inputs, labels):
 
 def loss(args):
     model = load(args.dir, args.mutate, args.strict)
+    if args.adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.adapter)
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
@@ -338,6 +343,7 @@ def main():
             c.add_argument("--mutate", choices=["gelu", "theta", "interleaved"])
             c.add_argument("--strict", action="store_true",
                            help="fail when transformers reports missing, unexpected or misshapen tensors")
+            c.add_argument("--adapter", help="a PEFT adapter folder loaded over the model")
         else:
             c.add_argument("--world", type=int, default=1)
             c.add_argument("--steps", type=int, required=True)

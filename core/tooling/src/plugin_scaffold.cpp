@@ -170,6 +170,34 @@ class @CLASS@ : public tessera::Optimizer {
     f.field("lr", &@CLASS@Config::lr, "learning rate").greater_than(0);
 )tpl",
         "  optimizer: {component_key: optimizer, variant_key: @NAME@, config: {model: {instance_key: model}}}\n"}},
+      {"adapter",
+       {"#include <vector>\n\n#include \"tessera/adapter.hpp\"\n",
+        "tessera::Adapter",
+        R"tpl(// Norm tuning: the base frozen but for its one-dimensional parameters (norm weights, biases),
+// which go on training. A working start; see adapter/lora for layers wrapped with new terms.
+class @CLASS@ : public tessera::Adapter {
+ public:
+  explicit @CLASS@(const @CLASS@Config& config) : biases_(config.biases) {}
+
+  // The host freezes every parameter this does not return, before the optimizer sees the model.
+  std::vector<at::Tensor> apply(tessera::Model& model) override {
+    std::vector<at::Tensor> trained;
+    for (const auto& item : model.named_parameters()) {
+      const bool bias = item.key().size() >= 4 && item.key().compare(item.key().size() - 4, 4, "bias") == 0;
+      if (item.value().dim() == 1 && (biases_ || !bias)) trained.push_back(item.value());
+    }
+    return trained;
+  }
+
+ private:
+  bool biases_;
+};
+)tpl",
+        R"tpl(  bool biases = true;
+)tpl",
+        R"tpl(    f.field("biases", &@CLASS@Config::biases, "train the biases too, not only the norms' weights");
+)tpl",
+        "  adapters: [{component_key: adapter, variant_key: @NAME@}]\n"}},
       {"scheduler",
        {"#include <cmath>\n\n#include \"tessera/scheduler.hpp\"\n",
         "tessera::Scheduler",
@@ -216,6 +244,7 @@ class @CLASS@ : public tessera::Callback {
 const char* kTestSpecRoles[][2] = {
     {"model", "  model: {component_key: model, variant_key: gpt,\n"
               "          config: {vocab_size: 256, n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 16}}\n"},
+    {"adapter", ""},
     {"dataset", "  train_data: {component_key: dataset, variant_key: tokens,\n"
                 "               config: {path: README.md, dtype: uint8, seq_len: 16}}\n"},
     {"loss", "  loss: {component_key: loss, variant_key: cross_entropy}\n"},
