@@ -28,6 +28,8 @@ namespace fs = std::filesystem;
 namespace tessera {
 namespace {
 
+const std::string kFsdp =
+    " --set components.parallel.component_key=parallel --set components.parallel.variant_key=fsdp";
 const std::string kLora =
     "{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj, "
     "down_proj]}}";
@@ -130,7 +132,7 @@ TEST_F(Lora, Gpt2FusedAttentionAdapterLoadsInPeftWithTesserasLoss) {
   ASSERT_EQ(train(path, "", out), 0) << out;
   std::ifstream config_file(exported("gpt2") + "/adapter_config.json");
   const std::string config((std::istreambuf_iterator<char>(config_file)), std::istreambuf_iterator<char>());
-  EXPECT_NE(config.find("\"fan_in_fan_out\": true"), std::string::npos) << config;
+  EXPECT_EQ(nlohmann::json::parse(config)["fan_in_fan_out"], true) << config;
   const double python = reference_loss(base, tokens_, "--adapter " + exported("gpt2"));
   EXPECT_LT(relative(tessera_eval(path, "--resume auto"), python), kLossTolerance);
   EXPECT_GT(relative(python, reference_loss(base, tokens_)), 1e-4) << "training changed nothing";
@@ -190,8 +192,8 @@ TEST_F(Lora, TwoRanksOfEachDataParallelStrategyEqualOneRank) {
   for (const std::string strategy : {"fsdp", "zero2", "ddp"}) {
     SCOPED_TRACE(strategy);
     ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path +
-                              " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" +
-                              strategy + " --run-dir " + run_dir(strategy),
+                              " --set components.parallel.component_key=parallel "
+                              "--set components.parallel.variant_key=" + strategy + " --run-dir " + run_dir(strategy),
                           out),
               0)
         << out;
@@ -201,6 +203,17 @@ TEST_F(Lora, TwoRanksOfEachDataParallelStrategyEqualOneRank) {
       EXPECT_LT(relative(two[i]["loss"].get<double>(), one[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
     }
     EXPECT_EQ(two[0]["trainable_parameters"], one[0]["trainable_parameters"]);
+  }
+  // fsdp gathering the adapters in bf16 while the frozen base and the compute stay fp32.
+  ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path + kFsdp +
+                            " --set components.parallel.config.param_dtype=bf16 --run-dir " + run_dir("bf16"),
+                        out),
+            0)
+      << out;
+  const auto bf16 = read_metrics(run_dir("bf16") + "/metrics.jsonl");
+  ASSERT_EQ(bf16.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_LT(relative(bf16[i]["loss"].get<double>(), one[i]["loss"].get<double>()), 1e-2) << "step " << i + 1;
   }
   EXPECT_GT(relative(one[2]["loss"].get<double>(), one[0]["loss"].get<double>()), 1e-4) << "the adapters learn";
 }

@@ -82,9 +82,10 @@ TEST(Events, OneStepRunsEveryEventInOrderAndCollectsBeforeAnyStepEnd) {
       "a: train_end", "b: train_end"};
   EXPECT_EQ(log, expected);
   // Both callbacks' collected metrics reach both step ends, beside the trainer's model-state
-  // bytes of step 1 (parameter_bytes, gradient_bytes, optimizer_bytes).
-  EXPECT_EQ(a->extras_at_end, 2u + 3u);
-  EXPECT_EQ(b->extras_at_end, 2u + 3u);
+  // bytes of step 1 (parameter_bytes, gradient_bytes, optimizer_bytes) and its parameter
+  // counts (parameters, trainable_parameters).
+  EXPECT_EQ(a->extras_at_end, 2u + 5u);
+  EXPECT_EQ(b->extras_at_end, 2u + 5u);
   EXPECT_NEAR(a->loss_seen, result.last_loss, 1e-6);
 }
 

@@ -75,7 +75,7 @@ class GraphWalker {
                                                       components_.type_name());
     }
     index_instances();
-    for (const auto& name : adapters_after_model(build_order())) {
+    for (const auto& name : build_order()) {
       const ConfigNode::Entry& entry = *components_.find_entry(name);
       const std::string path = join_path(kRoot, name);
       if (entry.value.is_sequence()) {
@@ -94,16 +94,6 @@ class GraphWalker {
   }
 
  private:
-  // The adapters right after the model, so that whatever takes the model (the optimizer, by
-  // reference) gets it adapted, with only the adapters' parameters trainable.
-  std::vector<std::string> adapters_after_model(std::vector<std::string> order) const {
-    const auto adapters = std::find(order.begin(), order.end(), kAdapters);
-    if (adapters == order.end() || std::find(order.begin(), order.end(), kModel) == order.end()) return order;
-    order.erase(adapters);
-    order.insert(std::find(order.begin(), order.end(), kModel) + 1, kAdapters);
-    return order;
-  }
-
   Model& adapted_model(const ConfigNode& at, const std::string& path) {
     const auto model = built_.instances.find(kModel);
     if (model == built_.instances.end() || model->second.kind != Model::kKind || !model->second.object) {
@@ -121,7 +111,17 @@ class GraphWalker {
     const ConfigNode* config = node.is_map() ? node.find(kConfigKey) : nullptr;
     try {
       rethrowing_config_errors(node, config, path, [&] {
-        for (const at::Tensor& p : adapter.apply(model)) trained_.insert(p.unsafeGetTensorImpl());
+        const std::vector<at::Tensor> trained = adapter.apply(model);
+        std::set<const c10::TensorImpl*> own;
+        for (const at::Tensor& p : model.parameters()) own.insert(p.unsafeGetTensorImpl());
+        for (const at::Tensor& p : trained) {
+          // One the optimizer would never see (it reads the model's parameters) must not pass.
+          if (!own.count(p.unsafeGetTensorImpl())) {
+            throw tessera::Error("it returned a tensor to train that is not a parameter of the model; register it "
+                                 "on one of the model's modules (as LoRA registers lora_A and lora_B on the layer)");
+          }
+          trained_.insert(p.unsafeGetTensorImpl());
+        }
       });
     } catch (const ConfigError&) {
       throw;
@@ -186,6 +186,20 @@ class GraphWalker {
           }
         }
         visit(target);
+      }
+      // components.adapters change the model: they come after it, and whatever takes the model
+      // (the optimizer, by reference) comes after them and gets it adapted.
+      if (lists_.count(kAdapters) && kinds_.count(kModel)) {
+        if (name == kAdapters) visit(kModel);
+        const bool takes_model = std::any_of(refs.begin(), refs.end(), [](const auto& r) { return r.first == kModel; });
+        if (name != kAdapters && takes_model) {
+          if (std::find(chain.begin(), chain.end(), kAdapters) != chain.end()) {
+            throw ConfigIssue(components_.find(name)->pos(), join_path(kRoot, name),
+                              "components.adapters depend on this component, which takes the model they change; "
+                              "an adapter cannot refer to what uses the adapted model");
+          }
+          visit(kAdapters);
+        }
       }
       chain.pop_back();
       done.insert(name);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <tuple>
 
 #include "tessera/callback.hpp"
@@ -170,22 +171,55 @@ std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
 
 namespace {
 
-// The model's init_from, absolute: where a PEFT export says its base model is.
-std::string model_init_from(const RunPlan& plan) {
-  const ConfigNode* model = plan.components().find("model");
-  const ConfigNode* config = model && model->is_map() ? model->find("config") : nullptr;
+// A component's config.init_from, absolute ("" without one).
+std::string init_from_of(const ConfigNode* component) {
+  const ConfigNode* config = component && component->is_map() ? component->find("config") : nullptr;
   const ConfigNode* from = config && config->is_map() ? config->find("init_from") : nullptr;
   if (!from || !from->is_scalar() || from->scalar().empty()) return {};
   return fs::absolute(from->scalar()).lexically_normal().string();
 }
 
-// An export format the run's adapters can be written in: a PEFT folder holds one adapter over a
-// model with Hugging Face names. `trainer` null: what the spec alone tells (validation).
+// The model's init_from: where a PEFT export says its base model is.
+std::string model_init_from(const RunPlan& plan) { return init_from_of(plan.components().find("model")); }
+
+// The top-level components `node` refers to ({instance_key: NAME}), and those they refer to.
+void referenced_instances(const ConfigNode& node, const ConfigNode& components, std::set<std::string>& names) {
+  if (node.is_map()) {
+    const ConfigNode* key = node.find("instance_key");
+    if (key && key->is_scalar()) {
+      const ConfigNode* target = components.find(key->scalar());
+      if (target && names.insert(key->scalar()).second) referenced_instances(*target, components, names);
+      return;
+    }
+    for (const auto& e : node.entries()) referenced_instances(e.value, components, names);
+  } else if (node.is_sequence()) {
+    for (const auto& item : node.items()) referenced_instances(item, components, names);
+  }
+}
+
+// An export format the run's adapters can be written in, before training starts: a PEFT folder
+// holds one adapter that has a PEFT form, over a model with Hugging Face names; a merged Hugging
+// Face folder needs adapters that merge. `trainer` null: what the spec alone tells (validation).
 void check_export_of_adapters(const RunPlan& plan, Trainer* trainer) {
-  if (plan.checkpoint.export_format != "peft") return;
+  const std::string& format = plan.checkpoint.export_format;
   const ConfigNode* section = plan.spec.find("checkpoint");
   const ConfigNode* node = section ? section->find("export_format") : nullptr;
   const SourcePos& at = node ? node->pos() : plan.spec.pos();
+  if (trainer) {
+    for (std::size_t i = 0; i < trainer->adapters().size(); ++i) {
+      const Adapter& adapter = *trainer->adapters()[i];
+      const std::string which = "components.adapters[" + std::to_string(i) + "]";
+      if (format == "hf" && !adapter.merges()) {
+        throw ConfigIssue(at, "checkpoint.export_format",
+                          which + " cannot be merged into the base weights; use export_format: tessera");
+      }
+      if (format == "peft" && !adapter.exports_peft()) {
+        throw ConfigIssue(at, "checkpoint.export_format",
+                          which + " has no PEFT form; use export_format: tessera");
+      }
+    }
+  }
+  if (format != "peft") return;
   const ConfigNode* adapters = plan.components().find("adapters");
   const std::size_t count = adapters && adapters->is_sequence() ? adapters->items().size() : 0;
   if (count != 1) {
@@ -245,7 +279,13 @@ std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const
   if (!model) throw ConfigIssue(plan_.spec.pos(), "components.model", "the spec has no model to plan");
   ConfigNode only_model = ConfigNode::make_map(plan_.components().pos());
   only_model.set("model", *model);
-  if (const ConfigNode* adapters = plan_.components().find("adapters")) only_model.set("adapters", *adapters);
+  if (const ConfigNode* adapters = plan_.components().find("adapters")) {
+    only_model.set("adapters", *adapters);
+    // With what they refer to (a component of their own config given by reference).
+    std::set<std::string> referenced;
+    referenced_instances(*adapters, plan_.components(), referenced);
+    for (const std::string& name : referenced) only_model.set(name, *plan_.components().find(name));
+  }
   DeferredInitScope deferred;
   BuiltComponents built = ComponentFactory(host_.registry(), context).build(only_model);
   return instance<Model>(built, "model");
@@ -254,9 +294,15 @@ std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const
 void TrainingRun::check_adapters() const {
   const ConfigNode* adapters = plan_.components().find("adapters");
   if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;
-  // validate --skip-path-checks of a spec whose base weights are not here: nothing to adapt.
-  const std::string base = model_init_from(plan_);
-  if (!path_checks_enabled() && !base.empty() && !fs::exists(base)) return;
+  // validate --skip-path-checks of a spec whose weights (the base's or the adapters') are not
+  // here: nothing to adapt.
+  if (!path_checks_enabled()) {
+    std::vector<std::string> paths{model_init_from(plan_)};
+    for (const ConfigNode& adapter : adapters->items()) paths.push_back(init_from_of(&adapter));
+    for (const std::string& path : paths) {
+      if (!path.empty() && !fs::exists(path)) return;
+    }
+  }
   build_model(plan_.context);
 }
 

@@ -3,11 +3,13 @@
 // on the layer as lora_A.weight and lora_B.weight (PEFT's names); W and b stay frozen. B starts
 // at zero, so the adapted model starts as the base. Exports: a PEFT folder (the layers by their
 // Hugging Face names), or merged into the base weights: W + (alpha / rank) · B·A.
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
 #include <cmath>
@@ -84,29 +86,6 @@ struct AdaptedLayer {
   std::shared_ptr<LoraMatrix> a, b;
 };
 
-std::string json_string(const std::string& text) {
-  std::ostringstream out;
-  out << '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"': out << "\\\""; break;
-      case '\\': out << "\\\\"; break;
-      case '\n': out << "\\n"; break;
-      case '\t': out << "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out << buf;
-        } else {
-          out << c;
-        }
-    }
-  }
-  out << '"';
-  return out.str();
-}
-
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw tessera::ConfigError("cannot read " + path.string(), "init_from");
@@ -139,10 +118,16 @@ class Lora final : public tessera::Adapter {
       const double dropout = config_.dropout;
       LoraMatrix* a = adapted.a.get();
       LoraMatrix* b = adapted.b.get();
-      // PEFT's order: B(A(dropout(x))) * scale, added to the base output.
+      // PEFT's order: B(A(dropout(x))) * scale, added to the base output. Without autocast the
+      // matrices may be in another dtype than x (fsdp gathers them in its param_dtype while the
+      // frozen base stays in the master dtype): the term is computed in theirs.
       layer.add_term([a, b, scale, dropout](const at::Tensor& x) {
-        const at::Tensor input = dropout > 0 ? at::dropout(x, dropout, a->is_training()) : x;
-        return at::linear(at::linear(input, a->weight), b->weight) * scale;
+        at::Tensor input = dropout > 0 ? at::dropout(x, dropout, a->is_training()) : x;
+        const bool cast = input.scalar_type() != a->weight.scalar_type() &&
+                          !at::autocast::is_autocast_enabled(input.device().type());
+        if (cast) input = input.to(a->weight.scalar_type());
+        const at::Tensor term = at::linear(at::linear(input, a->weight), b->weight) * scale;
+        return cast ? term.to(x.scalar_type()) : term;
       });
       trained.push_back(adapted.a->weight);
       trained.push_back(adapted.b->weight);
@@ -177,21 +162,27 @@ class Lora final : public tessera::Adapter {
     // all-linear is written as the layers it chose, so that PEFT wraps exactly these.
     std::vector<std::string> names = config_.target_modules;
     if (names.size() == 1 && names.front() == kAllLinear) names.assign(targets.begin(), targets.end());
-    std::ostringstream json;
-    json.precision(17);
-    json << "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n"
-         << "  \"base_model_name_or_path\": " << (base_model.empty() ? "null" : json_string(base_model)) << ",\n"
-         << "  \"r\": " << config_.rank << ",\n  \"lora_alpha\": " << config_.alpha << ",\n"
-         << "  \"lora_dropout\": " << config_.dropout << ",\n  \"target_modules\": [";
-    for (std::size_t i = 0; i < names.size(); ++i) json << (i ? ", " : "") << json_string(names[i]);
-    json << "],\n  \"fan_in_fan_out\": " << (fan_in_fan_out ? "true" : "false") << ",\n"
-         << "  \"bias\": \"none\",\n  \"init_lora_weights\": "
-         << (config_.init == "gaussian" ? "\"gaussian\"" : "true") << ",\n"
-         << "  \"use_rslora\": false,\n  \"use_dora\": false,\n  \"modules_to_save\": null,\n"
-         << "  \"inference_mode\": true\n}\n";
-    out.adapter_config_json = json.str();
+    const nlohmann::json json = {
+        {"peft_type", "LORA"},
+        {"task_type", "CAUSAL_LM"},
+        {"base_model_name_or_path", base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
+        {"r", config_.rank},
+        {"lora_alpha", config_.alpha},
+        {"lora_dropout", config_.dropout},
+        {"target_modules", names},
+        {"fan_in_fan_out", fan_in_fan_out},
+        {"bias", "none"},
+        {"init_lora_weights", config_.init == "gaussian" ? nlohmann::json("gaussian") : nlohmann::json(true)},
+        {"use_rslora", false},
+        {"use_dora", false},
+        {"modules_to_save", nullptr},
+        {"inference_mode", true},
+    };
+    out.adapter_config_json = json.dump(2) + "\n";
     return out;
   }
+
+  bool merges() const override { return true; }
 
   void merge(tessera::StateDict& state) const override {
     c10::NoGradGuard no_grad;
@@ -236,7 +227,7 @@ class Lora final : public tessera::Adapter {
         matched = true;
         if (!layer.layer->adaptable()) {
           throw tessera::ConfigError("target_modules[" + std::to_string(i) + "] '" + target + "' names " + layer.path +
-                                         ", whose weight the model reads directly (an MoE router): LoRA cannot wrap it",
+                                         ", whose weight the model reads directly (an output head, an MoE router): LoRA cannot wrap it",
                                      "target_modules");
         }
         if (taken.insert(layer.path).second) chosen.push_back(layer);
@@ -334,21 +325,29 @@ class Lora final : public tessera::Adapter {
 
   // A PEFT folder's own settings must be this config's: the same terms, scaled the same.
   void check_peft_config(const fs::path& path) const {
-    const tessera::HfConfig peft = tessera::HfConfig::parse(read_text(path), path.string());
-    if (peft.string("peft_type").value_or("LORA") != "LORA") {
-      throw tessera::ConfigError(path.string() + " is a " + *peft.string("peft_type") + " adapter, not LoRA", "init_from");
+    const nlohmann::json peft = nlohmann::json::parse(read_text(path), nullptr, false);
+    if (!peft.is_object()) throw tessera::ConfigError(path.string() + " is not a JSON object", "init_from");
+    auto value = [&](const char* key) { return peft.contains(key) ? peft[key] : nlohmann::json(nullptr); };
+    if (const auto type = value("peft_type"); type.is_string() && type != "LORA") {
+      throw tessera::ConfigError(path.string() + " is a " + type.get<std::string>() + " adapter, not LoRA", "init_from");
     }
-    if (const auto r = peft.integer("r"); r && *r != config_.rank) {
-      throw tessera::ConfigError(path.string() + " has r " + std::to_string(*r) + "; set rank: " + std::to_string(*r),
-                                 "rank");
+    if (const auto r = value("r"); r.is_number_integer() && r.get<std::int64_t>() != config_.rank) {
+      throw tessera::ConfigError(path.string() + " has r " + r.dump() + "; set rank: " + r.dump(), "rank");
     }
-    if (const auto alpha = peft.number("lora_alpha"); alpha && *alpha != config_.alpha) {
-      std::ostringstream text;
-      text << path.string() << " has lora_alpha " << *alpha << "; set alpha: " << *alpha;
-      throw tessera::ConfigError(text.str(), "alpha");
+    if (const auto alpha = value("lora_alpha"); alpha.is_number() && alpha.get<double>() != config_.alpha) {
+      throw tessera::ConfigError(path.string() + " has lora_alpha " + alpha.dump() + "; set alpha: " + alpha.dump(),
+                                 "alpha");
     }
-    if (peft.boolean("use_dora").value_or(false) || peft.boolean("use_rslora").value_or(false)) {
+    if (value("use_dora") == true || value("use_rslora") == true) {
       throw tessera::ConfigError(path.string() + " uses DoRA or rsLoRA, which adapter/lora does not", "init_from");
+    }
+    // Per-layer ranks or scales: adapter/lora has one rank and one alpha for every layer.
+    for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+      if (!value(pattern).is_null() && !value(pattern).empty()) {
+        throw tessera::ConfigError(path.string() + " gives some layers their own rank or alpha (" + pattern +
+                                       "); adapter/lora has one rank and one alpha for every layer",
+                                   "init_from");
+      }
     }
   }
 

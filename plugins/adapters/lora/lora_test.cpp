@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <string>
@@ -135,12 +136,15 @@ TEST(LoraAdapter, AllLinearLeavesTheOutputHeadAndTheRouterAlone) {
   }
   EXPECT_EQ(adapted, (std::vector<std::string>{"layers.0.self_attn.k_proj", "layers.0.self_attn.o_proj",
                                                "layers.0.self_attn.q_proj", "layers.0.self_attn.v_proj"}));
-  try {
-    build(moe + lora("{target_modules: [gate]}"));
-    ADD_FAILURE() << "the router was adapted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("reads directly"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("components.adapters[0].config.target_modules"), std::string::npos) << e.what();
+  for (const char* layer : {"gate", "lm_head"}) {
+    try {
+      build(moe + lora(std::string("{target_modules: [") + layer + "]}"));
+      ADD_FAILURE() << layer << " was adapted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("reads directly"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("components.adapters[0].config.target_modules"), std::string::npos)
+          << e.what();
+    }
   }
 }
 
@@ -151,10 +155,13 @@ TEST(LoraAdapter, ThePeftExportNamesLayersAsPeftDoes) {
   const PeftExport peft = adapter_of(a)->peft_export(*a.model, state, "/models/base");
   EXPECT_EQ(peft.tensors.size(), 4u);
   EXPECT_TRUE(peft.tensors.count("base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"));
-  for (const char* expected : {"\"r\": 4", "\"lora_alpha\": 8", "\"target_modules\": [\"q_proj\"]",
-                               "\"base_model_name_or_path\": \"/models/base\"", "\"fan_in_fan_out\": false"}) {
-    EXPECT_NE(peft.adapter_config_json.find(expected), std::string::npos) << expected << "\n" << peft.adapter_config_json;
-  }
+  const nlohmann::json config = nlohmann::json::parse(peft.adapter_config_json);
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["lora_alpha"], 8.0);
+  EXPECT_EQ(config["target_modules"], nlohmann::json::array({"q_proj"}));
+  EXPECT_EQ(config["base_model_name_or_path"], "/models/base");
+  EXPECT_EQ(config["fan_in_fan_out"], false);
 }
 
 }  // namespace

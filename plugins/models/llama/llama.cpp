@@ -313,7 +313,9 @@ class Llama final : public tessera::Model, public tessera::MoeRouting {
     if (pp_.holds_last_stage()) {
       norm_ = register_module("norm", std::make_shared<RmsNorm>(c.n_embd, c.rms_norm_eps, tp_));
       if (!c.tie_embeddings) {
-        lm_head_ = register_module("lm_head", std::make_shared<Affine>(c.n_embd, tp_.local(c.vocab_size), false));
+        // Not adaptable: the loss reads the head's weight directly (Model::output_head).
+        lm_head_ = register_module("lm_head",
+                                   std::make_shared<Affine>(c.n_embd, tp_.local(c.vocab_size), false, false));
       }
     }
     // Derived from the config, not learned: neither parameters nor state (an import or a

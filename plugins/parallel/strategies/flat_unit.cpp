@@ -23,9 +23,14 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
       world_(comm.world_size()),
       params_(std::move(params)) {
   if (params_.empty()) throw tessera::Error("parallel: a unit with no parameters");
+  // Deferred parameters (on the meta device) may share a unit with ones that have storage (an
+  // adapter's, on the run's device): the unit's device is then the deferred ones'.
+  const bool meta = std::any_of(params_.begin(), params_.end(), [](const at::Tensor& p) { return p.is_meta(); });
+  if (meta && !deferred) throw tessera::Error("parallel: parameters on the meta device and no initializer");
   auto options = params_.front().options();
+  if (meta) options = options.device(deferred->device);
   for (const auto& p : params_) {
-    if (p.scalar_type() != options.dtype().toScalarType() || p.device() != options.device()) {
+    if (p.scalar_type() != options.dtype().toScalarType() || (!p.is_meta() && p.device() != options.device())) {
       throw tessera::Error("parallel: the parameters of one unit must share dtype and device, got " +
                            std::string(c10::toString(p.scalar_type())) + " on " + p.device().str() + " and " +
                            std::string(c10::toString(options.dtype().toScalarType())) + " on " +
@@ -44,14 +49,20 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
 
   // The parameters' values move into one padded buffer; each parameter becomes a view of it.
   c10::NoGradGuard no_grad;
-  const bool meta = options.device().is_meta();
-  if (meta && !deferred) throw tessera::Error("parallel: parameters on the meta device and no initializer");
-  if (meta) options = options.device(deferred->device);
   at::Tensor master = at::zeros({shard_numel_ * world_}, options);
   if (meta) {
-    // Deferred: the buffer is the parameters' first storage; every rank takes rank 0's values.
-    for (std::size_t i = 0; i < params_.size(); ++i) tessera::materialize_parameter(params_[i], view_of(master, i));
-    deferred->initialize(params_);
+    // Deferred: the buffer is the deferred parameters' first storage, the others' values are
+    // copied in; every rank takes rank 0's values.
+    std::vector<at::Tensor> deferred_params;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].is_meta()) {
+        tessera::materialize_parameter(params_[i], view_of(master, i));
+        deferred_params.push_back(params_[i]);
+      } else {
+        view_of(master, i).copy_(params_[i].detach());
+      }
+    }
+    deferred->initialize(deferred_params);
     comm_.broadcast(master, 0);
   } else {
     for (std::size_t i = 0; i < params_.size(); ++i) view_of(master, i).copy_(params_[i].detach());

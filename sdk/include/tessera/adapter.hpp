@@ -57,6 +57,8 @@ class TESSERA_API Adapter {
   // be empty). The model gives its layers' Hugging Face names (Model::hugging_face_module).
   // The default throws.
   virtual PeftExport peft_export(const Model& model, const StateDict& state, const std::string& base_model) const;
+  // Whether merge() can fold this adapter into the base weights.
+  virtual bool merges() const { return false; }
   // Folds this adapter into the base weights of `state` (the model's whole state dict) and
   // removes its own tensors from it: what a merged Hugging Face export writes. The default throws.
   virtual void merge(StateDict& state) const;

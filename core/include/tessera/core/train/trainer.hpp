@@ -126,6 +126,7 @@ class Trainer : private CallbackEvents {
 
   const TrainProgress& progress() const { return progress_; }
   Model& model() { return *parts_.model; }
+  const std::vector<std::shared_ptr<Adapter>>& adapters() const { return parts_.adapters; }
   Loss& loss() { return *parts_.loss; }
   // The run's context, with the communicator joined.
   const RunContext& context() const { return context_; }
