@@ -15,6 +15,7 @@
 #include "tessera/callback.hpp"
 #include "tessera/core/components/component_factory.hpp"
 #include "tessera/core/config/field_reader.hpp"
+#include "tessera/core/run/adapter_checks.hpp"
 #include "tessera/core/run/component_defaults.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/deferred_init.hpp"
@@ -79,22 +80,6 @@ void check_sequence_splits(const RunPlan& plan) {
 }
 
 // A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
-// Adapters wrap whole layers of one model: not yet a tensor-parallel part of a layer, nor a
-// pipeline stage's blocks.
-void check_adapter_splits(const RunPlan& plan) {
-  const ConfigNode* adapters = plan.components().find("adapters");
-  if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;
-  const ParallelDims& dims = plan.context.parallel;
-  for (const auto& [axis, degree] : {std::pair<const char*, std::int64_t>{"tp", dims.tp}, {"pp", dims.pp}}) {
-    if (degree == 1) continue;
-    throw ConfigIssue(adapters->pos(), "components.adapters",
-                      std::string("adapters train with the data-parallel strategies, context and expert "
-                                  "parallelism, not yet with parallelism.") +
-                          axis + " " + std::to_string(degree) + "; set parallelism." + axis +
-                          ": 1 (fsdp shards the adapters' training instead)");
-  }
-}
-
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
   check_adapter_splits(plan);
   const ParallelDims& dims = plan.context.parallel;
@@ -169,73 +154,6 @@ std::shared_ptr<T> instance(const BuiltComponents& built, const char* name) {
 
 }  // namespace
 
-namespace {
-
-// A component's config.init_from, absolute ("" without one).
-std::string init_from_of(const ConfigNode* component) {
-  const ConfigNode* config = component && component->is_map() ? component->find("config") : nullptr;
-  const ConfigNode* from = config && config->is_map() ? config->find("init_from") : nullptr;
-  if (!from || !from->is_scalar() || from->scalar().empty()) return {};
-  return fs::absolute(from->scalar()).lexically_normal().string();
-}
-
-// The model's init_from: where a PEFT export says its base model is.
-std::string model_init_from(const RunPlan& plan) { return init_from_of(plan.components().find("model")); }
-
-// The top-level components `node` refers to ({instance_key: NAME}), and those they refer to.
-void referenced_instances(const ConfigNode& node, const ConfigNode& components, std::set<std::string>& names) {
-  if (node.is_map()) {
-    const ConfigNode* key = node.find("instance_key");
-    if (key && key->is_scalar()) {
-      const ConfigNode* target = components.find(key->scalar());
-      if (target && names.insert(key->scalar()).second) referenced_instances(*target, components, names);
-      return;
-    }
-    for (const auto& e : node.entries()) referenced_instances(e.value, components, names);
-  } else if (node.is_sequence()) {
-    for (const auto& item : node.items()) referenced_instances(item, components, names);
-  }
-}
-
-// An export format the run's adapters can be written in, before training starts: a PEFT folder
-// holds one adapter that has a PEFT form, over a model with Hugging Face names; a merged Hugging
-// Face folder needs adapters that merge. `trainer` null: what the spec alone tells (validation).
-void check_export_of_adapters(const RunPlan& plan, Trainer* trainer) {
-  const std::string& format = plan.checkpoint.export_format;
-  const ConfigNode* section = plan.spec.find("checkpoint");
-  const ConfigNode* node = section ? section->find("export_format") : nullptr;
-  const SourcePos& at = node ? node->pos() : plan.spec.pos();
-  if (trainer) {
-    for (std::size_t i = 0; i < trainer->adapters().size(); ++i) {
-      const Adapter& adapter = *trainer->adapters()[i];
-      const std::string which = "components.adapters[" + std::to_string(i) + "]";
-      if (format == "hf" && !adapter.merges()) {
-        throw ConfigIssue(at, "checkpoint.export_format",
-                          which + " cannot be merged into the base weights; use export_format: tessera");
-      }
-      if (format == "peft" && !adapter.exports_peft()) {
-        throw ConfigIssue(at, "checkpoint.export_format",
-                          which + " has no PEFT form; use export_format: tessera");
-      }
-    }
-  }
-  if (format != "peft") return;
-  const ConfigNode* adapters = plan.components().find("adapters");
-  const std::size_t count = adapters && adapters->is_sequence() ? adapters->items().size() : 0;
-  if (count != 1) {
-    throw ConfigIssue(at, "checkpoint.export_format",
-                      "peft writes the one adapter of a run, and components.adapters has " + std::to_string(count) +
-                          "; use export_format: tessera (adapters apart from the base) or hf (merged)");
-  }
-  if (trainer && !trainer->model().exports_hugging_face()) {
-    throw ConfigIssue(at, "checkpoint.export_format",
-                      "a PEFT folder names the layers as the model's Hugging Face format does, and this model has "
-                      "none (model/gpt and model/llama have one); use export_format: tessera");
-  }
-}
-
-}  // namespace
-
 void seed_everything(std::uint64_t seed, const std::string& device) {
   // A Generator is a handle: seeding the copy seeds the global generator.
   at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
@@ -296,13 +214,7 @@ void TrainingRun::check_adapters() const {
   if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;
   // validate --skip-path-checks of a spec whose weights (the base's or the adapters') are not
   // here: nothing to adapt.
-  if (!path_checks_enabled()) {
-    std::vector<std::string> paths{model_init_from(plan_)};
-    for (const ConfigNode& adapter : adapters->items()) paths.push_back(init_from_of(&adapter));
-    for (const std::string& path : paths) {
-      if (!path.empty() && !fs::exists(path)) return;
-    }
-  }
+  if (!path_checks_enabled() && !adapter_weights_present(plan_)) return;
   build_model(plan_.context);
 }
 
