@@ -14,6 +14,7 @@
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -72,6 +73,19 @@ TEST(LoraAdapter, StartsAsTheBaseAndOnlyItsMatricesGetGradients) {
   // With B zero only B learns first: A's gradient goes through B.
   EXPECT_GT(params["layers.0.self_attn.q_proj.lora_B.weight"].grad().abs().sum().item<double>(), 0);
   EXPECT_EQ(params["layers.0.self_attn.q_proj.lora_A.weight"].grad().abs().sum().item<double>(), 0);
+}
+
+// Whatever order the spec lists them in, the optimizer (which takes the model by reference) is
+// built after the adapters and sees their parameters alone.
+TEST(LoraAdapter, TheOptimizerGetsTheAdaptedModelWhateverTheSpecsOrder) {
+  Adapted a = build(lora("{rank: 2, target_modules: [o_proj]}") +
+                    "optimizer: {component_key: optimizer, variant_key: adamw, config: {model: {instance_key: model}}}\n" +
+                    kLlama);
+  const auto optimizer = built<Optimizer>(a.components, "optimizer");
+  ASSERT_EQ(optimizer->parameters().size(), 4u);  // 2 layers x (A, B)
+  for (const auto& p : optimizer->parameters()) EXPECT_EQ(p.dim(), 2);
+  EXPECT_EQ(a.model->named_parameters()["layers.1.self_attn.o_proj.lora_B.weight"].data_ptr(),
+            optimizer->parameters()[3].data_ptr());
 }
 
 TEST(LoraAdapter, MergedWeightsGiveTheAdaptedModelsLogits) {
