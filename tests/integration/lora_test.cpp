@@ -3,7 +3,7 @@
 // the PEFT export loads in peft over the untouched base with the loss `tessera eval` gives, the
 // merged Hugging Face export loads in transformers with that loss too, the base weights stay
 // bit-identical to the imported ones and only the adapters hold optimizer state. An adapter
-// continues from its PEFT or Tessera export; LoRA on 2 Gloo ranks (fsdp, zero2, ddp) equals one
+// continues from its PEFT or Tessera export; LoRA on 2 Gloo ranks (fsdp, zero2, zero1, ddp) equals one
 // rank; bf16 with activation checkpointing and a mixture of experts train only the adapters; a
 // target naming no layer is one positioned error.
 #include <ATen/ops/equal.h>
@@ -189,7 +189,7 @@ TEST_F(Lora, TwoRanksOfEachDataParallelStrategyEqualOneRank) {
   ASSERT_EQ(train(path, "--set trainer.grad_accum=2 --run-dir " + run_dir("one"), out), 0) << out;
   const auto one = read_metrics(run_dir("one") + "/metrics.jsonl");
   ASSERT_EQ(one.size(), 3u);
-  for (const std::string strategy : {"fsdp", "zero2", "ddp"}) {
+  for (const std::string strategy : {"fsdp", "zero2", "zero1", "ddp"}) {
     SCOPED_TRACE(strategy);
     ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path +
                               " --set components.parallel.component_key=parallel "
