@@ -4,6 +4,8 @@
 #include <ATen/ops/stack.h>
 #include <torch/nn/module.h>
 
+#include <set>
+
 #include "tessera/callback.hpp"
 #include "tessera/communicator.hpp"
 #include "tessera/dataset.hpp"
@@ -148,6 +150,16 @@ void Communicator::reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& i
 }
 void Communicator::all_to_all(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs) {
   all_to_all_async(outputs, inputs)->wait();
+}
+
+std::int64_t frozen_parameter_bytes(const Model& model, const std::vector<at::Tensor>& trained) {
+  std::set<const c10::TensorImpl*> updated;
+  for (const auto& p : trained) updated.insert(p.unsafeGetTensorImpl());
+  std::int64_t bytes = 0;
+  for (const auto& p : model.parameters()) {
+    if (!updated.count(p.unsafeGetTensorImpl())) bytes += static_cast<std::int64_t>(p.nbytes());
+  }
+  return bytes;
 }
 
 std::int64_t Model::num_parameters() const {

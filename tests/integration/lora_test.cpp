@@ -114,8 +114,9 @@ TEST_F(Lora, LlamaPeftAndMergedExportsGiveTesserasLossOverAnUntouchedBase) {
     ASSERT_EQ(metrics.size(), 3u);
     EXPECT_EQ(metrics[0]["trainable_parameters"].get<double>(), adapters);
     EXPECT_GT(metrics[0]["parameters"].get<double>(), 10 * adapters);
-    // AdamW's two fp32 moments of the adapters, nothing of the base.
+    // AdamW's two fp32 moments of the adapters, nothing of the base; the frozen base is held all the same.
     EXPECT_EQ(metrics[0]["optimizer_bytes"].get<double>(), 2 * 4 * adapters) << metrics[0].dump();
+    EXPECT_EQ(metrics[0]["parameter_bytes"].get<double>(), 4 * metrics[0]["parameters"].get<double>());
   }
 }
 
@@ -203,6 +204,9 @@ TEST_F(Lora, TwoRanksOfEachDataParallelStrategyEqualOneRank) {
       EXPECT_LT(relative(two[i]["loss"].get<double>(), one[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
     }
     EXPECT_EQ(two[0]["trainable_parameters"], one[0]["trainable_parameters"]);
+    // Every rank holds the frozen base whole (fsdp shards the adapters alone).
+    EXPECT_GT(two[0]["parameter_bytes"].get<double>(),
+              4 * (two[0]["parameters"].get<double>() - two[0]["trainable_parameters"].get<double>()));
   }
   // fsdp gathering the adapters in bf16 while the frozen base and the compute stay fp32.
   ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path + kFsdp +

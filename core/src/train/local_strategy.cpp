@@ -19,12 +19,13 @@ namespace {
 
 class LocalStrategy final : public ParallelStrategy {
  public:
-  void setup(Model&, Optimizer& optimizer, Communicator& comm) override {
+  void setup(Model& model, Optimizer& optimizer, Communicator& comm) override {
     if (comm.world_size() > 1) {
       throw Error("trainer: a run of " + std::to_string(comm.world_size()) +
                   " ranks needs a parallel strategy (components.parallel)");
     }
     parameters_ = optimizer.parameters();
+    frozen_bytes_ = frozen_parameter_bytes(model, parameters_);
   }
   void begin_micro_batch(std::int64_t, std::int64_t) override {}
   void finish_gradients() override {}
@@ -70,6 +71,7 @@ class LocalStrategy final : public ParallelStrategy {
 
   ParallelMemory memory() const override {
     ParallelMemory held;
+    held.parameters = frozen_bytes_;
     for (const auto& p : parameters_) {
       held.parameters += static_cast<std::int64_t>(p.nbytes());
       if (p.grad().defined()) held.gradients += static_cast<std::int64_t>(p.grad().nbytes());
@@ -123,6 +125,7 @@ class LocalStrategy final : public ParallelStrategy {
   }
 
   std::vector<at::Tensor> parameters_;
+  std::int64_t frozen_bytes_ = 0;  // the model's parameters the optimizer does not update
   std::vector<bool> counted_;  // empty: every parameter
 };
 

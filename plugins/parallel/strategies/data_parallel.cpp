@@ -122,6 +122,7 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
     counted_[u].assign(units_[u]->params().size(), true);
   }
   install_grad_hooks();
+  frozen_bytes_ = tessera::frozen_parameter_bytes(model, params);
   if (options_.shard_parameters) model.set_forward_hooks(shared_from_this());
   std::int64_t numel = 0;
   for (const auto& u : units_) numel += u->numel();
@@ -448,6 +449,7 @@ void DataParallel::zero_grad(tessera::Optimizer&) {
 
 tessera::ParallelMemory DataParallel::memory() const {
   tessera::ParallelMemory m;
+  m.parameters = frozen_bytes_;  // whole on every rank, outside the units
   for (const auto& u : units_) {
     m.parameters += u->parameter_bytes();
     m.gradients += u->gradient_bytes();

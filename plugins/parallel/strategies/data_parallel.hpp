@@ -169,6 +169,8 @@ class DataParallel final : public tessera::ParallelStrategy,
   // Per unit and parameter: whether this rank counts it in the gradient norm (count_in_grad_norm).
   std::vector<std::vector<bool>> counted_;
   bool counts_all_ = true;
+  // The model's parameters outside the optimizer (frozen by adapters): held whole, never reduced.
+  std::int64_t frozen_bytes_ = 0;
 };
 
 }  // namespace tessera_plugins

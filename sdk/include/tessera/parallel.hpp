@@ -44,6 +44,10 @@ struct ParallelMemory {
   std::int64_t gradients = 0;
 };
 
+// Bytes of the model's parameters that are not among `trained` (the optimizer's): what adapters
+// froze, which a strategy holds whole and never updates. A strategy's memory() counts them.
+TESSERA_API std::int64_t frozen_parameter_bytes(const Model& model, const std::vector<at::Tensor>& trained);
+
 // A step's loss summed over ranks and the gradients' global L2 norm: 0-dim fp32 tensors on the
 // device, never read back to the host here.
 struct LossAndGradNorm {
