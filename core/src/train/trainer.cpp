@@ -147,21 +147,14 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 
 Trainer::~Trainer() = default;
 
-std::int64_t Trainer::parameter_count() const {
-  const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
-  std::int64_t n = 0;
-  for (const auto& item : parts_.model->named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    const TensorShard shard = shard_in(plan, item.key());
-    n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? ep_.size() : tp_.size());
-  }
-  return n;
-}
+std::int64_t Trainer::parameter_count() const { return whole_parameter_count(/*trainable_only=*/true); }
+std::int64_t Trainer::total_parameter_count() const { return whole_parameter_count(/*trainable_only=*/false); }
 
-std::int64_t Trainer::total_parameter_count() const {
+std::int64_t Trainer::whole_parameter_count(bool trainable_only) const {
   const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
   std::int64_t n = 0;
   for (const auto& item : parts_.model->named_parameters()) {
+    if (trainable_only && !item.value().requires_grad()) continue;
     const TensorShard shard = shard_in(plan, item.key());
     n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? ep_.size() : tp_.size());
   }

@@ -179,6 +179,8 @@ class Trainer : private CallbackEvents {
                      const SkipDecision& decision, const StepClock& clock);
 
   void place_model();
+  // The whole model's parameter elements (each split one counted whole), or its trainable ones.
+  std::int64_t whole_parameter_count(bool trainable_only) const;
   // The model's parameters and buffers from a read checkpoint (restore and restore_model).
   void load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path);
   std::string stop_reason() const;
