@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -54,23 +56,50 @@ inline int free_loopback_port() {
   throw std::runtime_error("no free loopback port between 10000 and 32000");
 }
 
+// Blocks each thread that arrives until `count` have: a C++17 stand-in for std::latch.
+class ThreadLatch {
+ public:
+  explicit ThreadLatch(std::int64_t count) : left_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (--left_ == 0) {
+      all_arrived_.notify_all();
+      return;
+    }
+    all_arrived_.wait(lock, [this] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable all_arrived_;
+  std::int64_t left_;
+};
+
 // Runs body(rank, communicator) on `world` threads; returns each rank's error ("" if none).
+// Every rank keeps its group until all bodies have ended: rank 0's group holds the TCPStore's
+// server, and a rank whose body ended first (one with no collective in it) would otherwise close
+// the store under a rank still reading the others' addresses from it (seen under load: "Gloo
+// connectFullMesh failed ... Connection closed by peer").
 inline std::vector<std::string> run_on_gloo_ranks(
     std::int64_t world, const std::function<void(std::int64_t, std::shared_ptr<Communicator>)>& body) {
   core::DistributedEnv env;
   env.world_size = world;
   env.master_port = free_loopback_port();
   std::vector<std::string> errors(static_cast<std::size_t>(world));
+  ThreadLatch all_done(world);
   std::vector<std::thread> ranks;
   for (std::int64_t r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
+      std::shared_ptr<Communicator> group;
       try {
         core::DistributedEnv mine = env;
         mine.rank = r;
-        body(r, core::make_gloo_communicator(mine, std::chrono::seconds(60)));
+        group = core::make_gloo_communicator(mine, std::chrono::seconds(60));
+        body(r, group);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
+      all_done.arrive_and_wait();
     });
   }
   for (auto& t : ranks) t.join();
