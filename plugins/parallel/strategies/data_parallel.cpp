@@ -74,7 +74,7 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
   if (options_.shard_parameters) {
     build_fsdp_units(model, params);
     if (options_.replicate_group && options_.replicate_group->world_size() > 1) {
-      for (auto& u : units_) u->take_first_replicas_shard(*options_.replicate_group);
+      for (FlatUnit* u : all_units()) u->take_first_replicas_shard(*options_.replicate_group);
     }
   } else {
     // The model's registration order, not the optimizer's (which may group parameters, e.g. by
@@ -90,7 +90,8 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
     }
     build_buckets(ordered);
   }
-  // Deferred parameters outside the optimizer (frozen): whole, with rank 0's values.
+  // Deferred parameters outside the optimizer (frozen) under ddp and zero: whole, with rank 0's
+  // values (fsdp's frozen units gave theirs storage).
   std::vector<at::Tensor> frozen;
   for (const auto& p : model.parameters()) {
     if (!p.is_meta()) continue;
@@ -122,12 +123,17 @@ void DataParallel::setup(tessera::Model& model, tessera::Optimizer& optimizer, t
     counted_[u].assign(units_[u]->params().size(), true);
   }
   install_grad_hooks();
-  frozen_bytes_ = tessera::frozen_parameter_bytes(model, params);
+  if (!options_.shard_parameters) frozen_bytes_ = tessera::frozen_parameter_bytes(model, params);
   if (options_.shard_parameters) model.set_forward_hooks(shared_from_this());
-  std::int64_t numel = 0;
+  std::int64_t numel = 0, frozen_numel = 0;
   for (const auto& u : units_) numel += u->numel();
+  for (const auto& u : frozen_units_) frozen_numel += u->numel();
+  const std::string frozen_units =
+      frozen_units_.empty() ? std::string()
+                            : " (and " + std::to_string(frozen_numel) + " frozen elements in " +
+                                  std::to_string(frozen_units_.size()) + " units)";
   tessera::log::info("parallel/", options_.name, ": ", params.size(), " parameters (", numel, " elements) in ",
-                     units_.size(), options_.shard_parameters ? " units" : " buckets", " over ",
+                     units_.size(), options_.shard_parameters ? " units" : " buckets", frozen_units, " over ",
                      comm.world_size(), comm.world_size() == 1 ? " rank" : " ranks",
                      unit_comm_ != comm_ ? " (hybrid: sharded over " + std::to_string(unit_comm_->world_size()) +
                                                ", replicated over " +
@@ -272,6 +278,9 @@ void DataParallel::complete_backward() {
   for (std::size_t u = next_launch_; u < units_.size(); ++u) ready_[u] = true;
   launch_ready_units();
   for (auto& u : units_) u->wait_reduction();
+  // Frozen units whose input needed no gradient (the first block's, behind frozen embeddings)
+  // and the root's: backward is over.
+  for (auto& u : frozen_units_) release(*u);
   in_backward_ = false;
   if (last_micro_batch_) settle_unused_parameters();
 }
@@ -435,7 +444,7 @@ void DataParallel::optimizer_step(tessera::Optimizer& optimizer) {
   if (options_.shard_parameters) {
     // A unit still gathered (a forward without backward) holds the old values: drop them, so
     // the next use gathers the updated shards.
-    for (auto& u : units_) release(*u);
+    for (FlatUnit* u : all_units()) release(*u);
     return;
   }
   std::vector<std::shared_ptr<tessera::PendingCollective>> gathers;
@@ -449,8 +458,8 @@ void DataParallel::zero_grad(tessera::Optimizer&) {
 
 tessera::ParallelMemory DataParallel::memory() const {
   tessera::ParallelMemory m;
-  m.parameters = frozen_bytes_;  // whole on every rank, outside the units
-  for (const auto& u : units_) {
+  m.parameters = frozen_bytes_;  // ddp, zero: whole on every rank, outside the units
+  for (const FlatUnit* u : all_units()) {
     m.parameters += u->parameter_bytes();
     m.gradients += u->gradient_bytes();
   }

@@ -8,7 +8,9 @@
 //          fills and keeps only the shard.
 //   fsdp   parameters sharded at rest as well, in the model's wrapping units (a GPT's blocks):
 //          each unit is gathered just before its forward and again before its backward, and
-//          freed after each; gradients are reduce-scattered per unit as in zero2. With
+//          freed after each; gradients are reduce-scattered per unit as in zero2. Parameters
+//          no optimizer updates (a base that adapters froze) are sharded the same way, in units of
+//          their own that are gathered for compute and never reduced. With
 //          parallelism.dp_replicate > 1, hybrid sharding: sharded over the dp_shard ranks,
 //          replicated (gradient shards all-reduced) across the dp_replicate ranks.
 //
@@ -122,6 +124,8 @@ class DataParallel final : public tessera::ParallelStrategy,
   void prefetch(FlatUnit* unit);
   // fsdp: frees a unit's whole parameters (no-op for ddp and zero, which keep them).
   void release(FlatUnit& unit);
+  // fsdp: frees the frozen units of forward unit `unit` (the others are freed by their reduction).
+  void release_frozen(std::size_t unit);
   void check_setup(const char* what) const;
 
   // Hybrid sharding: the unit gradients all-reduced over the replicas.
@@ -169,8 +173,15 @@ class DataParallel final : public tessera::ParallelStrategy,
   // Per unit and parameter: whether this rank counts it in the gradient norm (count_in_grad_norm).
   std::vector<std::vector<bool>> counted_;
   bool counts_all_ = true;
-  // The model's parameters outside the optimizer (frozen by adapters): held whole, never reduced.
+  // The model's parameters outside the optimizer (frozen by adapters). ddp and zero hold them
+  // whole (frozen_bytes_); fsdp shards them in frozen units (GradReduction::none), listed in
+  // forward_units_ and root_ beside the trained ones but not in units_: they have no gradient,
+  // no reduction and no optimizer state.
   std::int64_t frozen_bytes_ = 0;
+  std::vector<std::unique_ptr<FlatUnit>> frozen_units_;
+  std::set<const c10::TensorImpl*> in_frozen_units_;
+  // units_ and frozen_units_: every unit whose parameters a checkpoint saves and loads.
+  std::vector<FlatUnit*> all_units() const;
 };
 
 }  // namespace tessera_plugins

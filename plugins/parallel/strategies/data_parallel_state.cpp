@@ -23,7 +23,7 @@ tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int
   // One unit at a time, straight to host memory: never more than one extra unit on the device.
   const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
   tessera::StateDict state;
-  for (auto& u : units_) {
+  for (FlatUnit* u : all_units()) {
     const bool keep = experts_.count(u->params().front().unsafeGetTensorImpl()) ? keep_experts : keep_others;
     if (u->casts_parameters()) {
       // The gathered copy is a cast: the master weights are gathered instead.
@@ -34,7 +34,7 @@ tessera::StateDict DataParallel::full_parameters(tessera::Model& model, std::int
       }
       continue;
     }
-    const bool was_gathered = u->gathered() && !gathering_.count(u.get());
+    const bool was_gathered = u->gathered() && !gathering_.count(u);
     ensure_gathered(*u);
     for (std::size_t i = 0; i < u->params().size(); ++i) {
       auto name = names.find(u->params()[i].unsafeGetTensorImpl());
@@ -64,7 +64,7 @@ void DataParallel::load_full_parameters(tessera::Model& model, const tessera::St
   const std::map<const c10::TensorImpl*, std::string> names = parameter_names(model);
   // Check everything before changing anything: a bad checkpoint leaves the model as it was.
   for (const auto& item : model.named_parameters()) value_for(item.key(), item.value());
-  for (auto& u : units_) {
+  for (FlatUnit* u : all_units()) {
     if (u->casts_parameters()) {
       at::Tensor master = u->new_master();
       master.zero_();  // the padding
@@ -84,7 +84,8 @@ void DataParallel::load_full_parameters(tessera::Model& model, const tessera::St
     release(*u);
   }
   for (const auto& item : model.named_parameters()) {
-    if (!where_.count(item.value().unsafeGetTensorImpl())) item.value().copy_(value_for(item.key(), item.value()));
+    const c10::TensorImpl* impl = item.value().unsafeGetTensorImpl();
+    if (!where_.count(impl) && !in_frozen_units_.count(impl)) item.value().copy_(value_for(item.key(), item.value()));
   }
 }
 

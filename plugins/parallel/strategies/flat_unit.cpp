@@ -46,6 +46,9 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
   if (param_dtype_ != master_dtype_ && !shard_parameters_) {
     throw tessera::Error("parallel: a param dtype other than the parameters' own needs sharded parameters (fsdp)");
   }
+  if (reduction_ == GradReduction::none && !shard_parameters_) {
+    throw tessera::Error("parallel: a unit without gradients is for sharded parameters (fsdp) only");
+  }
 
   // The parameters' values move into one padded buffer; each parameter becomes a view of it.
   c10::NoGradGuard no_grad;
@@ -76,7 +79,7 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
     full_views_.push_back(view);
   }
   if (reduction_ != GradReduction::all_reduce) {
-    grad_shard_ = at::zeros({shard_numel_}, options);
+    if (trains()) grad_shard_ = at::zeros({shard_numel_}, options);
     // zero keeps whole parameters, so its shard is a slice of them; fsdp keeps the shard alone.
     param_shard_ = master.narrow(0, shard_begin(), shard_numel_);
     if (shard_parameters_) {
@@ -84,7 +87,7 @@ FlatUnit::FlatUnit(std::vector<at::Tensor> params, tessera::Communicator& comm, 
       free_full();
     }
   }
-  if (reduction_ != GradReduction::reduce_scatter_each) {
+  if (reduction_ == GradReduction::all_reduce || reduction_ == GradReduction::reduce_scatter_final) {
     grad_flat_ = at::zeros({reduction_ == GradReduction::all_reduce ? numel_ : shard_numel_ * world_}, options);
   }
   zero_grad();
@@ -174,6 +177,8 @@ void FlatUnit::launch_reduction(bool last_micro_batch) {
           pending_ = comm_.reduce_scatter_async(scatter_out_, inputs);
         }
       }
+      break;
+    case GradReduction::none:
       break;
     case GradReduction::reduce_scatter_each: {
       // This backward's gradients leave the parameters for a flat buffer in flight; only the

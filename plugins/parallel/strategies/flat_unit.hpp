@@ -24,6 +24,7 @@ enum class GradReduction {
   all_reduce,            // ddp: every rank gets the whole summed gradient
   reduce_scatter_final,  // zero1: whole gradients accumulate locally; scattered once per step
   reduce_scatter_each,   // zero2, fsdp: scattered after every backward; only the shard is kept
+  none,                  // fsdp: frozen parameters (adapters train the rest), gathered for compute only
 };
 
 // What is all-gathered and reduced, as in PyTorch FSDP2's MixedPrecisionPolicy. The master
@@ -55,6 +56,8 @@ class FlatUnit {
   const std::vector<at::Tensor>& params() const { return params_; }
   tessera::Communicator& comm() const { return comm_; }
   std::int64_t numel() const { return numel_; }
+  // Whether the unit's parameters have gradients (false: a frozen unit, GradReduction::none).
+  bool trains() const { return reduction_ != GradReduction::none; }
 
   // --- Gradients -------------------------------------------------------------------------------
   // Points each parameter's .grad at the unit's flat gradient buffer (ddp, zero1), zeroed.

@@ -1,6 +1,7 @@
 // fsdp's part of DataParallel: the model's wrapping units made flat units (tied parameters in
-// the root), and the forward hooks that gather each unit just before it runs (the next one
-// prefetched) and free it after, gathering it again when its backward comes.
+// the root; frozen parameters in units of their own), and the forward hooks that gather each
+// unit just before it runs (the next one prefetched) and free it after, gathering it again when
+// its backward comes.
 #include <c10/core/GradMode.h>
 
 #include <map>
@@ -14,6 +15,12 @@ namespace tessera_plugins {
 void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at::Tensor>& params) {
   std::set<const c10::TensorImpl*> optimized;
   for (const auto& p : params) optimized.insert(p.unsafeGetTensorImpl());
+  // The parameters no optimizer updates (a base that adapters froze) are sharded too, in units of
+  // their own: a unit's parameters either all have gradients or none do.
+  std::vector<at::Tensor> frozen;
+  for (const auto& p : model.parameters()) {
+    if (!optimized.count(p.unsafeGetTensorImpl())) frozen.push_back(p);
+  }
   // A parameter used by two units (tied weights) would be freed by one while the other needs
   // it: such parameters join the root, which stays gathered for the whole pass.
   const auto modules = model.sharding_units();
@@ -24,18 +31,24 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
     for (const auto* impl : once) ++uses[impl];
   }
   std::set<const c10::TensorImpl*> claimed;
-  std::vector<std::vector<at::Tensor>> per_unit;
+  // Per model unit: its trained parameters and its frozen ones.
+  std::vector<std::vector<at::Tensor>> per_unit, frozen_per_unit;
   for (const auto& module : modules) {
-    std::vector<at::Tensor> mine;
+    std::vector<at::Tensor> mine, mine_frozen;
     for (const auto& p : module->parameters()) {
       const auto* impl = p.unsafeGetTensorImpl();
-      if (optimized.count(impl) && uses[impl] == 1 && claimed.insert(impl).second) mine.push_back(p);
+      if (uses[impl] != 1 || !claimed.insert(impl).second) continue;
+      (optimized.count(impl) ? mine : mine_frozen).push_back(p);
     }
     per_unit.push_back(std::move(mine));
+    frozen_per_unit.push_back(std::move(mine_frozen));
   }
-  std::vector<at::Tensor> rest;
+  std::vector<at::Tensor> rest, frozen_rest;
   for (const auto& p : params) {
     if (!claimed.count(p.unsafeGetTensorImpl())) rest.push_back(p);
+  }
+  for (const auto& p : frozen) {
+    if (!claimed.count(p.unsafeGetTensorImpl())) frozen_rest.push_back(p);
   }
   // Backward runs the units last to first and finishes with the root (embeddings come first in
   // the forward pass), so reductions start in that order.
@@ -44,8 +57,8 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
   deferred.device = options_.device;
   deferred.initialize = [&model](const std::vector<at::Tensor>& p) { model.initialize_parameters(p); };
   // Each model unit becomes flat units: its stacked experts' (expert parallelism: sharded over
-  // the ranks holding the same experts) and the rest's.
-  auto flat_units = [&](const std::vector<at::Tensor>& params_of_unit) {
+  // the ranks holding the same experts) and the rest's; its frozen parameters likewise, apart.
+  auto flat_units = [&](const std::vector<at::Tensor>& params_of_unit, bool trains) {
     std::vector<FlatUnit*> made;
     auto [others, experts] = split_experts(params_of_unit);
     // A pipeline's tied embedding apart (its shards line up on both ends of the pipeline).
@@ -61,15 +74,38 @@ void DataParallel::build_fsdp_units(tessera::Model& model, const std::vector<at:
     parts.push_back(rest_of_others);
     for (const auto& part : parts) {
       if (part.empty()) continue;
-      units_.push_back(std::make_unique<FlatUnit>(part, comm_for(part.front()), options_.reduction, true,
-                                                  options_.precision, &deferred));
-      made.push_back(units_.back().get());
+      auto unit = std::make_unique<FlatUnit>(part, comm_for(part.front()),
+                                             trains ? options_.reduction : GradReduction::none, true,
+                                             options_.precision, &deferred);
+      made.push_back(unit.get());
+      if (!trains) {
+        for (const auto& p : part) in_frozen_units_.insert(p.unsafeGetTensorImpl());
+      }
+      (trains ? units_ : frozen_units_).push_back(std::move(unit));
     }
     return made;
   };
+  auto trained_and_frozen = [&](const std::vector<at::Tensor>& trained, const std::vector<at::Tensor>& frozen_part) {
+    std::vector<FlatUnit*> made = flat_units(trained, true);
+    for (FlatUnit* u : flat_units(frozen_part, false)) made.push_back(u);
+    return made;
+  };
   forward_units_.assign(per_unit.size(), {});
-  for (std::size_t i = per_unit.size(); i-- > 0;) forward_units_[i] = flat_units(per_unit[i]);
-  root_ = flat_units(rest);
+  for (std::size_t i = per_unit.size(); i-- > 0;) forward_units_[i] = trained_and_frozen(per_unit[i], frozen_per_unit[i]);
+  root_ = trained_and_frozen(rest, frozen_rest);
+}
+
+std::vector<FlatUnit*> DataParallel::all_units() const {
+  std::vector<FlatUnit*> all;
+  for (const auto& u : units_) all.push_back(u.get());
+  for (const auto& u : frozen_units_) all.push_back(u.get());
+  return all;
+}
+
+void DataParallel::release_frozen(std::size_t unit) {
+  for (FlatUnit* u : forward_unit(unit)) {
+    if (!u->trains()) release(*u);
+  }
 }
 
 const std::vector<FlatUnit*>& DataParallel::forward_unit(std::size_t unit) {
@@ -133,6 +169,10 @@ at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& outpu
   output.register_hook([self, unit](const at::Tensor&) {
     auto strategy = self.lock();
     if (!strategy) return;
+    // The gradient of this unit's output is whole, so the next unit's backward has computed the
+    // gradient of its input: its frozen parameters are done with (as FSDP2 reshards a module once
+    // its inputs' gradients are computed). Its trained ones are freed once they are reduced.
+    if (unit + 1 < strategy->forward_units_.size()) strategy->release_frozen(unit + 1);
     for (FlatUnit* mine : strategy->forward_unit(unit)) strategy->ensure_gathered(*mine);
     if (unit > 0) {
       for (FlatUnit* previous : strategy->forward_unit(unit - 1)) strategy->prefetch(previous);

@@ -106,8 +106,14 @@ std::string token_file(const TempDir& dir) {
 }
 
 // Eight blocks of width 64: a block is about a ninth of the model. gpt, llama (grouped-query
-// attention, an untied head), or gpt_moe (every second block a mixture of 4 experts).
+// attention, an untied head), gpt_moe (every second block a mixture of 4 experts), or gpt_lora
+// (LoRA adapters train, the base is frozen: fsdp shards it in units of its own).
 std::string model_yaml(const std::string& variant) {
+  if (variant == "gpt_lora") {
+    return model_yaml("gpt") +
+           "adapters: [{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, target_modules: "
+           "[all-linear]}}]\n";
+  }
   if (variant == "gpt_moe") {
     return "model: {component_key: model, variant_key: gpt_moe,\n"
            "        config: {vocab_size: 64, n_layer: 8, n_head: 2, n_embd: 64, max_seq_len: 16, num_experts: 4,"
@@ -271,7 +277,8 @@ TEST_P(ShardedInit, NoRankHoldsMoreThanItsShardPlusOneUnitAndTheWeightsEqualTheW
 }
 
 INSTANTIATE_TEST_SUITE_P(GlooRanks, ShardedInit,
-                         ::testing::Combine(::testing::Values(std::string("gpt"), std::string("llama"), std::string("gpt_moe")),
+                         ::testing::Combine(::testing::Values(std::string("gpt"), std::string("llama"), std::string("gpt_moe"),
+                                                              std::string("gpt_lora")),
                                             ::testing::Values(std::int64_t{2}, std::int64_t{3})),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, std::int64_t>>& info) {
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "_ranks";

@@ -76,6 +76,8 @@ struct RankRun {
   // The loss of a no-grad forward after training, from the logits and from the hidden states and
   // the output head (the path of a chunked loss in evaluation).
   double eval_loss_from_logits = 0, eval_loss_from_hidden = 0;
+  // Loading other full parameters changed the forward's logits, and loading these back restored them.
+  bool load_changes_the_model = false, load_restores_the_model = false;
   std::string error;
 };
 
@@ -120,6 +122,14 @@ void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std
     out.eval_loss_from_logits = loss->compute(trainer.model().forward(ids), labels).sum.item<double>();
     out.eval_loss_from_hidden = loss->compute_from_hidden(trainer.model().forward_hidden(ids),
                                                           trainer.model().output_head(), labels).sum.item<double>();
+    if (strategy) {  // what resuming from a checkpoint does: every parameter, trained or frozen
+      StateDict halved;
+      for (const auto& [name, w] : out.weights) halved[name] = w * 0.5;
+      strategy->load_full_parameters(trainer.model(), halved);
+      out.load_changes_the_model = !trainer.model().forward(at::ones({1, 8}, at::kLong)).equal(out.eval_logits);
+      strategy->load_full_parameters(trainer.model(), out.weights);
+      out.load_restores_the_model = trainer.model().forward(at::ones({1, 8}, at::kLong)).equal(out.eval_logits);
+    }
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -203,6 +213,8 @@ TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
     EXPECT_NEAR(run.eval_loss_from_hidden, run.eval_loss_from_logits, 1e-5 * run.eval_loss_from_logits)
         << "the output head must still be whole after a no-grad forward_hidden";
     EXPECT_NEAR(run.eval_loss_from_hidden, reference.eval_loss_from_hidden, 1e-4 * reference.eval_loss_from_hidden);
+    EXPECT_TRUE(run.load_changes_the_model);
+    EXPECT_TRUE(run.load_restores_the_model);
 
     // What each rank holds between steps: ddp everything, zero1 1/N of the optimizer state,
     // zero2 also 1/N of the gradients, fsdp also 1/N of the parameters.
@@ -264,6 +276,51 @@ INSTANTIATE_TEST_SUITE_P(GlooRanks, Strategies,
                            return info.param.strategy + "_" + std::to_string(info.param.world) + "_ranks";
                          });
 
+// LoRA over the gpt (adapter/lora, rank 2, on the attention and the MLP's first projection):
+// only the adapters train. fsdp shards the frozen base too, in units of its own that are gathered
+// for compute and never reduced: each rank holds 1/N of every parameter, frozen or not, while
+// the losses, norms and weights (base and adapters) equal one rank's.
+const char* const kLoraAdapters =
+    "adapters: [{component_key: adapter, variant_key: lora, config: {rank: 2, alpha: 4, target_modules: [c_attn, "
+    "c_fc]}}]\n";
+
+TEST(FsdpWithAdapters, ShardsTheFrozenBaseAndMatchesOneRank) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  for (const std::int64_t world : {2, 3}) {
+    const RankRun reference =
+        run_ranks(components_yaml(data, "") + kLoraAdapters, 1, kAccumPerRank * world).front();
+    ASSERT_EQ(reference.error, "");
+    const std::vector<RankRun> ranks = run_ranks(components_yaml(data, "fsdp") + kLoraAdapters, world, kAccumPerRank);
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(world));
+      const RankRun& run = ranks[r];
+      ASSERT_EQ(run.error, "");
+      ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
+      for (std::size_t s = 0; s < run.losses.size(); ++s) {
+        EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * reference.losses[s]) << "step " << s + 1;
+        EXPECT_NEAR(run.grad_norms[s], reference.grad_norms[s], 1e-4 * reference.grad_norms[s]) << "step " << s + 1;
+      }
+      ASSERT_EQ(run.weights.size(), reference.weights.size());
+      int adapters = 0;
+      for (const auto& [name, w] : reference.weights) {
+        ASSERT_TRUE(run.weights.count(name)) << name;
+        adapters += name.find(".lora_") != std::string::npos;
+        EXPECT_TRUE(run.weights.at(name).allclose(w, 1e-4, 5e-5)) << name;
+      }
+      EXPECT_EQ(adapters, 4 * 3) << "A and B of two layers in each of three blocks";
+      EXPECT_TRUE(run.eval_logits.allclose(reference.eval_logits, 1e-4, 1e-4));
+      EXPECT_TRUE(run.load_changes_the_model);
+      EXPECT_TRUE(run.load_restores_the_model);
+      // The frozen base is 1/N on each rank (one rank holds it whole), and a block's frozen weight
+      // holds no memory between steps.
+      expect_about(run.memory.parameters, static_cast<double>(reference.memory.parameters) / static_cast<double>(world),
+                   "parameters");
+      EXPECT_TRUE(run.blocks_freed_between_steps) << "h.1.mlp.c_fc.weight (frozen) is whole between steps";
+    }
+  }
+}
+
 // Forwards to a real communicator and counts what the strategy starts, so a test can see when
 // collectives happen relative to backward.
 class CountingCommunicator final : public Communicator {
@@ -311,7 +368,8 @@ struct Driven {
   void backward() { model->forward(batch).sum().backward(); }
 };
 
-Driven drive(const std::string& strategy, const std::string& device = "cpu", std::int64_t claimed_rank = -1) {
+Driven drive(const std::string& strategy, const std::string& device = "cpu", std::int64_t claimed_rank = -1,
+             const std::string& more_components = "") {
   TempDir dir;
   Driven d;
   d.comm = std::make_shared<CountingCommunicator>(core::make_local_communicator());
@@ -320,7 +378,7 @@ Driven drive(const std::string& strategy, const std::string& device = "cpu", std
   context.communicator = d.comm;
   context.device = device;
   core::seed_everything(42, device);
-  d.built = testing::build_components(components_yaml(uneven_token_file(dir), strategy), context);
+  d.built = testing::build_components(components_yaml(uneven_token_file(dir), strategy) + more_components, context);
   d.model = testing::built<Model>(d.built, "model");
   d.model->to(c10::Device(device));
   d.batch = d.batch.to(c10::Device(device));
@@ -395,6 +453,33 @@ TEST(StrategyCommunication, FsdpGathersEachUnitForForwardAndAgainForBackward) {
   d.strategy->finish_gradients();
   for (const auto& p : d.model->parameters()) {
     EXPECT_EQ(p.storage().nbytes(), 0u) << "every unit is freed once its backward is done";
+  }
+}
+
+// The frozen base of an adapted model: gathered for forward and again for backward like a trained
+// unit, never reduced, and freed during backward once the unit's input has its gradient (a block's
+// frozen weights are gone before the block below it runs its backward).
+TEST(StrategyCommunication, FsdpGathersTheFrozenBaseForComputeAndNeverReducesIt) {
+  Driven d = drive("fsdp", "cpu", -1, kLoraAdapters);
+  // Trained: the three blocks' adapters (the root's embeddings and final norm are frozen).
+  ASSERT_EQ(d.strategy->gradients().size(), 3u);
+  const auto named = d.model->named_parameters();
+  const at::Tensor first_adapter = named["h.0.attn.c_attn.lora_A.weight"];
+  const at::Tensor last_block_weight = named["h.2.mlp.c_fc.weight"];
+  bool last_block_freed_before_the_first_blocks_backward = false;
+  at::Tensor(first_adapter).register_hook([&](const at::Tensor&) {
+    last_block_freed_before_the_first_blocks_backward = last_block_weight.storage().nbytes() == 0;
+  });
+  d.strategy->begin_micro_batch(0, 1);
+  at::Tensor logits = d.model->forward(d.batch);
+  EXPECT_EQ(d.comm->all_gathers, 7) << "the frozen root, and each block's adapters and frozen weights";
+  logits.sum().backward();
+  EXPECT_EQ(d.comm->all_gathers, 13) << "each block's two units again for its backward";
+  EXPECT_EQ(d.comm->reduce_scatters, 3) << "the adapters' units alone";
+  EXPECT_TRUE(last_block_freed_before_the_first_blocks_backward);
+  d.strategy->finish_gradients();
+  for (const auto& item : d.model->named_parameters()) {
+    EXPECT_EQ(item.value().storage().nbytes(), 0u) << item.key() << ": every unit is freed once backward is done";
   }
 }
 
