@@ -65,6 +65,35 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return rows;
 }
 
+// `tessera plan --json`'s output (`plan_json`) for the mesh a run used (the one marked spec_mesh)
+// agrees with what the run's metrics.jsonl measured, within 10 %: the bytes held at step 1
+// (parameters, optimizer state, gradients) and moved at step 2 (communicated_bytes*, per group).
+inline void expect_plan_agrees_with_metrics(const std::string& plan_json, const std::vector<nlohmann::json>& metrics) {
+  const nlohmann::json plan = nlohmann::json::parse(plan_json);
+  const nlohmann::json* mesh = nullptr;
+  for (const auto& m : plan["meshes"]) {
+    if (m["spec_mesh"]) mesh = &m;
+  }
+  ASSERT_NE(mesh, nullptr) << "the run's mesh is among the planned ones: " << plan_json;
+  ASSERT_GE(metrics.size(), 2u);
+  const nlohmann::json& first = metrics[0];
+  const nlohmann::json& second = metrics[1];
+  auto agrees = [](const char* what, double planned, double measured) {
+    EXPECT_NEAR(planned, measured, 0.1 * measured) << what << ": planned " << planned << ", measured " << measured;
+  };
+  for (const char* key : {"parameter_bytes", "optimizer_bytes"}) agrees(key, (*mesh)["largest"][key], first[key]);
+  if ((*mesh)["strategy"] != "local") agrees("gradient_bytes", (*mesh)["largest"]["gradient_bytes"], first["gradient_bytes"]);
+  const nlohmann::json& rank0 = (*mesh)["ranks"][0];
+  std::size_t groups = 0;
+  for (const auto& [key, value] : second.items()) {
+    if (key.rfind("communicated_bytes", 0) != 0) continue;
+    ++groups;
+    ASSERT_TRUE(rank0.contains(key)) << key << " was measured but not planned: " << rank0.dump();
+    agrees(key.c_str(), rank0[key], value);
+  }
+  EXPECT_GE(groups, 1u) << "a mesh of several ranks moves bytes";
+}
+
 // The evaluation lines of a metrics.jsonl.
 inline std::vector<nlohmann::json> read_eval_metrics(const std::string& path) {
   std::ifstream in(path);

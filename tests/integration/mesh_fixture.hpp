@@ -108,29 +108,7 @@ class TensorParallel : public Cli {
                           out),
               0)
         << out << std::ifstream(errors).rdbuf();
-    const nlohmann::json plan = nlohmann::json::parse(out);
-    const nlohmann::json* mesh = nullptr;
-    for (const auto& m : plan["meshes"]) {
-      if (m["spec_mesh"]) mesh = &m;
-    }
-    ASSERT_NE(mesh, nullptr) << "the run's mesh is among the planned ones: " << out;
-    ASSERT_GE(metrics.size(), 2u);
-    const nlohmann::json& first = metrics[0];
-    const nlohmann::json& second = metrics[1];
-    auto agrees = [](const char* what, double planned, double measured) {
-      EXPECT_NEAR(planned, measured, 0.1 * measured) << what << ": planned " << planned << ", measured " << measured;
-    };
-    for (const char* key : {"parameter_bytes", "optimizer_bytes"}) agrees(key, (*mesh)["largest"][key], first[key]);
-    if ((*mesh)["strategy"] != "local") agrees("gradient_bytes", (*mesh)["largest"]["gradient_bytes"], first["gradient_bytes"]);
-    const nlohmann::json& rank0 = (*mesh)["ranks"][0];
-    std::size_t groups = 0;
-    for (const auto& [key, value] : second.items()) {
-      if (key.rfind("communicated_bytes", 0) != 0) continue;
-      ++groups;
-      ASSERT_TRUE(rank0.contains(key)) << key << " was measured but not planned: " << rank0.dump();
-      agrees(key.c_str(), rank0[key], value);
-    }
-    EXPECT_GE(groups, 1u) << "a mesh of several ranks moves bytes";
+    expect_plan_agrees_with_metrics(out, metrics);
   }
 
   // The resumed run's steps 6-10 are the saved run's, within float32 rounding.

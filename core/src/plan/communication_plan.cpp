@@ -69,8 +69,11 @@ std::map<std::string, double> plan_communication(const RankModel& model, const T
                                                                                     : "expert_dp";
   }
   const double r = static_cast<double>(step.reduce_bytes), q = static_cast<double>(step.gather_bytes), s = 4;
-  const double n = model.dense, ne = model.experts;
-  const double flags = 4 * model.tensors;
+  // Reduced and updated: the trained parameters (a frozen base has no gradients); gathered by
+  // fsdp: every parameter, its frozen units too.
+  const double n = model.trained_dense(), ne = model.trained_experts();
+  const double all_n = model.dense, all_ne = model.experts;
+  const double flags = 4 * (model.tensors - model.frozen_tensors);
   if (strategy == "ddp") {
     add(units, n * r);
     add(expert_units, ne * r);
@@ -81,10 +84,10 @@ std::map<std::string, double> plan_communication(const RankModel& model, const T
     add(expert_units, ne * (reductions * r + s));
     add(group_label(dims, gradient_axes, rank), flags);
   } else if (strategy == "fsdp") {
-    const double root = n - model.unit_dense;
+    const double root = all_n - model.unit_dense;
     const double root_gathers = dims.pp > 1 ? 1 : m;
     add(units, m * r * n + q * (2 * m * model.unit_dense + root_gathers * root));
-    add(expert_units, m * r * ne + q * 2 * m * ne);
+    add(expert_units, m * r * ne + q * 2 * m * all_ne);
     if (hybrid) {
       const double shards = static_cast<double>(dims.dp_shard * dims.cp);
       add(group_label(dims, {MeshAxis::dp_replicate}, rank), s * (n + ne) / shards);

@@ -8,7 +8,9 @@
 //   fsdp    parameters n/W, gradients n/W (hybrid: W is the shard group, dp_shard x cp)
 //   local   parameters n, gradients n (freed between steps; the measured gradient_bytes is 0)
 // Optimizer state covers what the rank updates (n, or n/W when sharded): adamw two fp32 moments
-// per element and, fused, a step per tensor; sgd a momentum buffer when momentum > 0.
+// per element and, fused, a step per tensor; sgd a momentum buffer when momentum > 0. A frozen
+// base (adapters) counts in the parameters only: gradients and optimizer state are the trained
+// parameters' (fsdp shards the frozen base like the rest; ddp and zero hold it whole).
 #include "plan_parts.hpp"
 
 namespace tessera::core::plan {
@@ -34,24 +36,27 @@ PlannedMemory plan_model_state(const RankModel& model, const StepFacts& step, co
   // Elements the rank holds whole, and the share of them it owns when a strategy shards.
   const double whole = model.dense + model.experts;
   const double owned = model.dense / shards + model.experts / expert_group;
+  // The same for the trained parameters alone (all of them without adapters).
+  const double trained_whole = model.trained_dense() + model.trained_experts();
+  const double trained_owned = model.trained_dense() / shards + model.trained_experts() / expert_group;
   PlannedMemory m;
   if (strategy == "fsdp") {
     m.parameters = kMaster * owned;
-    m.gradients = kMaster * owned;
+    m.gradients = kMaster * trained_owned;
   } else {
     m.parameters = kMaster * whole;
     if (strategy == "zero1") {
-      m.gradients = kMaster * (whole + owned);
+      m.gradients = kMaster * (trained_whole + trained_owned);
     } else if (strategy == "zero2") {
-      m.gradients = kMaster * owned;
+      m.gradients = kMaster * trained_owned;
     } else {
-      m.gradients = kMaster * whole;  // ddp, local
+      m.gradients = kMaster * trained_whole;  // ddp, local
     }
   }
   const bool sharded_state = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
-  const double updated = sharded_state ? owned : whole;
+  const double updated = sharded_state ? trained_owned : trained_whole;
   if (step.optimizer == "adamw") {
-    m.optimizer_state = 2 * kMaster * updated + (step.fused_optimizer ? 4 * model.tensors : 0);
+    m.optimizer_state = 2 * kMaster * updated + (step.fused_optimizer ? 4 * (model.tensors - model.frozen_tensors) : 0);
   } else if (step.optimizer == "sgd") {
     m.optimizer_state = step.sgd_momentum > 0 ? kMaster * updated : 0;
   }

@@ -28,6 +28,11 @@ struct RankModel {
   double dense = 0;            // every parameter but stacked experts
   double experts = 0;          // stacked experts (over the expert-parallel ranks)
   double tensors = 0;          // parameter tensors
+  // Of those, the ones no optimizer updates (a base that adapters froze): held (whole, or sharded
+  // by fsdp) but without gradients, optimizer state or reductions.
+  double frozen_dense = 0, frozen_experts = 0, frozen_tensors = 0;
+  double trained_dense() const { return dense - frozen_dense; }
+  double trained_experts() const { return experts - frozen_experts; }
   double unit_dense = 0;       // dense elements inside the sharding units (fsdp's per-block units)
   double tied = 0;             // held by both pipeline ends (a tied embedding), on an end
   double tp_replicated = 0;    // left whole by the tensor-parallel plan (norms, biases, positions)

@@ -17,12 +17,16 @@ RankModel describe_rank(Model& model, const RunContext& context, const Transform
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     const double n = static_cast<double>(item.value().numel());
     const TensorShard shard = shard_in(tp_plan, item.key());
+    const bool frozen = !item.value().requires_grad();  // the factory froze what no adapter trains
     r.tensors += 1;
+    r.frozen_tensors += frozen ? 1 : 0;
     if (shard.experts) {
       r.experts += n;
+      r.frozen_experts += frozen ? n : 0;
       experts.insert(item.value().unsafeGetTensorImpl());
     } else {
       r.dense += n;
+      r.frozen_dense += frozen ? n : 0;
     }
     if (shard.replicated()) r.tp_replicated += n;
     if (std::find(tied.begin(), tied.end(), item.key()) != tied.end()) r.tied += n;
