@@ -19,6 +19,7 @@ inline core::TrainerParts trainer_parts(const core::BuiltComponents& built) {
   parts.loss = testing::built<Loss>(built, "loss");
   parts.optimizer = testing::built<Optimizer>(built, "optimizer");
   if (built.instances.count("parallel")) parts.parallel = testing::built<ParallelStrategy>(built, "parallel");
+  parts.adapter_parameters = built.adapter_parameters;
   return parts;
 }
 

@@ -145,6 +145,24 @@ TEST(Mfu, MatchesAHandComputationForAKnownModelAndPeak) {
   }
 }
 
+// LoRA (rank 2 on each block's c_attn) over the gpt above: the frozen base costs its forward and
+// its inputs' gradients but no weight gradients, 4 N instead of 6 N; the adapters' own 256
+// elements (A 2x16 and B 48x2 in each of 2 blocks) cost 6 each.
+TEST(Mfu, OfAnAdaptedModelCountsTheFrozenBaseWithoutItsWeightGradients) {
+  TempDir dir;
+  auto run = testing::make_trainer(
+      testing::components_yaml(testing::uneven_token_file(dir)) +
+          "adapters: [{component_key: adapter, variant_key: lora, config: {rank: 2, alpha: 4, target_modules: "
+          "[c_attn]}}]\n",
+      testing::settings(1, 4, 1), {}, {}, {}, /*peak_flops=*/2.5e9);
+  ASSERT_EQ(run.trainer->parameter_count(), 256);
+  // 6N + attention - 2N + 6 * 256 = 48768 - 14208 + 1536.
+  const double flops_per_token = 36096;
+  const StepMetrics m = run.trainer->step();
+  ASSERT_TRUE(m.mfu.has_value());
+  EXPECT_NEAR(*m.mfu, flops_per_token * m.tokens_per_s_per_device / 2.5e9, 1e-9 * *m.mfu);
+}
+
 TEST(Mfu, IsAbsentOnACpuWithoutAConfiguredPeak) {
   TempDir dir;
   auto run = testing::make_trainer(testing::components_yaml(testing::uneven_token_file(dir)), testing::settings(1, 2, 1));

@@ -78,6 +78,11 @@ std::string device_name(const c10::Device& device) {
   return device.str();
 }
 
+double adapted_flops_per_token(double model_flops, double model_flops_at_zero, double frozen_share,
+                               double added_parameters) {
+  return model_flops - model_flops_at_zero / 3.0 * frozen_share + 6.0 * added_parameters;
+}
+
 double model_flops_utilisation(double flops_per_token, double tokens_per_s_per_device, double peak_flops) {
   return peak_flops > 0 ? flops_per_token * tokens_per_s_per_device / peak_flops : 0.0;
 }

@@ -130,6 +130,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   // Tensor-parallel peers read the same batches: the data is split over the data-parallel ranks.
   parts_.train_data->set_shard(mesh_->data_parallel().rank(), mesh_->data_parallel().world_size());
   progress_.max_steps = settings_.max_steps;
+  count_frozen_parameters();
   peak_ = resolve_peak_flops(peak_flops, device_name(device_),
                              compute_precision(context_.precision, parts_.optimizer->parameters(), device_));
   if (context_.rank == 0) {
@@ -147,14 +148,37 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 
 Trainer::~Trainer() = default;
 
-std::int64_t Trainer::parameter_count() const { return whole_parameter_count(/*trainable_only=*/true); }
-std::int64_t Trainer::total_parameter_count() const { return whole_parameter_count(/*trainable_only=*/false); }
+std::int64_t Trainer::parameter_count() const {
+  return whole_parameter_count([](const std::string&, const at::Tensor& p) { return p.requires_grad(); });
+}
+std::int64_t Trainer::total_parameter_count() const {
+  return whole_parameter_count([](const std::string&, const at::Tensor&) { return true; });
+}
 
-std::int64_t Trainer::whole_parameter_count(bool trainable_only) const {
+void Trainer::count_frozen_parameters() {
+  const double total = static_cast<double>(total_parameter_count());
+  const double trained = static_cast<double>(parameter_count());
+  if (trained == total) return;
+  // The tensors adapters added to the model (not among the model's own, which its FLOPs count).
+  const double added = static_cast<double>(whole_parameter_count(
+      [&](const std::string& name, const at::Tensor&) { return parts_.adapter_parameters.count(name) > 0; }));
+  const double base = total - added;
+  frozen_share_ = base > 0 ? (total - trained) / base : 0;
+  added_parameters_ = added;
+}
+
+double Trainer::flops_per_token(std::int64_t seq_len) const {
+  const double model = parts_.model->flops_per_token(seq_len);
+  if (frozen_share_ == 0) return model;
+  return adapted_flops_per_token(model, parts_.model->flops_per_token(0), frozen_share_, added_parameters_);
+}
+
+std::int64_t Trainer::whole_parameter_count(
+    const std::function<bool(const std::string&, const at::Tensor&)>& counted) const {
   const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
   std::int64_t n = 0;
   for (const auto& item : parts_.model->named_parameters()) {
-    if (trainable_only && !item.value().requires_grad()) continue;
+    if (!counted(item.key(), item.value())) continue;
     const TensorShard shard = shard_in(plan, item.key());
     n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? ep_.size() : tp_.size());
   }

@@ -410,7 +410,7 @@ void Trainer::fill_rates(StepMetrics& m, std::int64_t seq_len, Clock::time_point
   m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.step_tokens) / m.step_time_s : 0.0;
   m.tokens_per_s_per_device = m.tokens_per_s / devices;
   if (peak_.flops) {
-    m.mfu = model_flops_utilisation(parts_.model->flops_per_token(seq_len), m.tokens_per_s_per_device, *peak_.flops);
+    m.mfu = model_flops_utilisation(flops_per_token(seq_len), m.tokens_per_s_per_device, *peak_.flops);
   }
   // The ETA's rates: wall time from the start of this process's second step (the first warms
   // up allocators and kernels) to the end of this one, so the work between steps (evaluation,

@@ -27,6 +27,15 @@ PeakFlops resolve_peak_flops(double configured, const std::string& device_name, 
 // The product name of a CUDA device, "cpu" for the host.
 std::string device_name(const c10::Device& device);
 
+// The training FLOPs per token of a model whose base adapters froze. `model_flops` is the model's
+// own count at the run's sequence length, 6 N plus attention (PaLM's convention), and
+// `model_flops_at_zero` the count at sequence length 0, its 6 N. A frozen parameter still costs
+// its forward (2) and the gradient of its input (2) but no weight gradient (2): the
+// `frozen_share` of N (by elements) costs 4 instead of 6. Each of the `added_parameters` (an
+// adapter's own, outside N) costs the 6 of a trained parameter.
+double adapted_flops_per_token(double model_flops, double model_flops_at_zero, double frozen_share,
+                               double added_parameters);
+
 // model FLOPs per token x tokens/s on one device / that device's peak FLOP/s.
 double model_flops_utilisation(double flops_per_token, double tokens_per_s_per_device, double peak_flops);
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -179,8 +180,9 @@ class Trainer : private CallbackEvents {
                      const SkipDecision& decision, const StepClock& clock);
 
   void place_model();
-  // The whole model's parameter elements (each split one counted whole), or its trainable ones.
-  std::int64_t whole_parameter_count(bool trainable_only) const;
+  // The whole model's parameter elements (each split one counted whole) of the parameters
+  // `counted(name, parameter)` selects.
+  std::int64_t whole_parameter_count(const std::function<bool(const std::string&, const at::Tensor&)>& counted) const;
   // The model's parameters and buffers from a read checkpoint (restore and restore_model).
   void load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path);
   std::string stop_reason() const;
@@ -273,6 +275,13 @@ class Trainer : private CallbackEvents {
   double pause_s_ = 0;         // time the last save held training (reported with the next step)
   std::string restored_from_;  // the checkpoint restore() read, for the checkpoint-loaded event
   PeakFlops peak_;
+  // The training FLOPs per token MFU counts at sequence length `seq_len`: the model's own, or
+  // with adapters those of a frozen base and trained adapters (adapted_flops_per_token).
+  double flops_per_token(std::int64_t seq_len) const;
+  // With parameters frozen (adapters): the share of the model's own elements that are frozen,
+  // and the elements adapters added (whole model). 0 and 0 when everything trains.
+  double frozen_share_ = 0, added_parameters_ = 0;
+  void count_frozen_parameters();
   // This process's steps, for the ETA (a resumed run's rate is its own): counted, and the
   // tokens and start time of those after the first.
   std::int64_t run_steps_ = 0, run_tokens_ = 0;
