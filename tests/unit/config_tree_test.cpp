@@ -123,9 +123,15 @@ TEST(ConfigTree, OverridesAreYamlTypedAndCreatePaths) {
   apply_override(root, "trainer.new.deep=[1, 2, 3]");
   apply_override(root, "list.1=7");
   apply_override(root, "name='quoted'");
+  // An index also as messages write paths, a[0]: `components.adapters[0].config.rank`.
+  apply_override(root, "trainer.new.deep[2]=9");
+  apply_override(root, "list[0]=5");
   EXPECT_EQ(root.find("trainer")->find("max_steps")->scalar(), "50");
   EXPECT_EQ(root.find("trainer")->find("new")->find("deep")->items().size(), 3u);
+  EXPECT_EQ(root.find("trainer")->find("new")->find("deep")->items()[2].scalar(), "9");
+  EXPECT_EQ(root.find("list")->items()[0].scalar(), "5");
   EXPECT_EQ(root.find("list")->items()[1].scalar(), "7");
+  EXPECT_FALSE(root.find("list[0]")) << "an index, not a new key";
   EXPECT_FALSE(root.find("name")->plain());
 }
 
@@ -149,9 +155,13 @@ TEST(ConfigTree, InterpolatesPathsAndEnvironment) {
       "name: run1\n"
       "trainer: {max_steps: 300}\n"
       "settings: {run_dir: 'runs/${name}', data: '${env:TESSERA_TEST_DATA}/x.bin'}\n"
-      "sched: {total: '${trainer.max_steps}', chain: '${sched.total}'}\n",
+      "sched: {total: '${trainer.max_steps}', chain: '${sched.total}'}\n"
+      "sizes: [8, 16]\n"
+      "widths: {first: '${sizes.0}', second: '${sizes[1]}'}\n",
       "i.yaml");
   resolve_interpolations(root);
+  EXPECT_EQ(root.find("widths")->find("first")->scalar(), "8");
+  EXPECT_EQ(root.find("widths")->find("second")->scalar(), "16");
   EXPECT_EQ(root.find("settings")->find("run_dir")->scalar(), "runs/run1");
   EXPECT_EQ(root.find("settings")->find("data")->scalar(), "/data/x.bin");
   // A whole-value interpolation keeps the referenced node's type (a plain integer here).

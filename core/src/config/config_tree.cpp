@@ -38,10 +38,17 @@ std::string index_path(const std::string& parent, size_t index) {
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
   std::string current;
-  for (char c : path) {
+  for (size_t i = 0; i < path.size(); ++i) {
+    const char c = path[i];
+    const size_t close = c == '[' && !current.empty() ? path.find(']', i) : std::string::npos;
     if (c == '.') {
       parts.push_back(current);
       current.clear();
+    } else if (close != std::string::npos) {
+      // "a[3]", as messages write a path (index_path): the index is a part of its own.
+      parts.push_back(current);
+      current = path.substr(i + 1, close - i - 1);
+      i = close;
     } else {
       current += c;
     }

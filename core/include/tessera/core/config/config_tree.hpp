@@ -89,7 +89,7 @@ class ConfigIssue : public tessera::ConfigError {
 // "a.b" + "c" -> "a.b.c"; "" + "c" -> "c".
 std::string join_path(const std::string& parent, const std::string& key);
 std::string index_path(const std::string& parent, size_t index);  // "a.b[3]"
-// "a.b.0" -> {"a", "b", "0"} (empty parts kept, for the caller to reject).
+// "a.b.0" and "a.b[0]" -> {"a", "b", "0"} (empty parts kept, for the caller to reject).
 std::vector<std::string> split_path(const std::string& path);
 // A path part that indexes a sequence: only digits.
 bool parse_index(const std::string& part, size_t& out);
