@@ -183,6 +183,30 @@ void expect_about(std::int64_t actual, double expected, const char* what) {
   EXPECT_NEAR(static_cast<double>(actual), expected, 0.03 * expected + 512) << what;
 }
 
+// A rank of N trained as the one rank of `reference` did: per-step loss and grad norm, every final
+// weight, a forward after training (logits, and the loss through the hidden states and the head),
+// and loading full parameters (what resuming does) reaching every parameter.
+void expect_trains_as(const RankRun& run, const RankRun& reference) {
+  ASSERT_EQ(run.error, "");
+  ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
+  for (std::size_t s = 0; s < run.losses.size(); ++s) {
+    EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * reference.losses[s]) << "step " << s + 1;
+    EXPECT_NEAR(run.grad_norms[s], reference.grad_norms[s], 1e-4 * reference.grad_norms[s]) << "step " << s + 1;
+  }
+  ASSERT_EQ(run.weights.size(), reference.weights.size());
+  for (const auto& [name, w] : reference.weights) {
+    ASSERT_TRUE(run.weights.count(name)) << name;
+    EXPECT_TRUE(run.weights.at(name).allclose(w, /*rtol=*/1e-4, /*atol=*/5e-5))
+        << name << " differs by " << (run.weights.at(name) - w).abs().max().item<double>();
+  }
+  EXPECT_TRUE(run.eval_logits.allclose(reference.eval_logits, 1e-4, 1e-4));
+  EXPECT_NEAR(run.eval_loss_from_hidden, run.eval_loss_from_logits, 1e-5 * run.eval_loss_from_logits)
+      << "the output head must still be whole after a no-grad forward_hidden";
+  EXPECT_NEAR(run.eval_loss_from_hidden, reference.eval_loss_from_hidden, 1e-4 * reference.eval_loss_from_hidden);
+  EXPECT_TRUE(run.load_changes_the_model);
+  EXPECT_TRUE(run.load_restores_the_model);
+}
+
 TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
   const Case c = GetParam();
   TempDir dir;
@@ -197,24 +221,7 @@ TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     SCOPED_TRACE(c.strategy + " rank " + std::to_string(r) + " of " + std::to_string(c.world));
     const RankRun& run = ranks[r];
-    ASSERT_EQ(run.error, "");
-    ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
-    for (std::size_t s = 0; s < run.losses.size(); ++s) {
-      EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * reference.losses[s]) << "step " << s + 1;
-      EXPECT_NEAR(run.grad_norms[s], reference.grad_norms[s], 1e-4 * reference.grad_norms[s]) << "step " << s + 1;
-    }
-    ASSERT_EQ(run.weights.size(), reference.weights.size());
-    for (const auto& [name, w] : reference.weights) {
-      ASSERT_TRUE(run.weights.count(name)) << name;
-      EXPECT_TRUE(run.weights.at(name).allclose(w, /*rtol=*/1e-4, /*atol=*/5e-5))
-          << name << " differs by " << (run.weights.at(name) - w).abs().max().item<double>();
-    }
-    EXPECT_TRUE(run.eval_logits.allclose(reference.eval_logits, 1e-4, 1e-4));
-    EXPECT_NEAR(run.eval_loss_from_hidden, run.eval_loss_from_logits, 1e-5 * run.eval_loss_from_logits)
-        << "the output head must still be whole after a no-grad forward_hidden";
-    EXPECT_NEAR(run.eval_loss_from_hidden, reference.eval_loss_from_hidden, 1e-4 * reference.eval_loss_from_hidden);
-    EXPECT_TRUE(run.load_changes_the_model);
-    EXPECT_TRUE(run.load_restores_the_model);
+    ASSERT_NO_FATAL_FAILURE(expect_trains_as(run, reference));
 
     // What each rank holds between steps: ddp everything, zero1 1/N of the optimizer state,
     // zero2 also 1/N of the gradients, fsdp also 1/N of the parameters.
@@ -295,23 +302,10 @@ TEST(FsdpWithAdapters, ShardsTheFrozenBaseAndMatchesOneRank) {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(world));
       const RankRun& run = ranks[r];
-      ASSERT_EQ(run.error, "");
-      ASSERT_EQ(run.losses.size(), static_cast<std::size_t>(kSteps));
-      for (std::size_t s = 0; s < run.losses.size(); ++s) {
-        EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * reference.losses[s]) << "step " << s + 1;
-        EXPECT_NEAR(run.grad_norms[s], reference.grad_norms[s], 1e-4 * reference.grad_norms[s]) << "step " << s + 1;
-      }
-      ASSERT_EQ(run.weights.size(), reference.weights.size());
+      ASSERT_NO_FATAL_FAILURE(expect_trains_as(run, reference));
       int adapters = 0;
-      for (const auto& [name, w] : reference.weights) {
-        ASSERT_TRUE(run.weights.count(name)) << name;
-        adapters += name.find(".lora_") != std::string::npos;
-        EXPECT_TRUE(run.weights.at(name).allclose(w, 1e-4, 5e-5)) << name;
-      }
+      for (const auto& item : run.weights) adapters += item.first.find(".lora_") != std::string::npos;
       EXPECT_EQ(adapters, 4 * 3) << "A and B of two layers in each of three blocks";
-      EXPECT_TRUE(run.eval_logits.allclose(reference.eval_logits, 1e-4, 1e-4));
-      EXPECT_TRUE(run.load_changes_the_model);
-      EXPECT_TRUE(run.load_restores_the_model);
       // The frozen base is 1/N on each rank (one rank holds it whole), and a block's frozen weight
       // holds no memory between steps.
       expect_about(run.memory.parameters, static_cast<double>(reference.memory.parameters) / static_cast<double>(world),
