@@ -4,7 +4,7 @@
 // merged Hugging Face export loads in transformers with that loss too, the base weights stay
 // bit-identical to the imported ones and only the adapters hold optimizer state. An adapter
 // continues from its PEFT or Tessera export; LoRA on 2 Gloo ranks (fsdp, zero2, zero1, ddp) equals one
-// rank; bf16 with activation checkpointing and a mixture of experts train only the adapters; a
+// rank, and so does LoRA on 2 pipeline stages, exports included; bf16 with activation checkpointing and a mixture of experts train only the adapters; a
 // target naming no layer is one positioned error.
 #include <ATen/ops/equal.h>
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,92 @@ TEST_F(Lora, AnAdapterContinuesFromItsPeftAndItsTesseraExport) {
             2);
   EXPECT_NE(out.find("components.adapters[0].config.rank"), std::string::npos) << out;
   EXPECT_NE(out.find("set rank: 4"), std::string::npos) << out;
+}
+
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The safetensors files of two export folders hold the same tensors, bit for bit, and their JSON
+// files the same text.
+void expect_same_exports(const std::string& folder, const std::string& expected) {
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(expected)) {
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(fs::exists(folder + "/" + name));
+    ++files;
+    if (entry.path().extension() == ".json") {
+      EXPECT_EQ(text_of(folder + "/" + name), text_of(entry.path().string()));
+      continue;
+    }
+    const StateDict got = read_safetensors(folder + "/" + name).tensors;
+    const StateDict want = read_safetensors(entry.path().string()).tensors;
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [tensor, value] : want) {
+      ASSERT_TRUE(got.count(tensor)) << tensor;
+      EXPECT_TRUE(at::equal(got.at(tensor), value)) << tensor;
+    }
+  }
+  EXPECT_GE(files, 2);
+}
+
+// LoRA on 2 pipeline stages (the Llama's two blocks, one each): the losses of one rank, and the
+// same PEFT folder and merged Hugging Face export, though each stage adapted only its own block;
+// an adapter continues from a PEFT folder under the pipeline as on one rank, and `tessera
+// validate` checks such a folder against the whole model, not the first stage's block.
+TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
+  const std::string base = dir_.file("llama");
+  reference("make-llama " + base + " --kv-heads 2");
+  std::string out;
+  for (const std::string format : {"peft", "hf"}) {
+    SCOPED_TRACE(format);
+    const std::string path = spec(format, adapted(model_yaml("llama", base), kLora), tokens_,
+                                  "checkpoint: {export_format: " + format + "}\n");
+    ASSERT_EQ(train(path, "--set trainer.grad_accum=2", out), 0) << out;
+    ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path +
+                              " --set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir(format + "_pp"),
+                          out),
+              0)
+        << out;
+    const auto one = read_metrics(run_dir(format) + "/metrics.jsonl");
+    const auto pp = read_metrics(run_dir(format + "_pp") + "/metrics.jsonl");
+    ASSERT_EQ(one.size(), 3u);
+    ASSERT_EQ(pp.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_LT(relative(pp[i]["loss"].get<double>(), one[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
+    }
+    expect_same_exports(exported(format + "_pp"), exported(format));
+  }
+
+  const std::string from_peft =
+      "{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj, "
+      "down_proj], init_from: " + exported("peft") + "}}";
+  const std::string continued = spec("continued", adapted(model_yaml("llama", base), from_peft), tokens_);
+  ASSERT_EQ(train(continued, "--set trainer.grad_accum=2", out), 0) << out;
+  ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + continued +
+                            " --set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir("continued_pp"),
+                        out),
+            0)
+      << out;
+  const auto one = read_metrics(run_dir("continued") + "/metrics.jsonl");
+  const auto pp = read_metrics(run_dir("continued_pp") + "/metrics.jsonl");
+  ASSERT_EQ(pp.size(), 3u);
+  EXPECT_LT(relative(pp[0]["loss"].get<double>(), one[0]["loss"].get<double>()), 1e-6) << "the folder's adapter";
+
+  // `tessera validate` checks the folder against the whole model: every block's tensors are
+  // taken (the first stage alone would leave the second block's over), and a config adapting
+  // fewer layers than the folder holds is refused.
+  const std::string pipelined = " --set parallelism.pp=2 --set trainer.grad_accum=2";
+  EXPECT_EQ(run_command(testing::tessera_binary() + " validate " + continued + pipelined, out), 0) << out;
+  EXPECT_EQ(run_command(testing::tessera_binary() + " validate " + continued + pipelined +
+                            " --set components.adapters[0].config.target_modules=[q_proj,v_proj]",
+                        out),
+            2);
+  EXPECT_NE(out.find("down_proj.lora_A.weight, which no layer this config adapts takes"), std::string::npos) << out;
 }
 
 // LoRA under the data-parallel strategies on 2 Gloo ranks: the per-step losses of one rank that

@@ -15,14 +15,11 @@ void check_adapter_splits(const RunPlan& plan) {
   const ConfigNode* adapters = plan.components().find("adapters");
   if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;
   const ParallelDims& dims = plan.context.parallel;
-  for (const auto& [axis, degree] : {std::pair<const char*, std::int64_t>{"tp", dims.tp}, {"pp", dims.pp}}) {
-    if (degree == 1) continue;
-    throw ConfigIssue(adapters->pos(), "components.adapters",
-                      std::string("adapters train with the data-parallel strategies, context and expert "
-                                  "parallelism, not yet with parallelism.") +
-                          axis + " " + std::to_string(degree) + "; set parallelism." + axis +
-                          ": 1 (fsdp shards the adapters' training instead)");
-  }
+  if (dims.tp == 1) return;
+  throw ConfigIssue(adapters->pos(), "components.adapters",
+                    "adapters train with the data-parallel strategies, context, expert and pipeline parallelism, "
+                    "not yet with parallelism.tp " +
+                        std::to_string(dims.tp) + "; set parallelism.tp: 1 (fsdp shards the model instead)");
 }
 
 namespace {

@@ -215,7 +215,14 @@ void TrainingRun::check_adapters() const {
   // validate --skip-path-checks of a spec whose weights (the base's or the adapters') are not
   // here: nothing to adapt.
   if (!path_checks_enabled() && !adapter_weights_present(plan_)) return;
-  build_model(plan_.context);
+  // The whole model, whatever the mesh: a pipeline stage would check only its own blocks'
+  // layers against target_modules and an init_from folder.
+  RunContext whole = plan_.context;
+  whole.parallel = ParallelDims{};
+  whole.rank = 0;
+  whole.world_size = 1;
+  whole.mesh = nullptr;
+  build_model(whole);
 }
 
 std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "tessera/communicator.hpp"
+#include "tessera/core/checkpoint/state_transfer.hpp"
 #include "tessera/deferred_init.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/train/local_strategy.hpp"
@@ -76,6 +77,13 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     pp_.emplace(PipelineParallel::transport_of(context_));
     if (!parts_.model->has_output_head()) {
       throw Error("trainer: parallelism.pp needs a model that exposes its hidden states and output head");
+    }
+    // Exports are made on rank 0 from the whole model: it keeps every stage's adapter tensors
+    // apart from the base, or has them merged, so it needs all their names.
+    if (!parts_.adapters.empty()) {
+      StateDict names;
+      for (const std::string& name : parts_.adapter_parameters) names[name] = at::empty({0}, at::kByte);
+      for (const auto& item : gather_state_dicts(names, *pp_->group())) parts_.adapter_parameters.insert(item.first);
     }
   }
   // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and the head:

@@ -210,6 +210,7 @@ void Trainer::sum_tied_gradients() {
   for (const std::string& name : parts_.model->pipeline_tied_parameters()) {
     const at::Tensor* param = named.find(name);
     if (!param) throw Error("trainer: " + parts_.names.model + " ties " + name + " across the pipeline but has none");
+    if (!param->requires_grad()) continue;  // frozen by adapters on both ends alike: no gradient to sum
     at::Tensor grad = strategy_.gradient_of(*param);
     // A rank whose shard holds none of it still takes part, with nothing to add.
     at::Tensor part = grad.defined() ? grad : at::zeros({0}, param->options());

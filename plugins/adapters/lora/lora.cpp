@@ -96,7 +96,9 @@ std::string read_text(const fs::path& path) {
 
 class Lora final : public tessera::Adapter {
  public:
-  explicit Lora(LoraConfig config) : config_(std::move(config)), init_seed_(tessera::draw_init_seed()) {}
+  // `whole_model`: false where the model is one pipeline stage's blocks (parallelism.pp > 1).
+  Lora(LoraConfig config, bool whole_model)
+      : config_(std::move(config)), whole_model_(whole_model), init_seed_(tessera::draw_init_seed()) {}
 
   std::vector<at::Tensor> apply(tessera::Model& model) override {
     if (!layers_.empty()) throw tessera::Error("adapter/lora: applied twice");
@@ -144,20 +146,20 @@ class Lora final : public tessera::Adapter {
     tessera::PeftExport out;
     bool fan_in_fan_out = false;
     std::set<std::string> targets;
-    for (const AdaptedLayer& layer : layers_) {
-      const tessera::HfModuleName hf = model.hugging_face_module(layer.path);
+    for (const std::string& path : adapted_paths(state)) {
+      const tessera::HfModuleName hf = model.hugging_face_module(path);
       if (hf.name.empty()) {
-        throw tessera::Error("adapter/lora: the model has no Hugging Face name for its layer " + layer.path +
+        throw tessera::Error("adapter/lora: the model has no Hugging Face name for its layer " + path +
                              "; a PEFT folder cannot name it");
       }
       fan_in_fan_out = fan_in_fan_out || hf.fan_in_fan_out;
       for (const char* matrix : {"lora_A", "lora_B"}) {
-        const std::string name = layer.path + "." + matrix + ".weight";
+        const std::string name = path + "." + matrix + ".weight";
         const auto it = state.find(name);
         if (it == state.end()) throw tessera::Error("adapter/lora: the exported state has no " + name);
         out.tensors[kPeftPrefix + hf.name + "." + matrix + ".weight"] = it->second;
       }
-      targets.insert(layer.path.substr(layer.path.rfind('.') + 1));
+      targets.insert(path.substr(path.rfind('.') + 1));
     }
     // all-linear is written as the layers it chose, so that PEFT wraps exactly these.
     std::vector<std::string> names = config_.target_modules;
@@ -187,9 +189,8 @@ class Lora final : public tessera::Adapter {
   void merge(tessera::StateDict& state) const override {
     c10::NoGradGuard no_grad;
     const double scale = config_.alpha / static_cast<double>(config_.rank);
-    for (const AdaptedLayer& layer : layers_) {
-      const std::string weight = layer.path + ".weight", a = layer.path + ".lora_A.weight",
-                        b = layer.path + ".lora_B.weight";
+    for (const std::string& path : adapted_paths(state)) {
+      const std::string weight = path + ".weight", a = path + ".lora_A.weight", b = path + ".lora_B.weight";
       for (const std::string& name : {weight, a, b}) {
         if (!state.count(name)) throw tessera::Error("adapter/lora: merging needs " + name + ", which the state lacks");
       }
@@ -202,6 +203,28 @@ class Lora final : public tessera::Adapter {
   }
 
  private:
+  // The paths of the layers this adapter wraps in the whole model whose `state` an export writes.
+  // A pipeline stage adapted only its own blocks' layers: there, the layers whose A the state
+  // holds and target_modules names (an export's state is every stage's).
+  std::vector<std::string> adapted_paths(const tessera::StateDict& state) const {
+    std::vector<std::string> paths;
+    if (whole_model_) {
+      for (const AdaptedLayer& layer : layers_) paths.push_back(layer.path);
+      return paths;
+    }
+    const std::string suffix = ".lora_A.weight";
+    const bool all_linear = config_.target_modules.size() == 1 && config_.target_modules.front() == kAllLinear;
+    for (const auto& item : state) {
+      const std::string& name = item.first;
+      if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+      const std::string path = name.substr(0, name.size() - suffix.size());
+      bool named = all_linear;
+      for (const std::string& target : config_.target_modules) named = named || tessera::matches_target(path, target);
+      if (named) paths.push_back(path);
+    }
+    return paths;
+  }
+
   // The layers target_modules names, each checked: every entry names some layer, and only
   // layers the model lets adapters wrap.
   std::vector<tessera::LinearLayer> targets(tessera::Model& model) const {
@@ -314,8 +337,10 @@ class Lora final : public tessera::Adapter {
         used.insert(name);
       }
     }
+    // A pipeline stage takes its own layers' tensors; the rest are the other stages' (`tessera
+    // validate` checks the folder against the whole model).
     for (const auto& [name, tensor] : tensors) {
-      if (!used.count(name)) {
+      if (!used.count(name) && whole_model_) {
         throw tessera::ConfigError(file.string() + " holds " + name + ", which no layer this config adapts takes " +
                                        "(target_modules names fewer layers than it was trained with?)",
                                    "init_from");
@@ -352,6 +377,7 @@ class Lora final : public tessera::Adapter {
   }
 
   LoraConfig config_;
+  bool whole_model_;
   std::uint64_t init_seed_;
   std::vector<AdaptedLayer> layers_;
 };
@@ -359,7 +385,9 @@ class Lora final : public tessera::Adapter {
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Adapter, LoraConfig>(
       "lora", "LoRA: low-rank terms on the named linear layers, the base frozen (PEFT's names and exports)",
-      [](const LoraConfig& c) { return std::make_shared<Lora>(c); });
+      [](const LoraConfig& c, const tessera::RunContext& context) {
+        return std::make_shared<Lora>(c, context.parallel.pp == 1);
+      });
 }
 
 }  // namespace

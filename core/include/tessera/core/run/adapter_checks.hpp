@@ -13,8 +13,8 @@ namespace tessera::core {
 
 class Trainer;
 
-// Adapters wrap whole layers of one model: not yet a tensor-parallel part of a layer, nor a
-// pipeline stage's blocks. Throws ConfigIssue at components.adapters.
+// Adapters wrap whole layers of one model (a pipeline stage's are whole), not yet a
+// tensor-parallel part of a layer. Throws ConfigIssue at components.adapters.
 void check_adapter_splits(const RunPlan& plan);
 
 // An export format the run's adapters can be written in, before training starts: a PEFT folder
