@@ -35,6 +35,11 @@ const std::string kLora =
     "{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj, "
     "down_proj]}}";
 
+// GPT-2's fused attention, its output projection and the MLP's first layer.
+const std::string kGpt2Lora =
+    "{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, target_modules: [c_attn, attn.c_proj, "
+    "c_fc]}}";
+
 class Lora : public HfInterop {
  protected:
   void SetUp() override {
@@ -254,6 +259,24 @@ TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
   const auto pp = read_metrics(run_dir("continued_pp") + "/metrics.jsonl");
   ASSERT_EQ(pp.size(), 3u);
   EXPECT_LT(relative(pp[0]["loss"].get<double>(), one[0]["loss"].get<double>()), 1e-6) << "the folder's adapter";
+
+  // GPT-2 ties its embedding to its head across the pipeline's ends; frozen, it has no gradient
+  // to sum there. fsdp 2 x pp 2 (each stage's base sharded) against one rank.
+  const std::string gpt2 = dir_.file("gpt2");
+  reference("make-gpt2 " + gpt2);
+  const std::string tied = spec("tied", adapted(model_yaml("gpt", gpt2), kGpt2Lora), tokens_);
+  ASSERT_EQ(train(tied, "--set trainer.grad_accum=4", out), 0) << out;
+  ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 4 -- train " + tied + kFsdp +
+                            " --set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir("tied_pp"),
+                        out),
+            0)
+      << out;
+  const auto tied_one = read_metrics(run_dir("tied") + "/metrics.jsonl");
+  const auto tied_pp = read_metrics(run_dir("tied_pp") + "/metrics.jsonl");
+  ASSERT_EQ(tied_pp.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_LT(relative(tied_pp[i]["loss"].get<double>(), tied_one[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
+  }
 
   // `tessera validate` checks the folder against the whole model: every block's tensors are
   // taken (the first stage alone would leave the second block's over), and a config adapting
