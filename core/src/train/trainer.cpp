@@ -166,13 +166,19 @@ std::int64_t Trainer::total_parameter_count() const {
 void Trainer::count_frozen_parameters() {
   const double total = static_cast<double>(total_parameter_count());
   const double trained = static_cast<double>(parameter_count());
-  if (trained == total) return;
-  // The tensors adapters added to the model (not among the model's own, which its FLOPs count).
+  // The tensors adapters added to the model (not among the model's own, which its FLOPs count):
+  // a pipeline stage's own, summed over the stages as the model's FLOPs are the whole model's.
   const double added = static_cast<double>(whole_parameter_count(
       [&](const std::string& name, const at::Tensor&) { return parts_.adapter_parameters.count(name) > 0; }));
-  const double base = total - added;
-  frozen_share_ = base > 0 ? (total - trained) / base : 0;
   added_parameters_ = added;
+  if (pp_ && !parts_.adapters.empty()) {
+    at::Tensor sum = at::tensor({added}, at::kDouble);
+    pp_->group()->all_reduce(sum);
+    added_parameters_ = sum.item<double>();
+  }
+  if (trained == total) return;
+  const double base = total - added;  // this stage's, as the share is
+  frozen_share_ = base > 0 ? (total - trained) / base : 0;
 }
 
 double Trainer::flops_per_token(std::int64_t seq_len) const {
