@@ -243,7 +243,9 @@ TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
     for (std::size_t i = 0; i < 3; ++i) {
       EXPECT_LT(relative(pp[i]["loss"].get<double>(), one[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
     }
-    // MFU counts the same FLOPs per token: every stage's adapters, not the first stage's.
+    // The whole model's parameter counts, and MFU's FLOPs per token: every stage's, not the first's.
+    EXPECT_EQ(pp[0]["parameters"], one[0]["parameters"]);
+    EXPECT_EQ(pp[0]["trainable_parameters"], one[0]["trainable_parameters"]);
     auto flops_per_token = [](const nlohmann::json& row) {
       return row["mfu"].get<double>() * 1e12 / row["tokens_per_s_per_device"].get<double>();
     };
@@ -283,6 +285,7 @@ TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_LT(relative(tied_pp[i]["loss"].get<double>(), tied_one[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
   }
+  EXPECT_EQ(tied_pp[0]["parameters"], tied_one[0]["parameters"]) << "the tied embedding counted once";
 
   // `tessera validate` checks the folder against the whole model: every block's tensors are
   // taken (the first stage alone would leave the second block's over), and a config adapting

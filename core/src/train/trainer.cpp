@@ -138,6 +138,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   // Tensor-parallel peers read the same batches: the data is split over the data-parallel ranks.
   parts_.train_data->set_shard(mesh_->data_parallel().rank(), mesh_->data_parallel().world_size());
   progress_.max_steps = settings_.max_steps;
+  count_whole_parameters();
   count_frozen_parameters();
   peak_ = resolve_peak_flops(peak_flops, device_name(device_),
                              compute_precision(context_.precision, parts_.optimizer->parameters(), device_));
@@ -156,16 +157,23 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 
 Trainer::~Trainer() = default;
 
-std::int64_t Trainer::parameter_count() const {
-  return whole_parameter_count([](const std::string&, const at::Tensor& p) { return p.requires_grad(); });
-}
-std::int64_t Trainer::total_parameter_count() const {
-  return whole_parameter_count([](const std::string&, const at::Tensor&) { return true; });
+void Trainer::count_whole_parameters() {
+  const std::set<const c10::TensorImpl*> tied_copies = pipeline_tied_copies();
+  auto own = [&](const at::Tensor& p) { return !tied_copies.count(p.unsafeGetTensorImpl()); };
+  at::Tensor counts = at::tensor(
+      {whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p); }),
+       whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p) && p.requires_grad(); })},
+      at::kLong);
+  if (pp_) pp_->group()->all_reduce(counts);
+  whole_parameters_ = counts[0].item<std::int64_t>();
+  whole_trainable_ = counts[1].item<std::int64_t>();
 }
 
 void Trainer::count_frozen_parameters() {
-  const double total = static_cast<double>(total_parameter_count());
-  const double trained = static_cast<double>(parameter_count());
+  // This rank's (a pipeline stage's) share, as the model's own FLOPs count it.
+  const double total = static_cast<double>(whole_parameter_count([](const std::string&, const at::Tensor&) { return true; }));
+  const double trained = static_cast<double>(
+      whole_parameter_count([](const std::string&, const at::Tensor& p) { return p.requires_grad(); }));
   // The tensors adapters added to the model (not among the model's own, which its FLOPs count):
   // a pipeline stage's own, summed over the stages as the model's FLOPs are the whole model's.
   const double added = static_cast<double>(whole_parameter_count(

@@ -131,10 +131,10 @@ class Trainer : private CallbackEvents {
   Loss& loss() { return *parts_.loss; }
   // The run's context, with the communicator joined.
   const RunContext& context() const { return context_; }
-  // Parameters of the whole model (a tensor-parallel rank holds a part of them): the trainable
-  // ones (all but what adapters froze), and all of them.
-  std::int64_t parameter_count() const;
-  std::int64_t total_parameter_count() const;
+  // Parameters of the whole model (a tensor-parallel rank holds a part of them, a pipeline stage
+  // its blocks'): the trainable ones (all but what adapters froze), and all of them.
+  std::int64_t parameter_count() const { return whole_trainable_; }
+  std::int64_t total_parameter_count() const { return whole_parameters_; }
   // Set by the first step.
   const MemoryReport& memory() const { return memory_; }
 
@@ -282,6 +282,10 @@ class Trainer : private CallbackEvents {
   // and the elements adapters added (whole model). 0 and 0 when everything trains.
   double frozen_share_ = 0, added_parameters_ = 0;
   void count_frozen_parameters();
+  // parameter_count() and total_parameter_count(), counted once: this rank's parameters, each
+  // split one whole, summed over the pipeline's stages (a tied embedding's copy once).
+  std::int64_t whole_parameters_ = 0, whole_trainable_ = 0;
+  void count_whole_parameters();
   // This process's steps, for the ETA (a resumed run's rate is its own): counted, and the
   // tokens and start time of those after the first.
   std::int64_t run_steps_ = 0, run_tokens_ = 0;
