@@ -61,6 +61,12 @@ class Lora : public HfInterop {
   int train(const std::string& spec_path, const std::string& extra, std::string& out) {
     return run_command(testing::tessera_binary() + " train " + spec_path + " " + extra, out);
   }
+  // `tessera train` on `ranks` Gloo ranks (`tessera launch`).
+  int launch(int ranks, const std::string& spec_path, const std::string& extra, std::string& out) {
+    return run_command(testing::tessera_binary() + " launch --nproc-per-node " + std::to_string(ranks) + " -- train " +
+                           spec_path + " " + extra,
+                       out);
+  }
 
   std::string run_dir(const std::string& name) const { return dir_.file("runs/" + name); }
   std::string exported(const std::string& name) const { return run_dir(name) + "/exports/step_00000003"; }
@@ -231,11 +237,7 @@ TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
                                   "checkpoint: {export_format: " + format + "}\n");
     const std::string sets = " --set trainer.grad_accum=2 --set settings.peak_flops=1e12";
     ASSERT_EQ(train(path, sets, out), 0) << out;
-    ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path + sets +
-                              " --set parallelism.pp=2 --run-dir " + run_dir(format + "_pp"),
-                          out),
-              0)
-        << out;
+    ASSERT_EQ(launch(2, path, sets + " --set parallelism.pp=2 --run-dir " + run_dir(format + "_pp"), out), 0) << out;
     const auto one = read_metrics(run_dir(format) + "/metrics.jsonl");
     const auto pp = read_metrics(run_dir(format + "_pp") + "/metrics.jsonl");
     ASSERT_EQ(one.size(), 3u);
@@ -258,9 +260,8 @@ TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
       "down_proj], init_from: " + exported("peft") + "}}";
   const std::string continued = spec("continued", adapted(model_yaml("llama", base), from_peft), tokens_);
   ASSERT_EQ(train(continued, "--set trainer.grad_accum=2", out), 0) << out;
-  ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + continued +
-                            " --set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir("continued_pp"),
-                        out),
+  ASSERT_EQ(launch(2, continued, "--set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir("continued_pp"),
+                   out),
             0)
       << out;
   const auto one = read_metrics(run_dir("continued") + "/metrics.jsonl");
@@ -274,9 +275,8 @@ TEST_F(Lora, PipelineStagesTrainAsOneRankAndExportTheWholeAdapter) {
   reference("make-gpt2 " + gpt2);
   const std::string tied = spec("tied", adapted(model_yaml("gpt", gpt2), kGpt2Lora), tokens_);
   ASSERT_EQ(train(tied, "--set trainer.grad_accum=4", out), 0) << out;
-  ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 4 -- train " + tied + kFsdp +
-                            " --set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir("tied_pp"),
-                        out),
+  ASSERT_EQ(launch(4, tied, kFsdp + " --set trainer.grad_accum=2 --set parallelism.pp=2 --run-dir " + run_dir("tied_pp"),
+                   out),
             0)
       << out;
   const auto tied_one = read_metrics(run_dir("tied") + "/metrics.jsonl");
@@ -313,11 +313,7 @@ TEST_F(Lora, TwoRanksOfEachDataParallelStrategyEqualOneRank) {
     SCOPED_TRACE(strategy);
     const std::string sets =
         " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" + strategy;
-    ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path + sets +
-                              " --run-dir " + run_dir(strategy),
-                          out),
-              0)
-        << out;
+    ASSERT_EQ(launch(2, path, sets + " --run-dir " + run_dir(strategy), out), 0) << out;
     const auto two = read_metrics(run_dir(strategy) + "/metrics.jsonl");
     // `tessera plan` counts the frozen base as held (sharded by fsdp) but neither reduced nor
     // updated: its bytes are the run's.
@@ -338,9 +334,7 @@ TEST_F(Lora, TwoRanksOfEachDataParallelStrategyEqualOneRank) {
     }
   }
   // fsdp gathering the adapters in bf16 while the frozen base and the compute stay fp32.
-  ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " + path + kFsdp +
-                            " --set components.parallel.config.param_dtype=bf16 --run-dir " + run_dir("bf16"),
-                        out),
+  ASSERT_EQ(launch(2, path, kFsdp + " --set components.parallel.config.param_dtype=bf16 --run-dir " + run_dir("bf16"), out),
             0)
       << out;
   const auto bf16 = read_metrics(run_dir("bf16") + "/metrics.jsonl");
