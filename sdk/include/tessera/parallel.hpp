@@ -45,7 +45,8 @@ struct ParallelMemory {
 };
 
 // Bytes of the model's parameters that are not among `trained` (the optimizer's): what adapters
-// froze, which a strategy holds whole and never updates. A strategy's memory() counts them.
+// froze, which a strategy never updates. A strategy that holds them whole (the local one, ddp,
+// zero) counts them in memory(); fsdp shards them and counts its shards.
 TESSERA_API std::int64_t frozen_parameter_bytes(const Model& model, const std::vector<at::Tensor>& trained);
 
 // A step's loss summed over ranks and the gradients' global L2 norm: 0-dim fp32 tensors on the
