@@ -138,8 +138,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   // Tensor-parallel peers read the same batches: the data is split over the data-parallel ranks.
   parts_.train_data->set_shard(mesh_->data_parallel().rank(), mesh_->data_parallel().world_size());
   progress_.max_steps = settings_.max_steps;
-  count_whole_parameters();
-  count_frozen_parameters();
+  count_parameters();
   peak_ = resolve_peak_flops(peak_flops, device_name(device_),
                              compute_precision(context_.precision, parts_.optimizer->parameters(), device_));
   if (context_.rank == 0) {
@@ -157,36 +156,26 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 
 Trainer::~Trainer() = default;
 
-void Trainer::count_whole_parameters() {
+void Trainer::count_parameters() {
+  // Each split parameter counted whole; over a pipeline, every stage's summed, a tied
+  // embedding's copy once, and the adapters' as the model's FLOPs count the whole model.
   const std::set<const c10::TensorImpl*> tied_copies = pipeline_tied_copies();
   auto own = [&](const at::Tensor& p) { return !tied_copies.count(p.unsafeGetTensorImpl()); };
   at::Tensor counts = at::tensor(
       {whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p); }),
-       whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p) && p.requires_grad(); })},
+       whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p) && p.requires_grad(); }),
+       whole_parameter_count(
+           [&](const std::string& name, const at::Tensor&) { return parts_.adapter_parameters.count(name) > 0; })},
       at::kLong);
   if (pp_) pp_->group()->all_reduce(counts);
   whole_parameters_ = counts[0].item<std::int64_t>();
   whole_trainable_ = counts[1].item<std::int64_t>();
-}
-
-void Trainer::count_frozen_parameters() {
-  // This rank's (a pipeline stage's) share, as the model's own FLOPs count it.
-  const double total = static_cast<double>(whole_parameter_count([](const std::string&, const at::Tensor&) { return true; }));
-  const double trained = static_cast<double>(
-      whole_parameter_count([](const std::string&, const at::Tensor& p) { return p.requires_grad(); }));
-  // The tensors adapters added to the model (not among the model's own, which its FLOPs count):
-  // a pipeline stage's own, summed over the stages as the model's FLOPs are the whole model's.
-  const double added = static_cast<double>(whole_parameter_count(
-      [&](const std::string& name, const at::Tensor&) { return parts_.adapter_parameters.count(name) > 0; }));
-  added_parameters_ = added;
-  if (pp_ && !parts_.adapters.empty()) {
-    at::Tensor sum = at::tensor({added}, at::kDouble);
-    pp_->group()->all_reduce(sum);
-    added_parameters_ = sum.item<double>();
-  }
-  if (trained == total) return;
-  const double base = total - added;  // this stage's, as the share is
-  frozen_share_ = base > 0 ? (total - trained) / base : 0;
+  added_parameters_ = static_cast<double>(counts[2].item<std::int64_t>());
+  // The share of the model's own elements (not the adapters' additions) that is frozen.
+  const double base = static_cast<double>(whole_parameters_) - added_parameters_;
+  frozen_share_ = whole_trainable_ == whole_parameters_ || base <= 0
+                      ? 0
+                      : static_cast<double>(whole_parameters_ - whole_trainable_) / base;
 }
 
 double Trainer::flops_per_token(std::int64_t seq_len) const {

@@ -203,15 +203,11 @@ class Lora final : public tessera::Adapter {
   }
 
  private:
-  // The paths of the layers this adapter wraps in the whole model whose `state` an export writes.
-  // A pipeline stage adapted only its own blocks' layers: there, the layers whose A the state
-  // holds and target_modules names (an export's state is every stage's).
+  // The paths of the layers this adapter wraps in the whole model whose `state` an export writes:
+  // those whose A the state holds and target_modules names. Read from the state, not layers_: a
+  // pipeline stage adapted only its own blocks' layers, and an export's state is every stage's.
   std::vector<std::string> adapted_paths(const tessera::StateDict& state) const {
     std::vector<std::string> paths;
-    if (whole_model_) {
-      for (const AdaptedLayer& layer : layers_) paths.push_back(layer.path);
-      return paths;
-    }
     const std::string suffix = ".lora_A.weight";
     const bool all_linear = config_.target_modules.size() == 1 && config_.target_modules.front() == kAllLinear;
     for (const auto& item : state) {

@@ -281,11 +281,10 @@ class Trainer : private CallbackEvents {
   // With parameters frozen (adapters): the share of the model's own elements that are frozen,
   // and the elements adapters added (whole model). 0 and 0 when everything trains.
   double frozen_share_ = 0, added_parameters_ = 0;
-  void count_frozen_parameters();
-  // parameter_count() and total_parameter_count(), counted once: this rank's parameters, each
-  // split one whole, summed over the pipeline's stages (a tied embedding's copy once).
+  // parameter_count() and total_parameter_count().
   std::int64_t whole_parameters_ = 0, whole_trainable_ = 0;
-  void count_whole_parameters();
+  // The counts above, once at the start (a collective over the pipeline's stages).
+  void count_parameters();
   // This process's steps, for the ETA (a resumed run's rate is its own): counted, and the
   // tokens and start time of those after the first.
   std::int64_t run_steps_ = 0, run_tokens_ = 0;
