@@ -14,7 +14,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace config_tree_test {
 
 using testing::TempDir;
 
@@ -64,7 +64,9 @@ TEST(ConfigTree, AStrayCommaIsAnErrorWhereItStands) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {",", "c.yaml:1:1"}, {"- 1\n,\n", "c.yaml:2:1"}, {"---\n, b: c}\n", "c.yaml:2:1"}, {"  ,", "c.yaml:1:3"}};
   for (const auto& [text, where] : cases) {
-    const std::string error = error_of([&] { parse_config_string(text, "c.yaml"); });
+    // A name of its own: C++17 lambdas cannot capture a structured binding (GCC allows it, clang not).
+    const std::string& spec = text;
+    const std::string error = error_of([&] { parse_config_string(spec, "c.yaml"); });
     EXPECT_NE(error.find(where + ": invalid YAML: ',' cannot begin a value here"), std::string::npos)
         << text << " -> " << error;
   }
@@ -213,5 +215,5 @@ TEST(ConfigTree, ResolvedTreeRoundTripsThroughYaml) {
   EXPECT_FALSE(again.find("c")->plain());
 }
 
-}  // namespace
+}  // namespace config_tree_test
 }  // namespace tessera::core

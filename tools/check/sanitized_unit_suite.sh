@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The unit suite built with ASan + UBSan (preset sanitize, in build-sanitize/) and run with the
-# suppressions beside this script. Any report fails the run: UBSan halts on its first error, ASan
-# always does, LeakSanitizer reports at exit; the shard's log then ends with the test that was
-# running. Called by tools/test.sh --sanitize.
+# The unit suite built with ASan + UBSan (preset sanitize: clang, in build-sanitize/, the build the
+# fuzz targets share) and run with the suppressions beside this script. Any report fails the run:
+# UBSan halts on its first error, ASan always does, LeakSanitizer reports at exit; the shard's log
+# then ends with the test that was running. Called by tools/test.sh --sanitize.
 #
 # The tests run in two processes, each one half of them (GoogleTest's sharding), not one process
 # per test as ctest runs them: under ASan a process spends ~1.5 s loading LibTorch and the plugins
