@@ -33,8 +33,27 @@ if(TESSERA_PCH)
   target_compile_options(tessera_pch_executable PRIVATE ${CMAKE_CXX_COMPILE_OPTIONS_PIE})
 endif()
 
-# tessera_use_pch(TARGET...): compile each target's units with the precompiled LibTorch headers.
-# Only for targets that link LibTorch (their flags and definitions match the carriers').
+# The units that reach no LibTorch header (cmake/torch_free_units.py) skip the precompiled one:
+# loading it costs a unit 5-10 s, for nothing when the unit never names a tensor (about 55 units:
+# the config reader, the CLI, the tokenizer's BPE, the SDK's registry and schemas, ...). Scanned at
+# each configure; a unit that starts including LibTorch later only compiles slower until then.
+if(TESSERA_PCH)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/torch_free_units.py ${PROJECT_SOURCE_DIR}
+            ${PROJECT_SOURCE_DIR}/sdk/include ${PROJECT_SOURCE_DIR}/core/include
+            ${PROJECT_SOURCE_DIR}/core/tooling/include ${PROJECT_SOURCE_DIR}/plugins/kinds/include
+            ${PROJECT_SOURCE_DIR}/tests/support
+    OUTPUT_VARIABLE _torch_free RESULT_VARIABLE _scan_failed)
+  if(_scan_failed)
+    message(FATAL_ERROR "cmake/torch_free_units.py failed (${_scan_failed})")
+  endif()
+  string(REPLACE "\n" ";" TESSERA_TORCH_FREE_UNITS "${_torch_free}")
+endif()
+
+# tessera_use_pch(TARGET...): compile each target's units with the precompiled LibTorch headers,
+# but for those that reach no LibTorch header. Only for targets that link LibTorch (their flags
+# and definitions match the carriers').
 function(tessera_use_pch)
   if(NOT TESSERA_PCH)
     return()
@@ -49,5 +68,16 @@ function(tessera_use_pch)
     else()
       target_precompile_headers(${_target} REUSE_FROM tessera_pch_library)
     endif()
+    get_target_property(_sources ${_target} SOURCES)
+    get_target_property(_source_dir ${_target} SOURCE_DIR)
+    foreach(_source IN LISTS _sources)
+      if(_source MATCHES "^\\$<")
+        continue()
+      endif()
+      cmake_path(ABSOLUTE_PATH _source BASE_DIRECTORY ${_source_dir} NORMALIZE)
+      if(_source IN_LIST TESSERA_TORCH_FREE_UNITS)
+        set_source_files_properties(${_source} TARGET_DIRECTORY ${_target} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+      endif()
+    endforeach()
   endforeach()
 endfunction()

@@ -13,7 +13,7 @@
 #include "tessera/safetensors.hpp"
 
 namespace tessera {
-namespace {
+namespace checkpoint_test {
 
 namespace fs = std::filesystem;
 
@@ -458,5 +458,5 @@ TEST_F(Checkpoints, SigtermSavesBeforeExiting) {
   EXPECT_EQ(core::verify_checkpoint(found).step, static_cast<std::int64_t>(read_metrics(metrics).size()));
 }
 
-}  // namespace
+}  // namespace checkpoint_test
 }  // namespace tessera

@@ -18,7 +18,7 @@
 #include "tessera/version.hpp"
 
 namespace tessera {
-namespace {
+namespace cli_test {
 
 TEST_F(Cli, VersionAndHelp) {
   std::string out;
@@ -556,5 +556,5 @@ TEST_F(Cli, EveryShippedConfigValidates) {
   }
 }
 
-}  // namespace
+}  // namespace cli_test
 }  // namespace tessera

@@ -13,7 +13,7 @@
 #include "cli_fixture.hpp"
 
 namespace tessera {
-namespace {
+namespace eval_command_test {
 
 class EvalCommand : public Cli {
  protected:
@@ -144,5 +144,5 @@ TEST_F(EvalCommand, HfExportOfAModelWithoutOneIsRefusedBeforeTraining) {
   EXPECT_EQ(out.find("step 1 "), std::string::npos) << "it trained first: " << out;
 }
 
-}  // namespace
+}  // namespace eval_command_test
 }  // namespace tessera

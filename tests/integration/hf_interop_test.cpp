@@ -29,7 +29,7 @@
 namespace fs = std::filesystem;
 
 namespace tessera {
-namespace {
+namespace hf_interop_test {
 
 TEST_F(HfInterop, Gpt2ImportGivesTransformersLossAndAWrongGeluWouldShow) {
   const std::string saved = dir_.file("gpt2"), published = dir_.file("gpt2-published");
@@ -146,7 +146,7 @@ std::vector<double> step_losses(const std::string& metrics) {
   return losses;
 }
 
-}  // namespace
+}  // namespace hf_interop_test
 
 // A run on 2 ranks of a model-parallel mesh saves and exports whole models: the hf exports of a
 // Llama (grouped-query, untied head) and a GPT-2 imported by init_from and trained on the mesh
@@ -194,7 +194,7 @@ void HfInterop::two_ranks_export_what_one_rank_does(const std::string& mesh, con
   }
 }
 
-namespace {
+namespace hf_interop_test {
 
 TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
   two_ranks_export_what_one_rank_does("--set parallelism.tp=2");
@@ -463,5 +463,5 @@ TEST_F(HfBadFolders, AnExtraTensorIsNamed) {
   expect_error(folder, "1 tensor this model does not have: model.layers.2.mlp.up_proj.weight");
 }
 
-}  // namespace
+}  // namespace hf_interop_test
 }  // namespace tessera

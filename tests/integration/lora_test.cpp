@@ -27,7 +27,7 @@
 namespace fs = std::filesystem;
 
 namespace tessera {
-namespace {
+namespace lora_test {
 
 const std::string kFsdp =
     " --set components.parallel.component_key=parallel --set components.parallel.variant_key=fsdp";
@@ -407,5 +407,5 @@ TEST_F(Lora, MistakesAreOnePositionedError) {
   refused(kLora + ", " + kLora, "--set checkpoint.export_format=peft", "components.adapters has 2");
 }
 
-}  // namespace
+}  // namespace lora_test
 }  // namespace tessera

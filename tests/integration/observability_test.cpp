@@ -7,7 +7,7 @@
 #include "cli_fixture.hpp"
 
 namespace tessera {
-namespace {
+namespace observability_test {
 
 using Clock = std::chrono::steady_clock;
 // A stalled run must end (the watchdog's timeout is 5 s); this only catches a run that never does,
@@ -189,5 +189,5 @@ TEST_F(Cli, PlotTurnsARunsMetricsIntoPngs) {
   EXPECT_NE(out.find("metrics.jsonl: no such file"), std::string::npos) << out;
 }
 
-}  // namespace
+}  // namespace observability_test
 }  // namespace tessera

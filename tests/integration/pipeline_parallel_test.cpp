@@ -10,7 +10,7 @@
 #include "mesh_fixture.hpp"
 
 namespace tessera {
-namespace {
+namespace pipeline_parallel_test {
 
 const std::string kFourBlocks = "--set components.model.config.n_layer=4";
 
@@ -112,5 +112,5 @@ TEST_F(Pipeline, PipelinesTheRunCannotTakeArePositionedErrors) {
   EXPECT_NE(out.find("find_unused_parameters is not available under pipeline parallelism"), std::string::npos) << out;
 }
 
-}  // namespace
+}  // namespace pipeline_parallel_test
 }  // namespace tessera

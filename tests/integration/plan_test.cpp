@@ -10,7 +10,7 @@
 #include "mesh_fixture.hpp"
 
 namespace tessera {
-namespace {
+namespace plan_test {
 
 class Plan : public TensorParallel {
  protected:
@@ -107,5 +107,5 @@ TEST_F(Plan, PrintsATableAndRefusesABadCommandLine) {
   EXPECT_NE(out.find("--ranks must be at least 1"), std::string::npos) << out;
 }
 
-}  // namespace
+}  // namespace plan_test
 }  // namespace tessera

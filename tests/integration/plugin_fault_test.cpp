@@ -14,7 +14,7 @@
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 
 namespace tessera {
-namespace {
+namespace plugin_fault_test {
 
 namespace fs = std::filesystem;
 
@@ -127,5 +127,5 @@ TEST_F(PluginFaults, ABackwardFailingOnOneRankEndsBothPromptly) {
       << out;
 }
 
-}  // namespace
+}  // namespace plugin_fault_test
 }  // namespace tessera

@@ -15,7 +15,7 @@
 #include "tessera/precision.hpp"
 
 namespace tessera {
-namespace {
+namespace precision_test {
 
 // The mean loss of the last 20 steps of the quickstart at `precision`; all losses in `losses`.
 double quickstart_tail_loss(const std::string& precision, const std::string& run_dir, const std::string& data_set,
@@ -74,5 +74,5 @@ TEST_F(Cli, Bf16TracksFp32OnTheQuickstartModel) {
   EXPECT_NE(bf16[0], fp32[0]) << "bf16 computed exactly as fp32: autocast was not on";
 }
 
-}  // namespace
+}  // namespace precision_test
 }  // namespace tessera

@@ -16,7 +16,7 @@
 namespace fs = std::filesystem;
 
 namespace tessera {
-namespace {
+namespace prepare_data_test {
 
 class PrepareData : public Cli {
  protected:
@@ -175,5 +175,5 @@ TEST_F(PrepareData, BadInputsAreOneErrorExitTwoAndLeaveNothing) {
   EXPECT_FALSE(fs::exists(dir_.file("x.bin")));
 }
 
-}  // namespace
+}  // namespace prepare_data_test
 }  // namespace tessera

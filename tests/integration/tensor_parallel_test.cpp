@@ -13,7 +13,7 @@
 #include "mesh_fixture.hpp"
 
 namespace tessera {
-namespace {
+namespace tensor_parallel_test {
 
 namespace fs = std::filesystem;
 
@@ -271,5 +271,5 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
   EXPECT_NE(out.find("the mesh dp_shard 2 x tp 2 has 4 ranks but this run has 2"), std::string::npos) << out;
 }
 
-}  // namespace
+}  // namespace tensor_parallel_test
 }  // namespace tessera

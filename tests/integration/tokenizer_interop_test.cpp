@@ -18,7 +18,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace tokenizer_interop_test {
 
 using testing::run_command;
 using testing::TempDir;
@@ -174,5 +174,5 @@ TEST_F(TokenizerInterop, SftExamplesHoldTheTokenizersBosOnceAndEosOnlyAfterTheRe
   EXPECT_NO_THROW(packed->load_state_dict(packed->state_dict()));
 }
 
-}  // namespace
+}  // namespace tokenizer_interop_test
 }  // namespace tessera

@@ -23,7 +23,7 @@
 #include <vector>
 
 namespace tessera {
-namespace {
+namespace attention_test {
 
 struct Shape {
   std::int64_t batch, heads, kv_heads, seq, dim;
@@ -254,5 +254,5 @@ TEST(CausalAttention, OtherInputsGoToLibTorchsAttention) {
   }
 }
 
-}  // namespace
+}  // namespace attention_test
 }  // namespace tessera

@@ -13,7 +13,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace checkpoint_store_test {
 
 namespace fs = std::filesystem;
 using testing::TempDir;
@@ -138,5 +138,5 @@ TEST(CheckpointStore, SupersedingSetsAsideLaterExportsAndMovesLatest) {
   EXPECT_FALSE(fs::exists(dir.file("none")));
 }
 
-}  // namespace
+}  // namespace checkpoint_store_test
 }  // namespace tessera::core

@@ -18,7 +18,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace checkpoint_test {
 
 using testing::TempDir;
 
@@ -126,5 +126,5 @@ TEST(CheckpointFiles, ListsOnlyFilesInsideTheCheckpointAndRefuseMalformedOnes) {
   }
 }
 
-}  // namespace
+}  // namespace checkpoint_test
 }  // namespace tessera::core

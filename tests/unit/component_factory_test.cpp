@@ -13,7 +13,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace component_factory_test {
 
 using testing::build_components;
 using testing::built;
@@ -204,5 +204,5 @@ TEST(ComponentFactory, BuiltObjectsKeepTheirPluginLoaded) {
   scheduler.reset();  // the library is released here, after the object
 }
 
-}  // namespace
+}  // namespace component_factory_test
 }  // namespace tessera::core

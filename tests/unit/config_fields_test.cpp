@@ -14,7 +14,7 @@
 #include "tessera/loss.hpp"
 
 namespace tessera {
-namespace {
+namespace config_fields_test {
 
 struct Shared {
   std::int64_t width = 64;
@@ -177,5 +177,5 @@ TEST(ConfigFields, RecordGivenNamesTheFieldsTheYamlWrote) {
                   .given.empty());
 }
 
-}  // namespace
+}  // namespace config_fields_test
 }  // namespace tessera

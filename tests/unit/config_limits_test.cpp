@@ -13,7 +13,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace config_limits_test {
 
 std::string issue_of(const std::function<void()>& fn) {
   try {
@@ -109,5 +109,5 @@ TEST(ConfigLimits, InterpolationThatDoublesIsBounded) {
   EXPECT_NE(issue_of([&] { resolve_interpolations(copies); }).find("copy more than"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace config_limits_test
 }  // namespace tessera::core

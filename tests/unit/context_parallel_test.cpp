@@ -18,7 +18,7 @@
 #include "tessera/error.hpp"
 
 namespace tessera {
-namespace {
+namespace context_parallel_test {
 
 struct Case {
   std::int64_t ranks;
@@ -95,5 +95,5 @@ TEST(ContextParallel, UlyssesAttentionEqualsTheWholeSequences) {
   }
 }
 
-}  // namespace
+}  // namespace context_parallel_test
 }  // namespace tessera

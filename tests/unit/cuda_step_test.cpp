@@ -40,7 +40,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace cuda_step_test {
 
 using testing::TempDir;
 
@@ -328,5 +328,5 @@ TEST(CudaStep, AnNcclGroupShutDownAtTheEndIsNotAbortedByItsDestructor) {
 #endif
 }
 
-}  // namespace
+}  // namespace cuda_step_test
 }  // namespace tessera

@@ -16,7 +16,7 @@
 #include "tessera/error.hpp"
 
 namespace tessera {
-namespace {
+namespace device_mesh_test {
 
 ParallelDims dims(std::int64_t dp_replicate, std::int64_t dp_shard, std::int64_t tp) {
   ParallelDims d;
@@ -141,5 +141,5 @@ TEST(Communicator, AllToAllOfUnevenPartsAndPointToPoint) {
   for (const auto& e : errors) EXPECT_EQ(e, "");
 }
 
-}  // namespace
+}  // namespace device_mesh_test
 }  // namespace tessera

@@ -22,7 +22,7 @@
 #include "tessera/error.hpp"
 
 namespace tessera::core {
-namespace {
+namespace distributed_test {
 
 struct RankResult {
   std::vector<at::Tensor> gathered;
@@ -353,5 +353,5 @@ TEST(DeviceForRank, SlurmWithEveryGpuVisibleUsesTheLocalId) {
   EXPECT_THROW(device_for_rank("cuda:0", env), ConfigError);
 }
 
-}  // namespace
+}  // namespace distributed_test
 }  // namespace tessera::core

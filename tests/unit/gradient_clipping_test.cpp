@@ -9,7 +9,7 @@
 #include <ATen/ops/scalar_tensor.h>
 
 namespace tessera::core {
-namespace {
+namespace gradient_clipping_test {
 
 at::Tensor norm_of(double value) { return at::scalar_tensor(value, at::kFloat); }
 
@@ -39,5 +39,5 @@ TEST(GradientClipping, EachDtypeIsScaledByTheCoefficientInItsOwnPrecision) {
   EXPECT_EQ(grads[0].scalar_type(), at::kBFloat16);
 }
 
-}  // namespace
+}  // namespace gradient_clipping_test
 }  // namespace tessera::core

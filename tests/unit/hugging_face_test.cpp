@@ -20,7 +20,7 @@
 namespace fs = std::filesystem;
 
 namespace tessera {
-namespace {
+namespace hugging_face_test {
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -167,5 +167,5 @@ TEST(ByteSize, ParsesHuggingFacesSizes) {
   }
 }
 
-}  // namespace
+}  // namespace hugging_face_test
 }  // namespace tessera

@@ -29,7 +29,7 @@
 #include "tessera/precision.hpp"
 
 namespace tessera {
-namespace {
+namespace linear_gelu_test {
 
 struct Case {
   std::vector<std::int64_t> x_sizes;
@@ -193,5 +193,5 @@ TEST(LinearGelu, OtherInputsGoToLibTorchsOperators) {
   }
 }
 
-}  // namespace
+}  // namespace linear_gelu_test
 }  // namespace tessera

@@ -9,7 +9,7 @@
 #include "tessera/core/distributed/distributed.hpp"
 
 namespace tessera::core {
-namespace {
+namespace local_strategy_test {
 
 // The local strategy set up over the small test trainer's real gpt and sgd.
 class LocalStrategy : public ::testing::Test {
@@ -127,5 +127,5 @@ TEST(LocalStrategyRanks, ARunOfSeveralRanksWithoutAStrategyIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace local_strategy_test
 }  // namespace tessera::core

@@ -9,7 +9,7 @@
 #include "tessera/metric_value.hpp"
 
 namespace tessera {
-namespace {
+namespace metric_value_test {
 
 TEST(MetricValue, IsACopyOfTheValuesWhenTaken) {
   at::Tensor values = at::tensor(std::vector<float>{2.5f, 0.75f});
@@ -31,5 +31,5 @@ TEST(MetricValue, AHostValueIsReadyAndItself) {
   EXPECT_DOUBLE_EQ(MetricValue().value(), 0.0);
 }
 
-}  // namespace
+}  // namespace metric_value_test
 }  // namespace tessera

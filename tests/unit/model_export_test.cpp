@@ -20,7 +20,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace model_export_test {
 
 using testing::TempDir;
 namespace fs = std::filesystem;
@@ -182,5 +182,5 @@ TEST(ModelExport, TheTrainersExportsRecordTheBuiltArchitecture) {
   EXPECT_TRUE(written["config"].contains("n_head"));
 }
 
-}  // namespace
+}  // namespace model_export_test
 }  // namespace tessera

@@ -17,7 +17,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace nonfinite_guard_test {
 
 using testing::TempDir;
 
@@ -224,5 +224,5 @@ TEST(NonfiniteGuard, EveryRankSkipsTheSameStep) {
   expect_identical(final_weights[0], final_weights[1]);
 }
 
-}  // namespace
+}  // namespace nonfinite_guard_test
 }  // namespace tessera::core

@@ -10,7 +10,7 @@
 #include "tessera/core/train/throughput.hpp"
 
 namespace tessera::core {
-namespace {
+namespace observability_test {
 
 using testing::TempDir;
 
@@ -302,5 +302,5 @@ TEST(AuxiliaryLoss, EachMicroBatchCountsOneOverTheirNumber) {
       << "update " << update.abs().sum().item<double>() << " vs expected " << expected.abs().sum().item<double>();
 }
 
-}  // namespace
+}  // namespace observability_test
 }  // namespace tessera::core

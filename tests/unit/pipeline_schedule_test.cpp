@@ -13,7 +13,7 @@
 #include "tessera/error.hpp"
 
 namespace tessera::core {
-namespace {
+namespace pipeline_schedule_test {
 
 using Kind = PipelineAction::Kind;
 
@@ -104,5 +104,5 @@ TEST(PipelineSchedule, TheBubbleShrinksWithMicroBatchesAndInterleaving) {
   EXPECT_THROW(pipeline_schedule("zero_bubble", 2, 1, 0, 4), Error);
 }
 
-}  // namespace
+}  // namespace pipeline_schedule_test
 }  // namespace tessera::core

@@ -19,7 +19,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace plugin_host_test {
 
 std::string load_error(const std::vector<std::string>& dirs) {
   PluginHost host;
@@ -248,5 +248,5 @@ TEST(PluginHost, SearchPathOrderIsSpecCliEnvBundled) {
   EXPECT_EQ(path[2], c.path().string());
 }
 
-}  // namespace
+}  // namespace plugin_host_test
 }  // namespace tessera::core

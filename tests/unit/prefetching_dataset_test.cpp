@@ -12,7 +12,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace prefetching_dataset_test {
 
 using core::PrefetchingDataset;
 using testing::TempDir;
@@ -169,5 +169,5 @@ TEST(PrefetchingDataset, AStateThatCannotBeReadArrivesAsTheErrorAndTheDatasetGoe
   expect_same_batch(prefetching.next_batch(2), reference->next_batch(2));
 }
 
-}  // namespace
+}  // namespace prefetching_dataset_test
 }  // namespace tessera

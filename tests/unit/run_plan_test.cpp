@@ -7,7 +7,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace run_plan_test {
 
 using testing::TempDir;
 
@@ -143,5 +143,5 @@ TEST(RunPlan, AReferenceToTrainDataIsRefused) {
   EXPECT_EQ(issue_of(own), "");
 }
 
-}  // namespace
+}  // namespace run_plan_test
 }  // namespace tessera::core

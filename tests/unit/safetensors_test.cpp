@@ -16,7 +16,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace safetensors_test {
 
 using testing::TempDir;
 
@@ -145,5 +145,5 @@ TEST(Safetensors, FuzzedFilesNeverCrashTheReader) {
   EXPECT_EQ(accepted + refused, 4000);
 }
 
-}  // namespace
+}  // namespace safetensors_test
 }  // namespace tessera

@@ -15,7 +15,7 @@
 #include "tessera/activation_checkpoint.hpp"
 
 namespace tessera {
-namespace {
+namespace sharded_rng_test {
 
 void seed_default(std::uint64_t seed) {
   // A Generator is a handle: seeding the copy seeds the global generator.
@@ -99,5 +99,5 @@ TEST(ShardedRng, ActivationCheckpointingReplaysTheShardedStream) {
   EXPECT_GT(plain.eq(0).sum().item<std::int64_t>(), 0) << "dropout dropped something";
 }
 
-}  // namespace
+}  // namespace sharded_rng_test
 }  // namespace tessera

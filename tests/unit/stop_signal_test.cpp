@@ -12,7 +12,7 @@
 #include <csignal>
 
 namespace tessera::core {
-namespace {
+namespace stop_signal_test {
 
 // Runs `body` in a forked child; returns its wait status.
 template <class Body>
@@ -53,5 +53,5 @@ TEST(StopSignal, ASignalLaterThanTwoSecondsStillKills) {
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
 }
 
-}  // namespace
+}  // namespace stop_signal_test
 }  // namespace tessera::core

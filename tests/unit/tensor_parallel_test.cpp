@@ -21,7 +21,7 @@
 #include "tessera/parallel/vocab_parallel.hpp"
 
 namespace tessera {
-namespace {
+namespace tensor_parallel_test {
 
 void expect_close(const at::Tensor& a, const at::Tensor& b, const std::string& what) {
   if (a.sizes() != b.sizes() || !at::allclose(a, b, 1e-5, 1e-6)) {
@@ -120,5 +120,5 @@ TEST(VocabParallelCrossEntropy, EqualsTheWholeLogitsLoss) {
   }
 }
 
-}  // namespace
+}  // namespace tensor_parallel_test
 }  // namespace tessera

@@ -14,7 +14,7 @@
 #include "tessera/evaluate.hpp"
 
 namespace tessera {
-namespace {
+namespace token_check_test {
 
 Batch batch_of(std::vector<std::int64_t> inputs, std::vector<std::int64_t> labels) {
   Batch b;
@@ -103,5 +103,5 @@ TEST(TokenCheck, ARankWhoseEvaluationDataFailsStopsEveryRank) {
   EXPECT_NE(errors[0].find("the evaluation data failed on another rank"), std::string::npos) << errors[0];
 }
 
-}  // namespace
+}  // namespace token_check_test
 }  // namespace tessera

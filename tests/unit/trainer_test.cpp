@@ -14,7 +14,7 @@
 #include "test_support.hpp"
 
 namespace tessera::core {
-namespace {
+namespace trainer_test {
 
 using testing::TempDir;
 using testing::Built;
@@ -246,5 +246,5 @@ TEST(Trainer, CudaGraphNeedsACudaDevice) {
   }
 }
 
-}  // namespace
+}  // namespace trainer_test
 }  // namespace tessera::core

@@ -18,7 +18,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace lora_test {
 
 using testing::build_components;
 using testing::built;
@@ -178,5 +178,5 @@ TEST(LoraAdapter, ThePeftExportNamesLayersAsPeftDoes) {
   EXPECT_EQ(config["fan_in_fan_out"], false);
 }
 
-}  // namespace
+}  // namespace lora_test
 }  // namespace tessera

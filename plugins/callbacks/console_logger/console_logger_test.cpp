@@ -12,7 +12,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace console_logger_test {
 
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
@@ -138,5 +138,5 @@ TEST(ConsoleLogger, OnlyRankZeroLogs) {
   EXPECT_EQ(h.train_end(), "");
 }
 
-}  // namespace
+}  // namespace console_logger_test
 }  // namespace tessera

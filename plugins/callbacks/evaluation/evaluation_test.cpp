@@ -15,7 +15,7 @@
 #include "small_trainer.hpp"
 
 namespace tessera {
-namespace {
+namespace evaluation_test {
 
 using testing::TempDir;
 
@@ -179,5 +179,5 @@ TEST(Evaluation, TwoRanksReduceSummedLossAndTokens) {
   for (double value : announced) EXPECT_NEAR(value, expected, 1e-6 * expected);
 }
 
-}  // namespace
+}  // namespace evaluation_test
 }  // namespace tessera

@@ -11,7 +11,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace gc_test {
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TESSERA_UNDER_ASAN 1
@@ -62,5 +62,5 @@ TEST(Gc, GivesFreedHeapPagesBackOnItsSteps) {
   EXPECT_LT(memory_stats(c10::Device(c10::kCPU)).in_use, held - 100 * (1 << 20));
 }
 
-}  // namespace
+}  // namespace gc_test
 }  // namespace tessera

@@ -19,7 +19,7 @@
 #include "tessera/log.hpp"
 
 namespace tessera {
-namespace {
+namespace health_test {
 
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
@@ -195,5 +195,5 @@ TEST(Health, TheWatchdogsStatusFileSaysWhenItWasWrittenToTheSecond) {
                                << " s old";
 }
 
-}  // namespace
+}  // namespace health_test
 }  // namespace tessera

@@ -16,7 +16,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace jsonl_metrics_test {
 
 namespace fs = std::filesystem;
 
@@ -187,11 +187,11 @@ TEST(JsonlMetrics, OnlyRankZeroWrites) {
   EXPECT_FALSE(fs::exists(h.run.run_dir + "/metrics.jsonl"));
 }
 
-}  // namespace
+}  // namespace jsonl_metrics_test
 }  // namespace tessera
 
 namespace tessera {
-namespace {
+namespace jsonl_metrics_test {
 
 TEST(JsonlMetrics, WritesTheBreakdownMemoryMfuAndEtaWhenKnown) {
   Harness h("{}");
@@ -245,5 +245,5 @@ TEST(JsonlMetrics, AnEvaluationIsOneLineMarkedEvalWithPrefixedValues) {
   EXPECT_FALSE(e.contains("loss"));  // a reader of step lines is not misled
 }
 
-}  // namespace
+}  // namespace jsonl_metrics_test
 }  // namespace tessera

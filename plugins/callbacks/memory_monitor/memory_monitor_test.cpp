@@ -11,7 +11,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace memory_monitor_test {
 
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
@@ -68,5 +68,5 @@ TEST(MemoryMonitor, WarnsWhenThePeakNearsTheCapacity) {
   EXPECT_NE(logged.find("memory: the fullest rank peaked"), std::string::npos) << logged;
 }
 
-}  // namespace
+}  // namespace memory_monitor_test
 }  // namespace tessera

@@ -21,7 +21,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace moe_monitor_test {
 
 constexpr std::int64_t kExperts = 4;
 
@@ -232,5 +232,5 @@ TEST(MoeMonitor, NamesLayersByTheirBlock) {
   EXPECT_FALSE(metrics.extra.count("moe/layer2/maxvio"));
 }
 
-}  // namespace
+}  // namespace moe_monitor_test
 }  // namespace tessera

@@ -28,7 +28,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace profiler_test {
 
 namespace fs = std::filesystem;
 
@@ -262,5 +262,5 @@ TEST(Profiler, TrainingThatEndsInsideTheWindowWritesWhatWasRecorded) {
   EXPECT_EQ(profiler_steps(trace), (std::set<std::string>{"ProfilerStep#3", "ProfilerStep#4"}));
 }
 
-}  // namespace
+}  // namespace profiler_test
 }  // namespace tessera

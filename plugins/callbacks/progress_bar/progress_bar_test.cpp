@@ -14,7 +14,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace progress_bar_test {
 
 using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
@@ -140,5 +140,5 @@ TEST(ProgressBar, OnlyRankZeroPrints) {
   }
 }
 
-}  // namespace
+}  // namespace progress_bar_test
 }  // namespace tessera

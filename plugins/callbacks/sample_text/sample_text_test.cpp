@@ -17,7 +17,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace sample_text_test {
 
 namespace fs = std::filesystem;
 
@@ -235,5 +235,5 @@ TEST(SampleText, EmptyPromptIsAConfigIssue) {
   }
 }
 
-}  // namespace
+}  // namespace sample_text_test
 }  // namespace tessera

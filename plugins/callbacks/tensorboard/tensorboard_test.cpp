@@ -29,7 +29,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace tensorboard_test {
 
 namespace fs = std::filesystem;
 using namespace tensorboard_testing;
@@ -344,5 +344,5 @@ with open(sys.argv[2], 'w') as f:
   EXPECT_EQ(scalars.size(), 15u) << scalars.dump();  // 13 step tags + the extra + val/loss
 }
 
-}  // namespace
+}  // namespace tensorboard_test
 }  // namespace tessera

@@ -23,7 +23,7 @@
 #include "trainer_parts.hpp"
 
 namespace tessera {
-namespace {
+namespace sft_jsonl_test {
 
 std::string data_yaml(const std::string& path, const std::string& extra) {
   return "{component_key: dataset, variant_key: sft_jsonl, config: {path: " + path +
@@ -213,5 +213,5 @@ TEST(SftJsonl, TrainerStepEqualsAPlainComputationOverResponseTokensOnTwoRanks) {
   }
 }
 
-}  // namespace
+}  // namespace sft_jsonl_test
 }  // namespace tessera

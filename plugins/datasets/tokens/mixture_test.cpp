@@ -15,7 +15,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace mixture_test {
 
 using testing::TempDir;
 
@@ -176,5 +176,5 @@ TEST(Mixture, BadConfigsAndStatesAreRefused) {
   }
 }
 
-}  // namespace
+}  // namespace mixture_test
 }  // namespace tessera

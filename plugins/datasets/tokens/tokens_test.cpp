@@ -16,7 +16,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace tokens_test {
 
 using testing::TempDir;
 
@@ -397,5 +397,5 @@ TEST(TokensDataset, DocumentIdsCountTheEosBeforeEachPosition) {
   }
 }
 
-}  // namespace
+}  // namespace tokens_test
 }  // namespace tessera

@@ -14,7 +14,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace cross_entropy_test {
 
 constexpr std::int64_t I = kIgnoreIndex;
 
@@ -99,11 +99,11 @@ TEST(CrossEntropyLoss, GradientIsSoftmaxMinusOneHotOnLabelledTokensOnly) {
   EXPECT_EQ(logits.grad()[0][1].abs().sum().item<double>(), 0.0);  // an ignored position
 }
 
-}  // namespace
+}  // namespace cross_entropy_test
 }  // namespace tessera
 
 namespace tessera {
-namespace {
+namespace cross_entropy_test {
 
 struct HeadCase {
   at::Tensor hidden, weight, bias, labels;
@@ -185,5 +185,5 @@ TEST(CrossEntropyLoss, WithoutChunkSizeHiddenStatesGiveTheWholeLogitsLoss) {
   EXPECT_EQ(from_hidden.count.item<std::int64_t>(), from_logits.count.item<std::int64_t>());
 }
 
-}  // namespace
+}  // namespace cross_entropy_test
 }  // namespace tessera

@@ -19,7 +19,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace gpt_test {
 
 using testing::build_components;
 using testing::built;
@@ -220,11 +220,11 @@ TEST(GptModel, EmbdNotDivisibleByHeadsIsAConfigIssueAtBuild) {
   }
 }
 
-}  // namespace
+}  // namespace gpt_test
 }  // namespace tessera
 
 namespace tessera {
-namespace {
+namespace gpt_test {
 
 // Loss, and every parameter's gradient, of one training forward and backward.
 struct Gradients {
@@ -336,5 +336,5 @@ TEST(GptModel, PackedDocumentsAreComputedAsIfAlone) {
   testing::expect_packed_documents_computed_alone(*model);
 }
 
-}  // namespace
+}  // namespace gpt_test
 }  // namespace tessera

@@ -27,7 +27,7 @@
 #include "tessera/parallel/expert_parallel.hpp"
 
 namespace tessera {
-namespace {
+namespace gpt_moe_test {
 
 using testing::build_components;
 using testing::built;
@@ -425,5 +425,5 @@ void expect_two_ranks_match_one(const std::string& strategy) {
 TEST(GptMoe, TwoGlooRanksMatchOneRankWithTwiceTheMicroBatchesUnderDdp) { expect_two_ranks_match_one("ddp"); }
 TEST(GptMoe, TwoGlooRanksMatchOneRankWithTwiceTheMicroBatchesUnderFsdp) { expect_two_ranks_match_one("fsdp"); }
 
-}  // namespace
+}  // namespace gpt_moe_test
 }  // namespace tessera

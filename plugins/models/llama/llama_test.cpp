@@ -28,7 +28,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace llama_test {
 
 using testing::build_components;
 using testing::built;
@@ -467,5 +467,5 @@ TEST(LlamaModel, PackedDocumentsAreComputedAsIfAlone) {
   testing::expect_packed_documents_computed_alone(*model);
 }
 
-}  // namespace
+}  // namespace llama_test
 }  // namespace tessera

@@ -21,7 +21,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace adamw_test {
 
 using namespace optimizer_testing;
 
@@ -275,5 +275,5 @@ TEST(MultiTensorOptimizer, SplitsIndicesByDeviceAndDtypeKeepingTheirOrder) {
   EXPECT_TRUE(tessera_plugins::split_by_device_and_dtype(params, {}).empty());
 }
 
-}  // namespace
+}  // namespace adamw_test
 }  // namespace tessera

@@ -18,7 +18,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace sgd_test {
 
 using namespace optimizer_testing;
 
@@ -186,5 +186,5 @@ TEST(SgdOptimizer, FusedStepsParametersOfSeveralDtypesOnCuda) {
   expect_fused_steps_several_dtypes_as_the_loop("sgd", "lr: 0.05, momentum: 0.8, weight_decay: 0.01", c10::Device(c10::kCUDA, 0));
 }
 
-}  // namespace
+}  // namespace sgd_test
 }  // namespace tessera

@@ -10,7 +10,7 @@
 #include "tessera/deferred_init.hpp"
 
 namespace tessera_plugins {
-namespace {
+namespace flat_unit_test {
 
 TEST(FlatUnit, DeferredAndMaterialisedParametersShareAUnit) {
   const auto comm = tessera::core::make_local_communicator();
@@ -35,5 +35,5 @@ TEST(FlatUnit, DeferredAndMaterialisedParametersShareAUnit) {
   EXPECT_TRUE(at::equal(own, at::full({2}, 5.0))) << "the materialised parameter keeps its values";
 }
 
-}  // namespace
+}  // namespace flat_unit_test
 }  // namespace tessera_plugins

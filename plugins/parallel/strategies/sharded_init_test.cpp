@@ -30,7 +30,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace sharded_init_test {
 
 using testing::TempDir;
 
@@ -284,5 +284,5 @@ INSTANTIATE_TEST_SUITE_P(GlooRanks, ShardedInit,
                            return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "_ranks";
                          });
 
-}  // namespace
+}  // namespace sharded_init_test
 }  // namespace tessera

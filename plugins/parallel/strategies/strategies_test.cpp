@@ -25,7 +25,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace strategies_test {
 
 using core::Trainer;
 using testing::TempDir;
@@ -477,5 +477,5 @@ TEST(StrategyCommunication, FsdpGathersTheFrozenBaseForComputeAndNeverReducesIt)
   }
 }
 
-}  // namespace
+}  // namespace strategies_test
 }  // namespace tessera

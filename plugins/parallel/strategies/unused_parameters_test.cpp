@@ -25,7 +25,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace unused_parameters_test {
 
 using testing::TempDir;
 
@@ -229,5 +229,5 @@ TEST(UnusedParameters, RanksDecideAlikeWhetherAParameterWentUnused) {
   EXPECT_EQ(none[1].error, none[0].error);
 }
 
-}  // namespace
+}  // namespace unused_parameters_test
 }  // namespace tessera

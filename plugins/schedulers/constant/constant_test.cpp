@@ -8,7 +8,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace constant_test {
 
 std::shared_ptr<Scheduler> make_constant(const std::string& config) {
   auto b = testing::build_components("s: {component_key: scheduler, variant_key: constant, config: " + config + "}\n");
@@ -37,5 +37,5 @@ TEST(ConstantScheduler, NegativeWarmupIsRejected) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace constant_test
 }  // namespace tessera

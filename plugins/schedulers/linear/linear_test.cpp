@@ -9,7 +9,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace linear_test {
 
 std::shared_ptr<Scheduler> make_linear(const std::string& config) {
   auto b = testing::build_components("s: {component_key: scheduler, variant_key: linear, config: " + config + "}\n");
@@ -51,5 +51,5 @@ TEST(LinearScheduler, WarmupLongerThanTotalIsAConfigIssue) {
   }
 }
 
-}  // namespace
+}  // namespace linear_test
 }  // namespace tessera

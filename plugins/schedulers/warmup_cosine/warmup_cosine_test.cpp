@@ -10,7 +10,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace warmup_cosine_test {
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -66,5 +66,5 @@ TEST(WarmupCosineScheduler, TotalStepsIsRequiredAndFloorIsBounded) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace warmup_cosine_test
 }  // namespace tessera

@@ -11,7 +11,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace warmup_stable_decay_test {
 
 std::shared_ptr<Scheduler> make(const std::string& variant, const std::string& config) {
   auto b = testing::build_components("s: {component_key: scheduler, variant_key: " + variant + ", config: " + config + "}\n");
@@ -86,5 +86,5 @@ TEST(WarmupStableDecay, WarmupMayNotRunIntoTheDecay) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace warmup_stable_decay_test
 }  // namespace tessera

@@ -14,7 +14,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace bpe_test {
 
 std::vector<std::string> pieces(const std::string& pattern, const std::string& text) {
   std::vector<std::string> out;
@@ -106,5 +106,5 @@ TEST(BpeTokenizer, FilesItCannotReadAreConfigIssuesAtPath) {
   EXPECT_NE(message(json.dump()).find("token ids reach 333333347"), std::string::npos) << message(json.dump());
 }
 
-}  // namespace
+}  // namespace bpe_test
 }  // namespace tessera

@@ -7,7 +7,7 @@
 #include "test_support.hpp"
 
 namespace tessera {
-namespace {
+namespace bytes_test {
 
 using kinds::Tokenizer;
 
@@ -39,5 +39,5 @@ TEST(TokenizerBytes, ConsumerRejectsAComponentOfAnotherKind) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace bytes_test
 }  // namespace tessera
