@@ -103,6 +103,30 @@ inline std::optional<HfConfig> tessera_export_config(const std::string& from, co
   });
 }
 
+// A Hugging Face folder's config.json alone (its weights are read when the model is built).
+inline HfConfig read_config_json(const std::string& folder) {
+  const std::string file = (std::filesystem::path(folder) / "config.json").string();
+  std::ifstream in(file);
+  if (!in) throw Error(file + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return HfConfig::parse(text.str(), file);
+}
+
+// The YAML's config with what init_from's config.json says settled in (a Hugging Face folder's
+// through `from_hf`, a Tessera export folder's through `from_export`; a safetensors file has
+// none: the YAML's sizes stand). Reads no weights: validate checks the mesh against the sizes
+// this settles, the same the model is then built with, so it refuses what train refuses.
+template <class Config, class FromExport, class FromHf>
+Config settled_by_init_from(const Config& yaml, const std::string& variant, FromExport from_export, FromHf from_hf) {
+  if (yaml.init_from.empty()) return yaml;
+  if (!is_hf_checkpoint(yaml.init_from)) {
+    const std::optional<HfConfig> exported = tessera_export_config(yaml.init_from, variant);
+    return exported ? from_export(yaml, *exported) : yaml;
+  }
+  return from_hf(yaml, at_init_from([&] { return read_config_json(yaml.init_from); }));
+}
+
 // The YAML's `field` against the export's (under "config" in its config.json; a field the
 // export's YAML left out was `fallback`, the default): taken when this YAML leaves it out, an
 // error naming both when they differ. A weight's shape cannot tell every such field (the heads

@@ -10,7 +10,13 @@
 #include <regex>
 #include <string>
 
+#include <ATen/ops/zeros.h>
+
+#include <fstream>
+#include <iterator>
+
 #include "mesh_fixture.hpp"
+#include "tessera/safetensors.hpp"
 
 namespace tessera {
 namespace tensor_parallel_test {
@@ -269,6 +275,83 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
   // A mesh whose product is not the number of ranks launched.
   EXPECT_EQ(train(2, "tiny_tp", "--set parallelism.tp=2 --set parallelism.dp_shard=2", "wrong", out), 2) << out;
   EXPECT_NE(out.find("the mesh dp_shard 2 x tp 2 has 4 ranks but this run has 2"), std::string::npos) << out;
+}
+
+// With init_from the sizes come from its config.json (a Hugging Face or Tessera export folder) or
+// the YAML (a safetensors file); validate settles them as train does and refuses every mesh train
+// refuses, one rule at a time, without reading a weight (the folders below hold none).
+TEST_F(TensorParallel, MeshChecksHoldUnderInitFrom) {
+  const auto folder = [&](const std::string& name, const std::string& config_json) {
+    dir_.write(name + "/config.json", config_json);
+    return dir_.file(name);
+  };
+  const std::string gpt2 = folder("gpt2", R"({"model_type": "gpt2", "vocab_size": 256, "n_layer": 2, "n_head": 2,
+                                              "n_embd": 32, "n_positions": 32, "activation_function": "gelu"})");
+  const std::string gpt2_odd = folder("gpt2_odd", R"({"model_type": "gpt2", "vocab_size": 255, "n_layer": 2,
+                                                      "n_head": 4, "n_embd": 32, "n_positions": 32})");
+  const std::string exported = folder("export", R"({"component_key": "model", "variant_key": "gpt",
+                                                    "config": {"vocab_size": 256, "n_layer": 1, "n_head": 4,
+                                                               "n_embd": 32, "max_seq_len": 32}})");
+  const std::string llama = folder("llama", R"({"model_type": "llama", "vocab_size": 256, "num_hidden_layers": 2,
+                                                "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32,
+                                                "intermediate_size": 65, "max_position_embeddings": 32})");
+  const std::string mixtral = folder("mixtral", R"({"model_type": "mixtral", "vocab_size": 256, "num_hidden_layers": 2,
+                                                    "num_attention_heads": 4, "num_key_value_heads": 2,
+                                                    "hidden_size": 32, "intermediate_size": 64,
+                                                    "max_position_embeddings": 32, "num_local_experts": 3})");
+  const std::string weights = dir_.file("gpt.safetensors");
+  write_safetensors(weights, {{"wte.weight", at::zeros({256, 32})}});
+  // tiny_tp (or tiny_llama_tp) with its model's config replaced by `model`.
+  const auto spec = [&](const std::string& base, const std::string& name, const std::string& variant,
+                        const std::string& model) {
+    std::ifstream in(config(base));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t from = text.find("  model:"), to = text.find("  train_data:");
+    text.replace(from, to - from, "  model: {component_key: model, variant_key: " + variant + ", config: " + model + "}\n");
+    return dir_.write(name + ".yaml", text);
+  };
+  struct Case {
+    std::string spec, args, expected;
+  };
+  const Case cases[] = {
+      // The issue's case: a Tessera safetensors file, the sizes the YAML's.
+      {spec("tiny_tp", "file", "gpt",
+            "{vocab_size: 256, n_layer: 2, n_head: 2, n_embd: 32, max_seq_len: 32, init_from: " + weights + "}"),
+       "--set parallelism.tp=4", "n_head (2) must be divisible by parallelism.tp (4)"},
+      {spec("tiny_tp", "gpt2", "gpt", "{init_from: " + gpt2 + "}"), "--set parallelism.tp=4",
+       "n_head (2) must be divisible by parallelism.tp (4)"},
+      {spec("tiny_tp", "gpt2_odd", "gpt", "{init_from: " + gpt2_odd + "}"), "--set parallelism.tp=2",
+       "vocab_size (255) must be divisible by parallelism.tp (2): each tensor-parallel rank holds vocab_size / tp rows "
+       "of the embedding and the head; init_from's weights have that many rows"},
+      {spec("tiny_tp", "gpt2_ulysses", "gpt", "{init_from: " + gpt2 + "}"),
+       "--set parallelism.tp=2 --set parallelism.cp=2 --set parallelism.cp_type=ulysses",
+       "n_head (2) over tp 2 must be divisible by parallelism.cp (2) for ulysses attention"},
+      {spec("tiny_tp", "export", "gpt", "{init_from: " + exported + "}"), "--set parallelism.pp=2",
+       "2 pipeline stages (pp 2 x 1 per rank) for 1 blocks: every stage needs a block"},
+      {spec("tiny_llama_tp", "llama_kv", "llama", "{init_from: " + llama + "}"), "--set parallelism.tp=4",
+       "n_kv_head (2) must be divisible by parallelism.tp (4)"},
+      {spec("tiny_llama_tp", "llama_mlp", "llama", "{init_from: " + llama + "}"), "--set parallelism.tp=2",
+       "intermediate_size (65) must be divisible by parallelism.tp (2)"},
+      {spec("tiny_llama_tp", "llama_dropout", "llama", "{dropout: 0.1, init_from: " + llama + "}"),
+       "--set parallelism.cp=2", "attention across context-parallel slices has no dropout"},
+      {spec("tiny_llama_tp", "llama_dense", "llama", "{init_from: " + llama + "}"), "--set parallelism.ep=2",
+       "parallelism.ep is 2 but this llama is dense"},
+      {spec("tiny_llama_tp", "mixtral", "llama", "{init_from: " + mixtral + "}"), "--set parallelism.ep=2",
+       "num_experts (3) must be divisible by parallelism.ep (2)"},
+  };
+  std::string out;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec + " " + c.args);
+    EXPECT_EQ(run_command(tessera("validate " + c.spec + data_set() + " " + c.args), out), 2) << out;
+    EXPECT_NE(out.find(c.expected), std::string::npos) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(R"(error: [^\n]+:[0-9]+:[0-9]+: [a-z_.]+: )"))) << "positioned: " << out;
+  }
+  // The meshes these sizes do take validate.
+  EXPECT_EQ(run_command(tessera("validate " + cases[1].spec + data_set() + " --set parallelism.tp=2"), out), 0) << out;
+  EXPECT_EQ(run_command(tessera("validate " + cases[5].spec + data_set() + " --set parallelism.ep=1"), out), 0) << out;
+  // And train refuses what validate refuses, with the same words.
+  EXPECT_EQ(run_command(tessera("train " + cases[0].spec + data_set() + " --set parallelism.tp=4"), out), 2) << out;
+  EXPECT_NE(out.find(cases[0].expected), std::string::npos) << out;
 }
 
 }  // namespace tensor_parallel_test

@@ -294,26 +294,16 @@ void register_components(tessera::Registrar& registrar) {
       [](const GptConfig& yaml, const tessera::RunContext& run) {
         const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
         const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
-        // The sizes init_from settled must divide over the tensor-parallel ranks too.
-        auto checked = [&](GptConfig c) {
-          tessera::gpt_parts::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
-          tessera::gpt_parts::check_context_parallel(c.n_head, c.n_head, c.dropout, run.parallel);
-          tessera::gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
-          return c;
-        };
+        // What init_from's config.json settles, checked against the mesh as validate checked it.
+        const GptConfig c = tessera::gpt2_format::settled_by_init_from(yaml);
+        tessera::gpt_parts::check_mesh(c, run, !yaml.init_from.empty());
         // Weights read from a file at construction: built whole.
         std::optional<tessera::DeferredInitSuspension> whole;
         if (!yaml.init_from.empty()) whole.emplace();
-        if (!tessera::is_hf_checkpoint(yaml.init_from)) {
-          // A Tessera export folder: its config.json settles what the YAML left out.
-          const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "gpt");
-          return std::make_shared<Gpt>(
-              checked(exported ? tessera::gpt2_format::settle_export(yaml, *exported) : yaml), nullptr, tp, cp, run);
-        }
-        // A Hugging Face folder: config.json settles what the YAML left out.
+        if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Gpt>(c, nullptr, tp, cp, run);
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Gpt>(checked(tessera::gpt2_format::settle_config(yaml, hf.config)), &hf, tp, cp, run);
+        return std::make_shared<Gpt>(c, &hf, tp, cp, run);
       });
 }
 

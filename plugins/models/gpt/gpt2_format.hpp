@@ -19,6 +19,10 @@
 
 namespace tessera::gpt2_format {
 
+struct GptConfig;
+// The YAML's config with what init_from's config.json says settled in (defined below).
+inline GptConfig settled_by_init_from(const GptConfig& yaml);
+
 struct GptConfig : gpt_parts::GptArchitecture {
   std::string init_from;  // a safetensors file, a Tessera export folder or a Hugging Face GPT-2 folder
   std::string activation = "gelu";
@@ -36,9 +40,9 @@ struct GptConfig : gpt_parts::GptArchitecture {
         .existing_path();
     f.record_given(&GptConfig::given);
     f.splits_sequence();
-    // With init_from the sizes the YAML leaves out come from its config.json: checked once settled.
+    // With init_from the sizes the YAML leaves out come from its config.json: settled first.
     f.check_in_run([](const GptConfig& c, const RunContext& run) {
-      if (c.init_from.empty()) gpt_parts::check_mesh(c, run);
+      gpt_parts::check_mesh(settled_by_init_from(c), run, /*from_checkpoint=*/!c.init_from.empty());
     });
   }
 };
@@ -130,6 +134,10 @@ inline GptConfig settle_export(GptConfig c, const HfConfig& exported) {
     }
     return c;
   });
+}
+
+inline GptConfig settled_by_init_from(const GptConfig& yaml) {
+  return hf_import::settled_by_init_from(yaml, "gpt", settle_export, settle_config);
 }
 
 // Copies a Hugging Face GPT-2 checkpoint into `model`'s parameters (GPT-2's names, with or

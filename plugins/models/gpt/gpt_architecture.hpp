@@ -98,11 +98,10 @@ inline void check_pipeline_parallel(std::int64_t blocks, const ParallelDims& dim
   }
 }
 
-// The mesh rules on the sizes the YAML states (a model taking its sizes from init_from checks
-// them again once they are settled, and skips this).
+// The mesh rules on a model's settled sizes (`from_checkpoint`: some came from init_from).
 template <class Config>
-void check_mesh(const Config& c, const RunContext& run) {
-  check_tensor_parallel(c, run.parallel);
+void check_mesh(const Config& c, const RunContext& run, bool from_checkpoint = false) {
+  check_tensor_parallel(c, run.parallel, from_checkpoint);
   check_context_parallel(c.n_head, c.n_head, c.dropout, run.parallel);
   check_pipeline_parallel(c.n_layer, run.parallel);
 }

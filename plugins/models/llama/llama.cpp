@@ -642,26 +642,16 @@ void register_components(tessera::Registrar& registrar) {
         const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
         const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
         const tessera::ExpertParallel ep = tessera::ExpertParallel::of(run);
-        // The sizes init_from settled must divide over the tensor- and context-parallel ranks too.
-        auto checked = [&](LlamaConfig c) {
-          LlamaConfig::check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
-          LlamaConfig::check_context_parallel(c, run.parallel);
-          LlamaConfig::check_expert_parallel(c, run.parallel);
-          tessera::gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
-          return c;
-        };
+        // What init_from's config.json settles, checked against the mesh as validate checked it.
+        const LlamaConfig c = tessera::llama::settled_by_init_from(yaml);
+        LlamaConfig::check_mesh(c, run, yaml);
         // Weights read from files at construction: built whole.
         std::optional<tessera::DeferredInitSuspension> whole;
         if (!yaml.init_from.empty()) whole.emplace();
-        if (!tessera::is_hf_checkpoint(yaml.init_from)) {
-          // A Tessera export folder: its config.json settles what the YAML left out.
-          const auto exported = tessera::hf_import::tessera_export_config(yaml.init_from, "llama");
-          return std::make_shared<Llama>(checked(exported ? tessera::llama::settle_export(yaml, *exported) : yaml),
-                                         nullptr, tp, cp, ep, run);
-        }
+        if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Llama>(c, nullptr, tp, cp, ep, run);
         const tessera::HfCheckpoint hf =
             tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Llama>(checked(tessera::llama::settle_config(yaml, hf.config)), &hf, tp, cp, ep, run);
+        return std::make_shared<Llama>(c, &hf, tp, cp, ep, run);
       });
 }
 

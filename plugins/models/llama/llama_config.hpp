@@ -24,6 +24,10 @@
 
 namespace tessera::llama {
 
+struct LlamaConfig;
+// The YAML's config with what init_from's config.json says settled in (defined below).
+inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml);
+
 struct LlamaConfig {
   std::int64_t vocab_size = 256;
   std::int64_t n_layer = 4;
@@ -200,14 +204,16 @@ struct LlamaConfig {
     f.splits_sequence();
     f.splits_experts();
     f.splits_over(MeshAxis::pp);
-    // With init_from the sizes the YAML leaves out come from its config.json: checked once settled.
-    f.check_in_run([](const LlamaConfig& c, const RunContext& run) {
-      if (!c.init_from.empty()) return;
-      check_tensor_parallel(c, run.parallel);
-      check_context_parallel(c, run.parallel);
-      check_expert_parallel(c, run.parallel);
-      gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
-    });
+    // With init_from the sizes the YAML leaves out come from its config.json: settled first.
+    f.check_in_run([](const LlamaConfig& c, const RunContext& run) { check_mesh(settled_by_init_from(c), run, c); });
+  }
+
+  // The mesh rules on the settled sizes `c` of the YAML's config `yaml`.
+  static void check_mesh(const LlamaConfig& c, const RunContext& run, const LlamaConfig& yaml) {
+    check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
+    check_context_parallel(c, run.parallel);
+    check_expert_parallel(c, run.parallel);
+    gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
   }
 };
 
@@ -388,6 +394,10 @@ inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
     LlamaConfig::check(c);
     return c;
   });
+}
+
+inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml) {
+  return hf_import::settled_by_init_from(yaml, "llama", settle_export, settle_config);
 }
 
 // The architecture as built, in the YAML's names (Model::architecture_json): what a Tessera
