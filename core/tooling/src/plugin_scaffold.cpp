@@ -7,61 +7,16 @@
 
 #include "tessera/core/config/suggest.hpp"
 #include "tessera/error.hpp"
+#include "scaffold_template.hpp"
 
 namespace fs = std::filesystem;
 
 namespace tessera::tooling {
 namespace {
 
-// Per kind: the headers, the class body and the config of a small but working component. The
-// config is a struct (@CLASS@Config): `members` are its fields with their defaults, `fields`
-// the lines of its declare() (tessera/config_fields.hpp).
-struct KindTemplate {
-  const char* includes;
-  const char* interface;
-  const char* body;
-  const char* members;
-  const char* fields;
-  const char* test_node;  // the component's node in the test run spec
-};
-
 const std::map<std::string, KindTemplate>& templates() {
   static const std::map<std::string, KindTemplate> t = {
-      {"model",
-       {"#include <torch/nn/modules/embedding.h>\n#include <torch/nn/modules/linear.h>\n\n#include \"tessera/model.hpp\"\n",
-        "tessera::Model",
-        R"tpl(// A bigram model: each token's embedding predicts the next token.
-class @CLASS@ : public tessera::Model {
- public:
-  explicit @CLASS@(const @CLASS@Config& config)
-      : vocab_(config.vocab_size),
-        dim_(config.dim),
-        embed_(register_module("embed", torch::nn::Embedding(vocab_, dim_))),
-        head_(register_module("head", torch::nn::Linear(dim_, vocab_))) {}
-
-  std::int64_t vocab_size() const override { return vocab_; }
-  std::int64_t max_seq_len() const override { return std::int64_t{1} << 30; }
-  double flops_per_token(std::int64_t) const override { return 6.0 * double(dim_) * double(vocab_); }
-
- protected:
-  // Callers use forward(), which runs this between a sharding strategy's hooks.
-  at::Tensor compute(const at::Tensor& input_ids) override {
-    return head_->forward(embed_->forward(input_ids));
-  }
-
- private:
-  std::int64_t vocab_, dim_;
-  torch::nn::Embedding embed_;
-  torch::nn::Linear head_;
-};
-)tpl",
-        R"tpl(  std::int64_t vocab_size = 256;
-  std::int64_t dim = 32;
-)tpl",
-        R"tpl(    f.field("vocab_size", &@CLASS@Config::vocab_size, "number of token ids").at_least(1);
-    f.field("dim", &@CLASS@Config::dim, "embedding width").at_least(1);
-)tpl",
-        "  model: {component_key: model, variant_key: @NAME@, config: {vocab_size: 256}}\n"}},
+      {"model", model_template()},
       {"dataset",
        {"#include <ATen/ops/empty.h>\n#include <ATen/ops/scalar_tensor.h>\n\n#include \"tessera/dataset.hpp\"\n",
         "tessera::Dataset",
@@ -320,7 +275,7 @@ std::string scaffold_plugin(const std::string& kind, const std::string& name, co
                   "\nvoid register_components(tessera::Registrar& registrar) {\n"
                   "  registrar.add<" + t.interface + ", @CLASS@Config>(\n"
                   "      \"@NAME@\", \"TODO: one line for tessera components\",\n"
-                  "      [](const @CLASS@Config& config) { return std::make_shared<@CLASS@>(config); });\n}\n\n"
+                  "      " + t.factory + ");\n}\n\n"
                   "}  // namespace\n\nTESSERA_PLUGIN(\"@NAME@\", \"0.1.0\", register_components)\n"));
 
   write_file(folder / "CMakeLists.txt", fill(R"tpl(# Plugin @KIND@/@NAME@, built against an installed Tessera:
@@ -339,7 +294,8 @@ add_test(NAME @NAME@_train
          COMMAND ${TESSERA_EXECUTABLE} train @NAME@_test.yaml --plugin-path ${TESSERA_PLUGIN_OUTPUT_DIR}
                  --run-dir ${CMAKE_CURRENT_BINARY_DIR}/test-run
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-)tpl"));
+)tpl") + fill(t.extra_tests));
+  if (t.extra_file_name) write_file(folder / t.extra_file_name, fill(t.extra_file));
 
   std::string components;
   for (const auto& [role_kind, node] : kTestSpecRoles) {

@@ -4,7 +4,6 @@
 // files carry. Included by gpt.cpp only.
 #pragma once
 
-#include <ATen/ops/equal.h>
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
@@ -14,8 +13,10 @@
 #include "tessera/config_fields.hpp"
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
-#include "../hf_import.hpp"
-#include "gpt_architecture.hpp"
+#include "tessera/nn/hf_import.hpp"
+#include "tessera/nn/parameters.hpp"
+#include "tessera/nn/weight_names.hpp"
+#include "gpt_family.hpp"
 
 namespace tessera::gpt2_format {
 
@@ -23,13 +24,13 @@ struct GptConfig;
 // The YAML's config with what init_from's config.json says settled in (defined below).
 inline GptConfig settled_by_init_from(const GptConfig& yaml);
 
-struct GptConfig : gpt_parts::GptArchitecture {
+struct GptConfig : gpt_family::GptArchitecture {
   std::string init_from;  // a safetensors file, a Tessera export folder or a Hugging Face GPT-2 folder
   std::string activation = "gelu";
   std::set<std::string> given;  // the fields the YAML wrote (the rest may come from config.json)
 
   static void declare(ConfigFields<GptConfig>& f) {
-    gpt_parts::declare_gpt_architecture(
+    gpt_family::declare_gpt_architecture(
         f, {"dropout on embeddings, attention and residual branches", "biases in linear layers and layer norms"});
     f.field("activation", &GptConfig::activation,
             "the MLP's GELU: gelu (exact) or gelu_tanh (the tanh approximation GPT-2 uses, Hugging Face's gelu_new)")
@@ -42,22 +43,15 @@ struct GptConfig : gpt_parts::GptArchitecture {
     f.splits_sequence();
     // With init_from the sizes the YAML leaves out come from its config.json: settled first.
     f.check_in_run([](const GptConfig& c, const RunContext& run) {
-      gpt_parts::check_mesh(settled_by_init_from(c), run, /*from_checkpoint=*/!c.init_from.empty());
+      gpt_family::check_mesh(settled_by_init_from(c), run, /*from_checkpoint=*/!c.init_from.empty());
     });
   }
 };
 
-// True when `name` is stored as a Conv1D weight ([in, out]) in GPT-2 files.
-inline bool is_conv1d_weight(const std::string& name) {
-  for (const char* tail : {".c_attn.weight", ".c_proj.weight", ".c_fc.weight"}) {
-    const std::string t(tail);
-    if (name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0) return true;
-  }
-  return false;
-}
-
-inline bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+// GPT2LMHeadModel's names: everything under `transformer.` (published GPT-2 files leave it out:
+// `prefix` ""), the projections Conv1D, stored [in, out].
+inline nn::HfWeightNames gpt2_names(const std::string& prefix = "transformer.") {
+  return {{{"", prefix}}, {".c_attn.weight", ".c_proj.weight", ".c_fc.weight"}, ""};
 }
 
 // The YAML's config with what config.json says filled in; an error where they disagree or where
@@ -141,27 +135,16 @@ inline GptConfig settled_by_init_from(const GptConfig& yaml) {
 }
 
 // Copies a Hugging Face GPT-2 checkpoint into `model`'s parameters (GPT-2's names, with or
-// without the `transformer.` prefix published files lack).
+// without the `transformer.` prefix published files lack). The head is the token embedding: a
+// stored lm_head must be that same matrix. Older transformers saved causal-mask buffers with
+// every attention layer: not weights.
 inline void import_weights(const HfCheckpoint& hf, torch::nn::Module& model, const TensorParallelPlan& plan = {},
                            const TensorParallel& tp = {}, bool partial = false) {
-  hf_import::WeightImport weights(hf);
-  const std::string prefix = weights.has("transformer.wte.weight") ? "transformer." : "";
-  for (const auto& item : model.named_parameters()) {
-    weights.copy(prefix + item.key(), item.value(), is_conv1d_weight(item.key()), shard_in(plan, item.key()), tp.ranks());
-  }
-  // The head is the token embedding: a stored lm_head must be that same matrix.
-  if (weights.has("lm_head.weight")) {
-    const at::Tensor& head = weights.tensor("lm_head.weight");
-    const at::Tensor& wte = weights.tensor(prefix + "wte.weight");
-    if (!at::equal(head, wte)) {
-      throw ConfigError(hf.folder + ": lm_head.weight differs from " + prefix +
-                            "wte.weight (an untied head, which model/gpt cannot hold)",
-                        "init_from");
-    }
-  }
-  // Causal-mask buffers older transformers saved with every attention layer.
-  weights.ignore([](const std::string& name) { return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"); });
-  weights.finish(partial);
+  const nn::HfWeightNames names = gpt2_names(hf.tensors.count("transformer.wte.weight") ? "transformer." : "");
+  nn::check_tied_head(hf, "lm_head.weight", names.hf_name("wte.weight"), " (an untied head, which model/gpt cannot hold)");
+  nn::import_hf_weights(hf, model, names, plan, tp, {}, 0, partial, [](const std::string& name) {
+    return name == "lm_head.weight" || nn::ends_with(name, ".attn.bias") || nn::ends_with(name, ".attn.masked_bias");
+  });
 }
 
 // config.json and the tensors of a GPT2LMHeadModel equal to `state` (model/gpt's state dict).
@@ -206,9 +189,7 @@ inline HfExport export_folder(const GptConfig& c, const StateDict& state, const 
   hf_import::carry_special_token_ids(config, special_ids);
   HfExport out;
   out.config_json = config.dump(2) + "\n";
-  for (const auto& [name, tensor] : state) {
-    out.tensors["transformer." + name] = is_conv1d_weight(name) ? tensor.t().contiguous() : tensor;
-  }
+  out.tensors = gpt2_names().export_tensors(state);
   return out;
 }
 

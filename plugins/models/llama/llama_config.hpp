@@ -19,8 +19,10 @@
 #include "tessera/config_fields.hpp"
 #include "tessera/error.hpp"
 #include "tessera/hugging_face.hpp"
-#include "../gpt/gpt_architecture.hpp"
-#include "../hf_import.hpp"
+#include "tessera/nn/experts.hpp"
+#include "tessera/nn/hf_import.hpp"
+#include "tessera/nn/mesh_rules.hpp"
+#include "tessera/nn/weight_names.hpp"
 
 namespace tessera::llama {
 
@@ -28,7 +30,9 @@ struct LlamaConfig;
 // The YAML's config with what init_from's config.json says settled in (defined below).
 inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml);
 
-struct LlamaConfig {
+// The mixture-of-experts fields (num_experts, top_k, ...) are the kit's (nn::MoeFields): a llama
+// is dense unless num_experts is set.
+struct LlamaConfig : nn::MoeFields {
   std::int64_t vocab_size = 256;
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
@@ -47,17 +51,17 @@ struct LlamaConfig {
   double init_std = 0.02;
   bool activation_checkpointing = false;
   std::int64_t activation_checkpointing_every = 1;
-  // Mixtral: every block's MLP a mixture of num_experts SwiGLU experts of intermediate_size.
-  std::int64_t num_experts = 0;  // 0: the dense SwiGLU MLP
-  std::int64_t top_k = 2;
-  double capacity_factor = 0.0;  // 0: every assignment is kept (as Mixtral)
-  double aux_loss_coef = 0.02;   // Mixtral's router_aux_loss_coef
-  double z_loss_coef = 0.0;
   std::string init_from;
   std::set<std::string> given;
 
+  // Mixtral: every block's MLP a mixture of num_experts SwiGLU experts of intermediate_size, every
+  // assignment kept, the balance loss weighted as Mixtral's router_aux_loss_coef.
+  LlamaConfig() {
+    num_experts = 0;
+    aux_loss_coef = 0.02;
+  }
+
   std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-  bool mixture_of_experts() const { return num_experts > 0; }
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   std::int64_t mlp_size() const {
     if (intermediate_size > 0) return intermediate_size;
@@ -77,10 +81,10 @@ struct LlamaConfig {
                         "n_kv_head");
     }
     if (c.head_size() % 2 != 0) throw ConfigError("the head size must be even for rotary embeddings", "head_dim");
-    if (c.mixture_of_experts() && c.top_k > c.num_experts) {
-      throw ConfigError("top_k (" + std::to_string(c.top_k) + ") must not exceed num_experts (" +
-                            std::to_string(c.num_experts) + ")",
-                        "top_k");
+    if (c.mixture_of_experts() && !c.renormalize_topk) {
+      throw ConfigError("Mixtral divides its k gate probabilities by their sum; renormalize_topk: false is not a "
+                        "model model/llama imports or exports",
+                        "renormalize_topk");
     }
     if (c.rope_scaling) {
       const auto& s = *c.rope_scaling;
@@ -89,67 +93,6 @@ struct LlamaConfig {
                           "original_max_seq_len >= 1] (Llama 3's)",
                           "rope_scaling");
       }
-    }
-  }
-
-  // What tensor parallelism needs of the sizes: query and key/value heads, MLP units and
-  // vocabulary rows divide over the ranks. Checked at validation and again once init_from has
-  // settled the sizes.
-  // `from_checkpoint`: the sizes came from init_from's weights, whose vocabulary cannot be padded.
-  static void check_tensor_parallel(const LlamaConfig& c, const ParallelDims& dims, bool from_checkpoint = false) {
-    if (dims.tp == 1) return;
-    const std::string tp = std::to_string(dims.tp);
-    auto require = [&](std::int64_t count, const char* what, const char* field) {
-      if (count % dims.tp == 0) return;
-      std::string message = std::string(what) + " (" + std::to_string(count) + ") must be divisible by parallelism.tp (" +
-                            tp + "): each tensor-parallel rank holds " + what + " / tp of them";
-      if (std::string(field) == "vocab_size") {
-        message += from_checkpoint ? std::string("; init_from's weights have that many rows; use a tp that divides it")
-                                   : "; pad it (vocab_size: " + std::to_string((count + dims.tp - 1) / dims.tp * dims.tp) + ")";
-      }
-      throw ConfigError(message, field);
-    };
-    require(c.n_head, "n_head", "n_head");
-    require(c.kv_heads(), "n_kv_head", "n_kv_head");
-    if (!c.mixture_of_experts()) require(c.mlp_size(), "intermediate_size", "intermediate_size");  // experts stay whole
-    require(c.vocab_size, "vocab_size", "vocab_size");
-    if (c.mixture_of_experts() && dims.sequence_parallel) {
-      throw ConfigError("the experts route whole sequences, not tensor-parallel slices of them; set "
-                        "parallelism.sequence_parallel: false",
-                        "num_experts");
-    }
-  }
-
-  // What expert parallelism needs: experts, and as many on every expert-parallel rank.
-  static void check_expert_parallel(const LlamaConfig& c, const ParallelDims& dims) {
-    if (dims.ep == 1) return;
-    if (!c.mixture_of_experts()) {
-      throw ConfigError("parallelism.ep is " + std::to_string(dims.ep) +
-                            " but this llama is dense; set num_experts (a Mixtral-style model) or parallelism.ep: 1",
-                        "num_experts");
-    }
-    if (c.num_experts % dims.ep != 0) {
-      throw ConfigError("num_experts (" + std::to_string(c.num_experts) + ") must be divisible by parallelism.ep (" +
-                            std::to_string(dims.ep) + "): each expert-parallel rank holds num_experts / ep",
-                        "num_experts");
-    }
-  }
-
-  // What context parallelism needs: no attention dropout across slices, and with Ulysses each
-  // tensor-parallel rank's query heads divide over the context-parallel ranks (key/value heads
-  // that do not are replicated for the exchange, and the log says so).
-  static void check_context_parallel(const LlamaConfig& c, const ParallelDims& dims) {
-    if (dims.cp == 1) return;
-    if (c.dropout > 0) {
-      throw ConfigError("dropout " + std::to_string(c.dropout) + " with parallelism.cp " + std::to_string(dims.cp) +
-                            ": attention across context-parallel slices has no dropout; set dropout: 0",
-                        "dropout");
-    }
-    if (dims.cp_type == "ulysses" && (c.n_head / dims.tp) % dims.cp != 0) {
-      throw ConfigError("n_head (" + std::to_string(c.n_head) + ") over tp " + std::to_string(dims.tp) +
-                            " must be divisible by parallelism.cp (" + std::to_string(dims.cp) +
-                            ") for ulysses attention; use cp_type: ring",
-                        "n_head");
     }
   }
 
@@ -177,21 +120,9 @@ struct LlamaConfig {
     f.field("activation_checkpointing_every", &C::activation_checkpointing_every,
             "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
         .at_least(1);
-    f.field("num_experts", &C::num_experts,
-            "experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP")
-        .at_least(0);
-    f.field("top_k", &C::top_k, "with num_experts: experts each token is routed to (Mixtral's num_experts_per_tok)")
-        .at_least(1);
-    f.field("capacity_factor", &C::capacity_factor,
-            "with num_experts: per-expert capacity ceil(factor x tokens x k / E) per forward, later assignments "
-            "dropped; 0 = no limit (Mixtral)")
-        .at_least(0);
-    f.field("aux_loss_coef", &C::aux_loss_coef,
-            "with num_experts: weight of the load-balancing loss E x sum_e f_e P_e, summed over blocks")
-        .at_least(0);
-    f.field("z_loss_coef", &C::z_loss_coef,
-            "with num_experts: weight of the router z-loss mean(logsumexp(logits)^2), summed over blocks")
-        .at_least(0);
+    nn::declare_moe_fields(
+        f, {"experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP",
+            /*dense_allowed=*/true, "blocks"});
     f.field("init_from", &C::init_from,
             "start from these weights: a Hugging Face Llama or Mixtral folder (config.json + safetensors, sharded or not; "
             "architecture fields left out of the YAML come from config.json), a Tessera export folder or a "
@@ -202,18 +133,21 @@ struct LlamaConfig {
     f.splits_over(MeshAxis::tp);
     f.splits_over(MeshAxis::cp);
     f.splits_sequence();
-    f.splits_experts();
     f.splits_over(MeshAxis::pp);
     // With init_from the sizes the YAML leaves out come from its config.json: settled first.
     f.check_in_run([](const LlamaConfig& c, const RunContext& run) { check_mesh(settled_by_init_from(c), run, c); });
   }
 
-  // The mesh rules on the settled sizes `c` of the YAML's config `yaml`.
+  // The mesh rules on the settled sizes `c` of the YAML's config `yaml`: heads, key/value heads,
+  // a dense MLP's units and the vocabulary divide over tensor-parallel ranks (experts stay whole).
   static void check_mesh(const LlamaConfig& c, const RunContext& run, const LlamaConfig& yaml) {
-    check_tensor_parallel(c, run.parallel, !yaml.init_from.empty());
-    check_context_parallel(c, run.parallel);
-    check_expert_parallel(c, run.parallel);
-    gpt_parts::check_pipeline_parallel(c.n_layer, run.parallel);
+    const ParallelDims& dims = run.parallel;
+    nn::check_tensor_parallel(
+        {c.n_head, c.kv_heads(), c.mixture_of_experts() ? 0 : c.mlp_size(), c.vocab_size, c.mixture_of_experts()}, dims,
+        !yaml.init_from.empty());
+    nn::check_context_parallel(c.n_head, c.dropout, dims);
+    nn::check_expert_parallel(c, dims, "this llama is dense; set num_experts (a Mixtral-style model) or parallelism.ep: 1");
+    nn::check_pipeline_parallel(c.n_layer, dims);
   }
 };
 
@@ -225,18 +159,9 @@ inline std::int64_t parameter_count(const LlamaConfig& c) {
   return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + mlp + 2 * C) + C;
 }
 
-// The Hugging Face name of a Tessera parameter name.
-inline std::string hf_name(const std::string& name) { return name.rfind("lm_head.", 0) == 0 ? name : "model." + name; }
-
-// Whether a Tessera parameter is a stack of experts' weights ("layers.N.block_sparse_moe.experts.w1.weight").
-inline bool is_expert_stack(const std::string& name) { return name.find(".block_sparse_moe.experts.") != std::string::npos; }
-
-// The Hugging Face name of expert `e`'s weight in a stack ("model.layers.N.block_sparse_moe.experts.E.w1.weight").
-inline std::string hf_expert_name(const std::string& stack, std::int64_t e) {
-  const std::string marker = ".experts.";
-  const std::size_t at = stack.find(marker) + marker.size();
-  return hf_name(stack.substr(0, at) + std::to_string(e) + "." + stack.substr(at));
-}
+// LlamaForCausalLM's (and Mixtral's) names: everything under `model.` but the output head;
+// Mixtral's experts one tensor each ("model.layers.N.block_sparse_moe.experts.E.w1.weight").
+inline nn::HfWeightNames llama_names() { return {{{"lm_head", ""}, {"", "model."}}, {}, ".experts."}; }
 
 // The YAML's config with what config.json says filled in; an error where they disagree or where
 // the checkpoint is a Llama variant model/llama does not compute.

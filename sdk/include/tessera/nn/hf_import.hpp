@@ -1,7 +1,7 @@
-// What model/gpt and model/llama share to import a Hugging Face folder (tessera/hugging_face.hpp):
-// filling the architecture fields the YAML left out from config.json (and refusing those that
-// disagree), and copying tensors into parameters with every missing, extra or misshapen tensor
-// one error naming it. Header-only, included by relative path: each plugin compiles its own copy.
+// What every kit model needs to import a Hugging Face folder (tessera/hugging_face.hpp) or a
+// Tessera export: filling the architecture fields the YAML left out from config.json (and refusing
+// those that disagree), and copying tensors into parameters with every missing, extra or
+// misshapen tensor one error naming it.
 #pragma once
 
 #include <c10/core/GradMode.h>

@@ -1,4 +1,4 @@
-// Packed documents for model/gpt and model/llama (header-only, included by relative path): from
+// Packed documents for kit models (DecoderModel computes this for every forward pass): from
 // Batch::document_ids, each position's index within its document (learned positions and rotary
 // angles restart at every document) and the attention mask that keeps every token causal within
 // its own document.

@@ -23,7 +23,8 @@
 #include "autograd_graph.hpp"
 #include "test_support.hpp"
 #include "trainer_parts.hpp"
-#include "moe_feed_forward.hpp"
+#include "gpt_moe_config.hpp"
+#include "tessera/nn/experts.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 
 namespace tessera {
@@ -337,7 +338,8 @@ TEST(GptMoe, AnExpertParallelLayerComputesWhatTheWholeLayerDoes) {
   s.expert_hidden = 24;
   s.capacity_factor = 1.0;
   core::seed_everything(5, "cpu");
-  gpt_moe::MoeFeedForward whole(s);
+  // gpt_moe's MoE layer: the kit's GELU experts with the config's routing.
+  nn::GeluExperts whole(s.routing(), {}, s.n_embd, s.expert_width(), s.bias, s.dropout);
   StateDict init;
   {
     c10::NoGradGuard no_grad;
@@ -362,7 +364,7 @@ TEST(GptMoe, AnExpertParallelLayerComputesWhatTheWholeLayerDoes) {
 
   const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t rank, std::shared_ptr<Communicator> group) {
     const auto r = static_cast<std::size_t>(rank);
-    gpt_moe::MoeFeedForward part(s, ExpertParallel(group));
+    nn::GeluExperts part(s.routing(), ExpertParallel(group), s.n_embd, s.expert_width(), s.bias, s.dropout);
     auto mine = [&](const std::string& name, const at::Tensor& whole_tensor) {
       return name.rfind("experts.", 0) == 0 ? whole_tensor.narrow(0, 2 * rank, 2) : whole_tensor;
     };

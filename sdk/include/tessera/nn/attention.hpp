@@ -1,0 +1,76 @@
+// Causal self-attention, tensor- and context-parallel, in the two layouts published models use:
+//   FusedQkvAttention      one q|k|v projection (GPT-2's c_attn, c_proj), multi-head
+//   GroupedQueryAttention  q_proj, k_proj, v_proj, o_proj (Llama, Mistral, Qwen, ...): grouped
+//                          key/value heads, optional q/k/v biases, rotary positions
+// Under tensor parallelism a rank computes its heads (the projections into them column-parallel,
+// the output projection row-parallel, tensor_parallel.hpp); under context parallelism its slice of
+// every sequence, attention crossing the slices (context_parallel.hpp). Packed documents come as
+// a mask (or, under context parallelism, their ids); without either, attention is causal through
+// tessera::causal_attention, which picks the kernel.
+// Each layer adds its splits to the model's plan (plan()): the names are the layer's own
+// parameters under the module path the model registered it at.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/export.hpp"
+#include "tessera/linear.hpp"
+#include "tessera/nn/layer.hpp"
+#include "tessera/parallel/context_parallel.hpp"
+#include "tessera/parallel/tensor_parallel.hpp"
+
+namespace tessera::nn {
+
+// y = x·Wᵀ + b of a row-parallel projection back to the residual stream: this rank's input units
+// times its columns of the weight, summed over the ranks (scattered onto sequence slices under
+// sequence parallelism), then the bias, then dropout of the stream.
+TESSERA_API at::Tensor row_parallel_output(const TensorParallel& tp, const Linear& layer, const at::Tensor& x,
+                                           double dropout, bool training);
+
+class TESSERA_API FusedQkvAttention : public AttentionLayer {
+ public:
+  FusedQkvAttention(std::int64_t n_embd, std::int64_t n_head, bool bias, double dropout, TensorParallel tp = {},
+                    ContextParallel cp = {});
+  at::Tensor forward(const at::Tensor& x, const AttentionInputs& inputs) override;
+  // Its splits, at `prefix` ("h.0.attn."): q, k and v heads in c_attn's three blocks, c_proj's
+  // input units.
+  static void plan(TensorParallelPlan& plan, const std::string& prefix, bool bias);
+
+ private:
+  std::int64_t n_head_;  // this rank's
+  double dropout_;
+  TensorParallel tp_;
+  ContextParallel cp_;
+  std::shared_ptr<Linear> qkv_, out_;
+};
+
+struct AttentionSpec {
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;  // divides heads
+  std::int64_t head_dim = 0;
+  bool qkv_bias = false;  // Qwen2's
+  double dropout = 0.0;   // on the attention probabilities
+};
+
+class TESSERA_API GroupedQueryAttention : public AttentionLayer {
+ public:
+  GroupedQueryAttention(const AttentionSpec& spec, TensorParallel tp = {}, ContextParallel cp = {});
+  at::Tensor forward(const at::Tensor& x, const AttentionInputs& inputs) override;
+  // Its splits at `prefix` ("layers.0.self_attn."): q, k, v by heads, o_proj's input units.
+  static void plan(TensorParallelPlan& plan, const std::string& prefix, const AttentionSpec& spec);
+
+ private:
+  std::int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
+  double dropout_;
+  TensorParallel tp_;
+  ContextParallel cp_;
+  std::shared_ptr<Linear> q_, k_, v_, o_;
+};
+
+}  // namespace tessera::nn

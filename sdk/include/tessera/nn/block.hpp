@@ -1,0 +1,57 @@
+// One pre-norm transformer block: x + attention(attention_norm(x)), then x + mlp(mlp_norm(x)).
+// A family says which parts and under which names (its checkpoints' and Hugging Face's): GPT-2's
+// ln_1 / attn / ln_2 / mlp, Llama's input_layernorm / self_attn / post_attention_layernorm / mlp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+#include "tessera/export.hpp"
+#include "tessera/nn/experts.hpp"
+#include "tessera/nn/layer.hpp"
+
+namespace tessera::nn {
+
+template <class Part>
+struct Named {
+  std::string name;
+  std::shared_ptr<Part> part;
+};
+
+struct BlockParts {
+  Named<Norm> attention_norm;
+  Named<AttentionLayer> attention;
+  Named<Norm> mlp_norm;
+  Named<FeedForward> mlp;  // dense, or a MoeLayer
+};
+
+class TESSERA_API TransformerBlock : public torch::nn::Module {
+ public:
+  // Registers the parts in the order given (the order of the block's parameters).
+  explicit TransformerBlock(const BlockParts& parts);
+
+  at::Tensor forward(const at::Tensor& x, const AttentionInputs& inputs) { return feed_forward(attend(x, inputs)); }
+  at::Tensor attend(const at::Tensor& x, const AttentionInputs& inputs);
+  at::Tensor feed_forward(const at::Tensor& x);
+
+  // The block's mixture of experts; null in a dense block.
+  MoeLayer* experts() const { return experts_; }
+
+  // forward() with activation checkpointing: a dense block is recomputed whole in backward; a
+  // mixture-of-experts block its attention only (the router's losses need their graph from the
+  // forward pass, its statistics are counted once, and the experts' all-to-alls stay out of
+  // backward's recomputation).
+  static at::Tensor checkpointed(const std::shared_ptr<TransformerBlock>& block, const at::Tensor& x,
+                                 const AttentionInputs& inputs);
+
+ private:
+  std::shared_ptr<Norm> attention_norm_, mlp_norm_;
+  std::shared_ptr<AttentionLayer> attention_;
+  std::shared_ptr<FeedForward> mlp_;
+  MoeLayer* experts_ = nullptr;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,138 @@
+// Mixture-of-experts layers for any kit model: a router (not adaptable: the routing reads its
+// weight directly) and experts stacked one tensor per weight, so a checkpoint, fsdp's units and
+// expert parallelism's split (TensorShard::expert_stack) see one parameter, not E. The routing,
+// capacity, losses, statistics and the all-to-alls of expert parallelism are ExpertRouter's
+// (tessera/expert_router.hpp); under expert parallelism a rank holds num_experts / ep of every
+// stack, under tensor parallelism every rank holds them whole and routes the same tokens.
+//   GeluExperts    GELU MLP experts with optional biases (model/gpt_moe): router, experts.c_fc,
+//                  experts.c_proj
+//   SwiGluExperts  SwiGLU experts (Mixtral's names by default: gate, experts.w1 / w3 / w2)
+// MoeFields are the YAML fields of the routing, declared once for every model that has experts.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/config_fields.hpp"
+#include "tessera/error.hpp"
+#include "tessera/expert_router.hpp"
+#include "tessera/export.hpp"
+#include "tessera/linear.hpp"
+#include "tessera/moe.hpp"
+#include "tessera/nn/layer.hpp"
+#include "tessera/parallel/expert_parallel.hpp"
+#include "tessera/parallel/parallel_dims.hpp"
+
+namespace tessera::nn {
+
+// The routing's YAML fields. A model's config derives from MoeFields and sets its own defaults
+// in its constructor (a dense-by-default model: num_experts 0).
+struct MoeFields {
+  std::int64_t num_experts = 8;
+  std::int64_t top_k = 2;
+  double capacity_factor = 0.0;  // 0: every assignment is kept
+  double aux_loss_coef = 0.01;
+  double z_loss_coef = 0.0;
+  bool renormalize_topk = true;
+
+  bool mixture_of_experts() const { return num_experts > 0; }
+  ExpertRouting routing() const { return {num_experts, top_k, capacity_factor, renormalize_topk}; }
+};
+
+// top_k at most num_experts (when there are experts).
+TESSERA_API void check_moe_fields(const MoeFields& c);
+
+// What expert parallelism needs: experts, and as many on every expert-parallel rank. `dense`:
+// what to tell a dense model's user (empty: the model always has experts).
+TESSERA_API void check_expert_parallel(const MoeFields& c, const ParallelDims& dims, const std::string& dense = "");
+
+// What a model's description of its experts says (`tessera describe`).
+struct MoeDocs {
+  const char* num_experts;  // what an expert is, and what 0 means where the model allows it
+  bool dense_allowed;       // num_experts 0: no experts
+  const char* scope;        // where the losses are summed: "MoE layers", "blocks"
+};
+
+template <class Config>
+void declare_moe_fields(ConfigFields<Config>& f, const MoeDocs& docs) {
+  using M = MoeFields;
+  f.field("num_experts", &M::num_experts, docs.num_experts).at_least(docs.dense_allowed ? 0 : 1);
+  f.field("top_k", &M::top_k, "experts each token is routed to (k, at most num_experts; Hugging Face's num_experts_per_tok)")
+      .at_least(1);
+  f.field("capacity_factor", &M::capacity_factor,
+          "per-expert capacity ceil(factor x tokens x k / E) per forward, later assignments dropped; 0 = no limit")
+      .at_least(0);
+  f.field("aux_loss_coef", &M::aux_loss_coef,
+          std::string("weight of the load-balancing loss E x sum_e f_e P_e, summed over ") + docs.scope)
+      .at_least(0);
+  f.field("z_loss_coef", &M::z_loss_coef,
+          std::string("weight of the router z-loss mean(logsumexp(logits)^2), summed over ") + docs.scope)
+      .at_least(0);
+  f.field("renormalize_topk", &M::renormalize_topk, "divide the k gate probabilities by their sum");
+  f.splits_experts();
+  f.check([](const Config& c) { check_moe_fields(c); });
+}
+
+// weight [E, out, in], bias [E, out] (optional); E is this rank's experts under expert parallelism.
+class TESSERA_API ExpertLinear : public torch::nn::Module {
+ public:
+  ExpertLinear(std::int64_t experts, std::int64_t in, std::int64_t out, bool with_bias);
+  // Per-expert views; unbinding once per forward keeps backward to one stack per tensor.
+  std::vector<at::Tensor> weights() const { return weight.unbind(0); }
+  std::vector<at::Tensor> biases() const;
+
+  at::Tensor weight, bias;
+};
+
+// A routed layer: the router's weight, the routing and what it reports.
+class TESSERA_API MoeLayer : public FeedForward {
+ public:
+  MoeLayer(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, const std::string& router_name);
+  ExpertRouter& router() { return router_; }
+  // The unweighted balance and z-losses of the last forward, with their graphs.
+  const at::Tensor& last_aux_loss() const { return router_.last_aux_loss(); }
+  const at::Tensor& last_z_loss() const { return router_.last_z_loss(); }
+  RouterStatistics take_statistics();
+
+  std::shared_ptr<Linear> router_linear;
+
+ protected:
+  ExpertRouter router_;
+};
+
+class TESSERA_API GeluExperts : public MoeLayer {
+ public:
+  // `dropout`: of the combined output, the residual branch's.
+  GeluExperts(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, std::int64_t expert_hidden,
+              bool bias, double dropout);
+  at::Tensor forward(const at::Tensor& x) override;
+  static void plan(TensorParallelPlan& plan, const std::string& prefix, bool bias);
+
+  std::shared_ptr<ExpertLinear> up, down;
+
+ private:
+  double dropout_;
+};
+
+// The names of a SwiGLU experts layer's router and stacks (Mixtral's by default).
+struct SwiGluExpertNames {
+  std::string router = "gate";
+  std::string gate = "w1", up = "w3", down = "w2";
+};
+
+class TESSERA_API SwiGluExperts : public MoeLayer {
+ public:
+  SwiGluExperts(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, std::int64_t expert_hidden,
+                const SwiGluExpertNames& names = {});
+  at::Tensor forward(const at::Tensor& x) override;
+  static void plan(TensorParallelPlan& plan, const std::string& prefix, const SwiGluExpertNames& names = {});
+
+  std::shared_ptr<ExpertLinear> gate, up, down;
+};
+
+}  // namespace tessera::nn

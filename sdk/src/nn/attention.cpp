@@ -1,0 +1,118 @@
+#include "tessera/nn/attention.hpp"
+
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "tessera/attention.hpp"
+#include "tessera/nn/rotary.hpp"
+
+namespace tessera::nn {
+
+at::Tensor row_parallel_output(const TensorParallel& tp, const Linear& layer, const at::Tensor& x, double dropout,
+                               bool training) {
+  if (tp.size() == 1) return dropout > 0 ? at::dropout(layer.forward(x), dropout, training) : layer.forward(x);
+  at::Tensor y = tp.row_output(at::linear(x, layer.weight));
+  if (layer.bias.defined()) y = y + tp.replicated(layer.bias);
+  return tp.stream_dropout(y, dropout, training);
+}
+
+FusedQkvAttention::FusedQkvAttention(std::int64_t n_embd, std::int64_t n_head, bool bias, double dropout,
+                                     TensorParallel tp, ContextParallel cp)
+    : n_head_(tp.local(n_head)),
+      dropout_(dropout),
+      tp_(std::move(tp)),
+      cp_(std::move(cp)),
+      qkv_(register_module("c_attn", std::make_shared<Linear>(n_embd, 3 * tp_.local(n_embd), bias))),
+      out_(register_module("c_proj", std::make_shared<Linear>(tp_.local(n_embd), n_embd, bias))) {}
+
+at::Tensor FusedQkvAttention::forward(const at::Tensor& x, const AttentionInputs& inputs) {
+  const double attn_dropout = is_training() ? dropout_ : 0.0;
+  const at::Tensor qkv = qkv_->forward(tp_.column_input(x));  // this rank's heads, the whole sequence
+  at::Tensor y;
+  {
+    // Attention dropout on this rank's own heads: masks of its own.
+    std::optional<ShardedRandomness> own;
+    if (attn_dropout > 0) own.emplace(tp_, qkv.device());
+    const std::int64_t batch = qkv.size(0), seq = qkv.size(1), embd = qkv.size(2) / 3;
+    const auto heads = [&] {
+      // [B, T, 3C] -> three [B, H, T, C/H]
+      return qkv.view({batch, seq, 3, n_head_, embd / n_head_}).permute({2, 0, 3, 1, 4}).unbind(0);
+    };
+    if (cp_.size() > 1) {
+      const std::vector<at::Tensor> h = heads();
+      y = cp_.attend(h[0], h[1], h[2], inputs.documents).transpose(1, 2).contiguous().view({batch, seq, embd});
+    } else if (inputs.mask.defined()) {
+      const std::vector<at::Tensor> h = heads();
+      y = at::scaled_dot_product_attention(h[0], h[1], h[2], inputs.mask, attn_dropout, /*is_causal=*/false)
+              .transpose(1, 2)
+              .contiguous()
+              .view({batch, seq, embd});
+    } else {
+      y = causal_self_attention(qkv, n_head_, attn_dropout);
+    }
+  }
+  return row_parallel_output(tp_, *out_, y, dropout_, is_training());
+}
+
+void FusedQkvAttention::plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {
+  plan[prefix + "c_attn.weight"] = TensorShard::columns(3);
+  if (bias) plan[prefix + "c_attn.bias"] = TensorShard{0, 3};
+  plan[prefix + "c_proj.weight"] = TensorShard::rows();
+}
+
+GroupedQueryAttention::GroupedQueryAttention(const AttentionSpec& s, TensorParallel tp, ContextParallel cp)
+    : n_head_(tp.local(s.heads)),
+      n_kv_head_(tp.local(s.kv_heads)),
+      head_dim_(s.head_dim),
+      dropout_(s.dropout),
+      tp_(std::move(tp)),
+      cp_(std::move(cp)),
+      q_(register_module("q_proj", std::make_shared<Linear>(s.hidden, n_head_ * s.head_dim, s.qkv_bias))),
+      k_(register_module("k_proj", std::make_shared<Linear>(s.hidden, n_kv_head_ * s.head_dim, s.qkv_bias))),
+      v_(register_module("v_proj", std::make_shared<Linear>(s.hidden, n_kv_head_ * s.head_dim, s.qkv_bias))),
+      o_(register_module("o_proj", std::make_shared<Linear>(n_head_ * s.head_dim, s.hidden, false))) {}
+
+at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const AttentionInputs& inputs) {
+  const at::Tensor x = tp_.column_input(input);  // the whole sequence
+  const std::int64_t batch = x.size(0), seq = x.size(1);
+  // [B, T, H·D] -> [B, H, T, D], rotated where the model has rotary positions
+  const auto heads = [&](const at::Tensor& t, std::int64_t n, bool rotate) {
+    const at::Tensor h = t.view({batch, seq, n, head_dim_}).transpose(1, 2);
+    return rotate && inputs.cos.defined() ? RotaryEmbedding::apply(h, inputs.cos, inputs.sin) : h;
+  };
+  const at::Tensor q = heads(q_->forward(x), n_head_, true);
+  const at::Tensor k = heads(k_->forward(x), n_kv_head_, true);
+  const at::Tensor v = heads(v_->forward(x), n_kv_head_, false);
+  const double dropout = is_training() ? dropout_ : 0.0;
+  at::Tensor y;
+  {
+    // Attention dropout on this rank's own heads: masks of its own.
+    std::optional<ShardedRandomness> own;
+    if (dropout > 0) own.emplace(tp_, q.device());
+    if (cp_.size() > 1) {
+      y = cp_.attend(q, k, v, inputs.documents);
+    } else if (inputs.mask.defined()) {
+      y = at::scaled_dot_product_attention(q, k, v, inputs.mask, dropout, /*is_causal=*/false, std::nullopt,
+                                           /*enable_gqa=*/n_kv_head_ != n_head_);
+    } else {
+      y = causal_attention(q, k, v, dropout);
+    }
+  }
+  return row_parallel_output(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}), 0.0,
+                             is_training());
+}
+
+void GroupedQueryAttention::plan(TensorParallelPlan& plan, const std::string& prefix, const AttentionSpec& spec) {
+  for (const char* column : {"q_proj", "k_proj", "v_proj"}) {
+    plan[prefix + column + ".weight"] = TensorShard::columns();
+    if (spec.qkv_bias) plan[prefix + column + ".bias"] = TensorShard{0, 1};
+  }
+  plan[prefix + "o_proj.weight"] = TensorShard::rows();
+}
+
+}  // namespace tessera::nn

@@ -1,0 +1,110 @@
+#include "tessera/nn/experts.hpp"
+
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/silu.h>
+
+#include <utility>
+
+#include "tessera/deferred_init.hpp"
+#include "tessera/nn/parameters.hpp"
+
+namespace tessera::nn {
+
+void check_moe_fields(const MoeFields& c) {
+  if (c.mixture_of_experts() && c.top_k > c.num_experts) {
+    throw ConfigError("top_k (" + std::to_string(c.top_k) + ") must not exceed num_experts (" +
+                          std::to_string(c.num_experts) + ")",
+                      "top_k");
+  }
+}
+
+void check_expert_parallel(const MoeFields& c, const ParallelDims& dims, const std::string& dense) {
+  if (dims.ep == 1) return;
+  if (!c.mixture_of_experts()) {
+    throw ConfigError("parallelism.ep is " + std::to_string(dims.ep) + " but " + dense, "num_experts");
+  }
+  if (c.num_experts % dims.ep != 0) {
+    throw ConfigError("num_experts (" + std::to_string(c.num_experts) + ") must be divisible by parallelism.ep (" +
+                          std::to_string(dims.ep) + "): each expert-parallel rank holds num_experts / ep",
+                      "num_experts");
+  }
+}
+
+ExpertLinear::ExpertLinear(std::int64_t experts, std::int64_t in, std::int64_t out, bool with_bias) {
+  // On the meta device while the host defers initialisation (the model initialises them).
+  weight = register_parameter("weight", new_parameter({experts, out, in}));
+  if (with_bias) bias = register_parameter("bias", parameter({experts, out}, 0.0));
+}
+
+std::vector<at::Tensor> ExpertLinear::biases() const {
+  return bias.defined() ? bias.unbind(0) : std::vector<at::Tensor>(static_cast<std::size_t>(weight.size(0)));
+}
+
+MoeLayer::MoeLayer(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, const std::string& router_name)
+    : router_(routing, std::move(ep)) {
+  router_linear = register_module(router_name, std::make_shared<Linear>(hidden, routing.num_experts, false, false));
+}
+
+RouterStatistics MoeLayer::take_statistics() {
+  return router_.take_statistics(router_linear->weight.options().dtype(at::kFloat));
+}
+
+GeluExperts::GeluExperts(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden,
+                         std::int64_t expert_hidden, bool bias, double dropout)
+    : MoeLayer(routing, std::move(ep), hidden, "router"), dropout_(dropout) {
+  auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
+  const std::int64_t mine = router_.local_experts();
+  up = experts->register_module("c_fc", std::make_shared<ExpertLinear>(mine, hidden, expert_hidden, bias));
+  down = experts->register_module("c_proj", std::make_shared<ExpertLinear>(mine, expert_hidden, hidden, bias));
+}
+
+at::Tensor GeluExperts::forward(const at::Tensor& x) {
+  const auto w_up = up->weights(), b_up = up->biases(), w_down = down->weights(), b_down = down->biases();
+  const at::Tensor combined = router_.route(
+      x.reshape({-1, x.size(-1)}), router_linear->weight,
+      [&](std::int64_t e, const at::Tensor& rows) {
+        const auto i = static_cast<std::size_t>(e);
+        return at::linear(at::gelu(at::linear(rows, w_up[i], b_up[i])), w_down[i], b_down[i]);
+      },
+      is_training());
+  return at::dropout(combined.view(x.sizes()), dropout_, is_training());
+}
+
+void GeluExperts::plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {
+  for (const char* stack : {"c_fc", "c_proj"}) {
+    plan[prefix + "experts." + stack + ".weight"] = TensorShard::expert_stack();
+    if (bias) plan[prefix + "experts." + stack + ".bias"] = TensorShard::expert_stack();
+  }
+}
+
+SwiGluExperts::SwiGluExperts(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden,
+                             std::int64_t expert_hidden, const SwiGluExpertNames& names)
+    : MoeLayer(routing, std::move(ep), hidden, names.router) {
+  auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
+  const std::int64_t mine = router_.local_experts();
+  gate = experts->register_module(names.gate, std::make_shared<ExpertLinear>(mine, hidden, expert_hidden, false));
+  down = experts->register_module(names.down, std::make_shared<ExpertLinear>(mine, expert_hidden, hidden, false));
+  up = experts->register_module(names.up, std::make_shared<ExpertLinear>(mine, hidden, expert_hidden, false));
+}
+
+at::Tensor SwiGluExperts::forward(const at::Tensor& x) {
+  const auto gates = gate->weights(), downs = down->weights(), ups = up->weights();
+  const at::Tensor y = router_.route(
+      x.reshape({-1, x.size(-1)}), router_linear->weight,
+      [&](std::int64_t e, const at::Tensor& rows) {
+        const auto i = static_cast<std::size_t>(e);
+        return at::linear(at::silu(at::linear(rows, gates[i])) * at::linear(rows, ups[i]), downs[i]);
+      },
+      is_training());
+  return y.view(x.sizes());
+}
+
+void SwiGluExperts::plan(TensorParallelPlan& plan, const std::string& prefix, const SwiGluExpertNames& names) {
+  for (const std::string& stack : {names.gate, names.up, names.down}) {
+    plan[prefix + "experts." + stack + ".weight"] = TensorShard::expert_stack();
+  }
+}
+
+}  // namespace tessera::nn

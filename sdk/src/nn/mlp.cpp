@@ -1,0 +1,53 @@
+#include "tessera/nn/mlp.hpp"
+
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/silu.h>
+
+#include <utility>
+
+#include "tessera/linear_gelu.hpp"
+#include "tessera/nn/attention.hpp"
+
+namespace tessera::nn {
+
+GeluMlp::GeluMlp(std::int64_t n_embd, std::int64_t hidden, bool bias, double dropout, std::string approximate,
+                 TensorParallel tp)
+    : dropout_(dropout),
+      approximate_(std::move(approximate)),
+      tp_(std::move(tp)),
+      up_(register_module("c_fc", std::make_shared<Linear>(n_embd, tp_.local(hidden), bias))),
+      down_(register_module("c_proj", std::make_shared<Linear>(tp_.local(hidden), n_embd, bias))) {}
+
+at::Tensor GeluMlp::forward(const at::Tensor& x) {
+  // An adapted c_fc goes through its forward(), which adds the adapters' terms.
+  const at::Tensor hidden = up_->adapted() ? at::gelu(up_->forward(tp_.column_input(x)), approximate_)
+                                           : linear_gelu(tp_.column_input(x), up_->weight, up_->bias, approximate_);
+  return row_parallel_output(tp_, *down_, hidden, dropout_, is_training());
+}
+
+void GeluMlp::plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {
+  plan[prefix + "c_fc.weight"] = TensorShard::columns();
+  if (bias) plan[prefix + "c_fc.bias"] = TensorShard{0, 1};
+  plan[prefix + "c_proj.weight"] = TensorShard::rows();
+}
+
+SwiGlu::SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias, TensorParallel tp)
+    : tp_(std::move(tp)),
+      gate_(register_module("gate_proj", std::make_shared<Linear>(hidden, tp_.local(intermediate), bias))),
+      up_(register_module("up_proj", std::make_shared<Linear>(hidden, tp_.local(intermediate), bias))),
+      down_(register_module("down_proj", std::make_shared<Linear>(tp_.local(intermediate), hidden, bias))) {}
+
+at::Tensor SwiGlu::forward(const at::Tensor& input) {
+  const at::Tensor x = tp_.column_input(input);
+  return row_parallel_output(tp_, *down_, at::silu(gate_->forward(x)) * up_->forward(x), 0.0, is_training());
+}
+
+void SwiGlu::plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {
+  for (const char* column : {"gate_proj", "up_proj"}) {
+    plan[prefix + column + ".weight"] = TensorShard::columns();
+    if (bias) plan[prefix + column + ".bias"] = TensorShard{0, 1};
+  }
+  plan[prefix + "down_proj.weight"] = TensorShard::rows();
+}
+
+}  // namespace tessera::nn

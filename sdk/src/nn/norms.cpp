@@ -1,0 +1,32 @@
+#include "tessera/nn/norms.hpp"
+
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/rms_norm.h>
+
+#include <optional>
+#include <utility>
+
+#include "tessera/nn/parameters.hpp"
+
+namespace tessera::nn {
+
+LayerNorm::LayerNorm(std::int64_t dim, bool bias, double eps, TensorParallel tp)
+    : dim_(dim), eps_(eps), tp_(std::move(tp)) {
+  weight_ = register_parameter("weight", parameter({dim}, 1.0));
+  if (bias) bias_ = register_parameter("bias", parameter({dim}, 0.0));
+}
+
+at::Tensor LayerNorm::forward(const at::Tensor& x) const {
+  return at::layer_norm(x, {dim_}, tp_.replicated(weight_), bias_.defined() ? tp_.replicated(bias_) : bias_, eps_);
+}
+
+RmsNorm::RmsNorm(std::int64_t dim, double eps, TensorParallel tp) : dim_(dim), eps_(eps), tp_(std::move(tp)) {
+  weight = register_parameter("weight", parameter({dim}, 1.0));
+}
+
+at::Tensor RmsNorm::forward(const at::Tensor& x) const {
+  return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) *
+         tp_.replicated(weight).to(x.scalar_type());
+}
+
+}  // namespace tessera::nn
