@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
 
 namespace tessera_plugins {
 

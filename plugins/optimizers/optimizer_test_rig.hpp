@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "tessera/core/run/training_run.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
 #include "test_support.hpp"
 
 namespace tessera::optimizer_testing {

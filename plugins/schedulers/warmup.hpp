@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera::schedulers {

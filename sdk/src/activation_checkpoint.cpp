@@ -1,7 +1,7 @@
 // Reentrant activation checkpointing: a custom autograd function whose forward runs the block
 // without recording a graph and whose backward runs it again with one, then back-propagates
 // through that graph (parameters' gradients accumulate as usual; the input's is returned).
-#include "tessera/activation_checkpoint.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
@@ -16,7 +16,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/parallel/sharded_rng.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessera/adapter.hpp"
+#include "tessera/components/adapter.hpp"
 
 #include "tessera/error.hpp"
 

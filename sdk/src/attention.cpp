@@ -2,7 +2,7 @@
 // LibTorch's scaled_dot_product_attention elsewhere. This file lays the tensors out for the
 // kernel, runs its (batch, head) pairs on LibTorch's intra-op threads and makes it an autograd
 // function.
-#include "tessera/attention.hpp"
+#include "tessera/kernels/attention.hpp"
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>

@@ -1,8 +1,8 @@
 // Typed access to a validated component config. A wrong accessor is a plugin bug, reported with
 // the field name and both types.
-#include "tessera/component_config.hpp"
+#include "tessera/config/component_config.hpp"
 
-#include "tessera/schema.hpp"
+#include "tessera/config/schema.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "tessera/crc32c.hpp"
+#include "tessera/formats/crc32c.hpp"
 
 #include <array>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>

@@ -1,4 +1,4 @@
-#include "tessera/durable_file.hpp"
+#include "tessera/formats/durable_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "tessera/crc32c.hpp"
+#include "tessera/formats/crc32c.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {

@@ -1,4 +1,4 @@
-#include "tessera/evaluate.hpp"
+#include "tessera/run/evaluate.hpp"
 
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/stack.h>
@@ -8,13 +8,13 @@
 
 #include <exception>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/error.hpp"
-#include "tessera/precision.hpp"
-#include "tessera/token_check.hpp"
+#include "tessera/run/precision.hpp"
+#include "tessera/run/token_check.hpp"
 
 namespace tessera {
 namespace {

@@ -1,4 +1,4 @@
-#include "tessera/expert_router.hpp"
+#include "tessera/nn/expert_router.hpp"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/arange.h>
@@ -22,7 +22,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/parallel/collectives.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera {
 

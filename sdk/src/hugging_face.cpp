@@ -1,4 +1,4 @@
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -10,9 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "tessera/durable_file.hpp"
+#include "tessera/formats/durable_file.hpp"
 #include "tessera/error.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

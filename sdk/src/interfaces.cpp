@@ -6,19 +6,19 @@
 
 #include <set>
 
-#include "tessera/callback.hpp"
-#include "tessera/communicator.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
-#include "tessera/loss.hpp"
-#include "tessera/model.hpp"
-#include "tessera/moe.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/loss.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/moe_routing.hpp"
+#include "tessera/components/optimizer.hpp"
+#include "tessera/components/strategy.hpp"
 #include "tessera/parallel/collectives.hpp"
-#include "tessera/scheduler.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/components/scheduler.hpp"
+#include "tessera/run/stateful.hpp"
 #include "tessera/version.hpp"
 
 namespace tessera {

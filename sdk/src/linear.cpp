@@ -1,8 +1,8 @@
-#include "tessera/linear.hpp"
+#include "tessera/nn/linear.hpp"
 
 #include <ATen/ops/linear.h>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {

@@ -1,7 +1,7 @@
 // tessera::linear_gelu: a bias-free matrix product and Tessera's fused bias + GELU kernel
 // (gelu_kernel.cpp) where it applies, at::gelu(at::linear(...)) elsewhere. This file cuts the
 // rows into blocks for LibTorch's intra-op threads and makes it an autograd function.
-#include "tessera/linear_gelu.hpp"
+#include "tessera/kernels/linear_gelu.hpp"
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>

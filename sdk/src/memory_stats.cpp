@@ -1,6 +1,6 @@
 // Memory counters: the CUDA caching allocator where LibTorch has CUDA and the device is a GPU,
 // else the kernel's view of this process (/proc/self/status, /proc/self/clear_refs).
-#include "tessera/memory_stats.hpp"
+#include "tessera/run/memory_stats.hpp"
 
 #include <malloc.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "tessera/metric_value.hpp"
+#include "tessera/run/metric_value.hpp"
 
 #include <ATen/ops/empty.h>
 #include <c10/core/Event.h>

@@ -1,4 +1,4 @@
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 #include <ATen/autocast_mode.h>
 

@@ -1,4 +1,4 @@
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -16,7 +16,7 @@
 #include <limits>
 #include <vector>
 
-#include "tessera/durable_file.hpp"
+#include "tessera/formats/durable_file.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {

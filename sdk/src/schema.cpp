@@ -1,5 +1,5 @@
 // Schema declaration helpers and the text they show in `tessera describe` and error messages.
-#include "tessera/schema.hpp"
+#include "tessera/config/schema.hpp"
 
 #include <cmath>
 #include <sstream>

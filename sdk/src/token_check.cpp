@@ -1,4 +1,4 @@
-#include "tessera/token_check.hpp"
+#include "tessera/run/token_check.hpp"
 
 #include <string>
 

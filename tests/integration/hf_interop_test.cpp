@@ -21,9 +21,9 @@
 
 #include "cli_fixture.hpp"
 #include "hf_fixture.hpp"
-#include "tessera/hugging_face.hpp"
-#include "tessera/model.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/hugging_face.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/formats/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;

@@ -20,8 +20,8 @@
 
 #include "cli_fixture.hpp"
 #include "hf_fixture.hpp"
-#include "tessera/hugging_face.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/hugging_face.hpp"
+#include "tessera/formats/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;

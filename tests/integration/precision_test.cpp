@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "cli_fixture.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera {
 namespace precision_test {

@@ -16,7 +16,7 @@
 #include <iterator>
 
 #include "mesh_fixture.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 namespace tessera {
 namespace tensor_parallel_test {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/batch.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "test_support.hpp"

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "tessera/callback.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/components/model.hpp"
 #include "test_support.hpp"
 
 namespace tessera::testing {

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/communicator.hpp"
-#include "tessera/context.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 
 namespace tessera::testing {

@@ -6,7 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 
 namespace tessera::testing {
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "tessera/callback.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/components/model.hpp"
 
 namespace tessera::testing {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "tessera/context.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/core/components/component_factory.hpp"
 #include "tessera/core/plugins/plugin_host.hpp"
 

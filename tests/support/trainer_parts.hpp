@@ -2,11 +2,11 @@
 #pragma once
 
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/loss.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/dataset.hpp"
+#include "tessera/components/loss.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
+#include "tessera/components/strategy.hpp"
 #include "test_support.hpp"
 
 namespace tessera::testing {

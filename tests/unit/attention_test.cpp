@@ -1,10 +1,10 @@
 // tessera::causal_attention against LibTorch's scaled_dot_product_attention in float64: values
 // and the gradients of q, k and v, on the CPU kernel (shapes at and around its vector and tile
 // edges, grouped queries, strided inputs as models make them, bfloat16) and where it hands over.
-#include "tessera/attention.hpp"
+#include "tessera/kernels/attention.hpp"
 
 #include "tessera/error.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 #include <gtest/gtest.h>
 

@@ -7,9 +7,9 @@
 
 #include <fstream>
 
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/scheduler.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
+#include "tessera/components/scheduler.hpp"
 #include "test_support.hpp"
 
 namespace tessera::core {

@@ -1,6 +1,6 @@
-// Configs declared once (tessera/config_fields.hpp): the schema comes from the struct and its
+// Configs declared once (tessera/config/config_fields.hpp): the schema comes from the struct and its
 // declare(), defaults from the members' initialisers, values back into the struct, rules.
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/loss.hpp"
+#include "tessera/components/loss.hpp"
 
 namespace tessera {
 namespace config_fields_test {

@@ -34,7 +34,7 @@
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/strategy.hpp"
 #include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"

@@ -1,7 +1,7 @@
-// Hugging Face folders (tessera/hugging_face.hpp) on real files: config.json's typed, dotted
+// Hugging Face folders (tessera/formats/hugging_face.hpp) on real files: config.json's typed, dotted
 // access; writing one file or indexed shards as transformers lays them out; reading them back
 // memory-mapped; and every inconsistency between an index and its shards named.
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "tessera/error.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;

@@ -1,7 +1,7 @@
 // tessera::linear_gelu against at::gelu(at::linear(...)) in float64: values and the gradients of
 // x, the weight and the bias on the CPU kernel (rows and columns off the vector and block sizes,
 // with and without a bias, the tails of the normal distribution), and where it hands over.
-#include "tessera/linear_gelu.hpp"
+#include "tessera/kernels/linear_gelu.hpp"
 
 #include <gtest/gtest.h>
 
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera {
 namespace linear_gelu_test {

@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "tessera/metric_value.hpp"
+#include "tessera/run/metric_value.hpp"
 
 namespace tessera {
 namespace metric_value_test {

@@ -14,8 +14,8 @@
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 #include "tessera/core/checkpoint/checkpoint_writer.hpp"
 #include "tessera/core/run/training_run.hpp"
-#include "tessera/model.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/formats/safetensors.hpp"
 #include "small_trainer.hpp"
 #include "test_support.hpp"
 

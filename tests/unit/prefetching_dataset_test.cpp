@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "tessera/core/train/prefetching_dataset.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "test_support.hpp"
 

@@ -1,6 +1,6 @@
 // safetensors files and CRC-32C: round trips of every dtype, the format's byte layout, and a
 // fuzzed reader that turns every malformed file into one tessera::Error (never a crash).
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <sstream>
 
-#include "tessera/crc32c.hpp"
+#include "tessera/formats/crc32c.hpp"
 #include "tessera/error.hpp"
 #include "test_support.hpp"
 

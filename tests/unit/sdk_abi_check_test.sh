@@ -18,7 +18,7 @@ cp "$src/sdk/abi_versions.txt" "$tmp/sdk/"
 out=$(check) || fail "the unchanged copy fails: $out"
 
 # Documentation is not ABI.
-printf '\n// A comment the test added.\n/* and a block\n   comment */\n' >> "$tmp/sdk/include/tessera/batch.hpp"
+printf '\n// A comment the test added.\n/* and a block\n   comment */\n' >> "$tmp/sdk/include/tessera/run/batch.hpp"
 out=$(check) || fail "a comment-only change fails the check: $out"
 
 # Nor is a release: the version string is not part of the hash.
@@ -27,8 +27,8 @@ grep -q '"9.9.9"' "$tmp/sdk/include/tessera/version.hpp" || fail "the test could
 out=$(check) || fail "a new release version fails the check: $out"
 
 # A new member in a public struct, the version unchanged: the build must fail.
-sed -i 's/struct StepMetrics {/struct StepMetrics {\n  int added_by_the_test = 0;/' "$tmp/sdk/include/tessera/callback.hpp"
-grep -q added_by_the_test "$tmp/sdk/include/tessera/callback.hpp" || fail "the test could not edit callback.hpp"
+sed -i 's/struct StepMetrics {/struct StepMetrics {\n  int added_by_the_test = 0;/' "$tmp/sdk/include/tessera/components/callback.hpp"
+grep -q added_by_the_test "$tmp/sdk/include/tessera/components/callback.hpp" || fail "the test could not edit callback.hpp"
 if out=$(check); then fail "a changed header passed the check without a version bump"; fi
 grep -q "the public SDK headers changed" <<<"$out" || fail "unexpected message: $out"
 grep -q "bump TESSERA_SDK_ABI_VERSION" <<<"$out" || fail "the message does not say what to do: $out"

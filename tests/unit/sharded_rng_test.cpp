@@ -12,7 +12,7 @@
 #include <ATen/ops/rand.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "tessera/activation_checkpoint.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 
 namespace tessera {
 namespace sharded_rng_test {

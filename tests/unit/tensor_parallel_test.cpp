@@ -15,7 +15,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "gloo_ranks.hpp"
-#include "tessera/batch.hpp"
+#include "tessera/run/batch.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallel/collectives.hpp"
 #include "tessera/parallel/vocab_parallel.hpp"

@@ -1,7 +1,7 @@
 // Token ids against the model's vocabulary, on the host, before the batch reaches the device; and
 // the trainer's use of it: a token file written for a larger vocabulary ends the step with one
 // error naming the dataset, the step and the id, instead of an index error inside the model.
-#include "tessera/token_check.hpp"
+#include "tessera/run/token_check.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "gloo_ranks.hpp"
 #include "small_trainer.hpp"
 #include "tessera/error.hpp"
-#include "tessera/evaluate.hpp"
+#include "tessera/run/evaluate.hpp"
 
 namespace tessera {
 namespace token_check_test {

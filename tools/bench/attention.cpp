@@ -18,7 +18,7 @@
 #include <functional>
 #include <vector>
 
-#include "tessera/attention.hpp"
+#include "tessera/kernels/attention.hpp"
 
 namespace {
 

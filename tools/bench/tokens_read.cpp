@@ -9,7 +9,7 @@
 #include "tessera/core/components/component_factory.hpp"
 #include "tessera/core/config/config_file.hpp"
 #include "tessera/core/plugins/plugin_host.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/components/dataset.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 6) {

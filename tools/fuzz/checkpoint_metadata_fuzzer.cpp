@@ -8,7 +8,7 @@
 
 #include "fuzz_support.hpp"
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tessera;

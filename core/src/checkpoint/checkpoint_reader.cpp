@@ -13,8 +13,8 @@
 
 #include "tessera/core/checkpoint/checkpoint_store.hpp"
 #include "tessera/core/checkpoint/reshard.hpp"
-#include "tessera/crc32c.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/crc32c.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 
 namespace tessera::core {
 

@@ -8,7 +8,7 @@
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
 #include "tessera/core/process/failpoint.hpp"
-#include "tessera/durable_file.hpp"
+#include "tessera/formats/durable_file.hpp"
 #include "tessera/log.hpp"
 
 namespace fs = std::filesystem;

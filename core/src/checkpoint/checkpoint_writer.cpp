@@ -11,7 +11,7 @@
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/core/process/failpoint.hpp"
 #include "tessera/log.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 #include "tessera/version.hpp"
 
 namespace fs = std::filesystem;

@@ -4,7 +4,7 @@
 
 #include "tessera/core/checkpoint/checkpoint_writer.hpp"
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/log.hpp"
 
 namespace tessera::core {

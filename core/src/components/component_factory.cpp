@@ -4,9 +4,9 @@
 #include <functional>
 #include <set>
 
-#include "tessera/adapter.hpp"
-#include "tessera/component_config.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/adapter.hpp"
+#include "tessera/config/component_config.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/core/config/field_reader.hpp"
 #include "tessera/core/config/suggest.hpp"
 
@@ -278,7 +278,7 @@ class GraphWalker {
       }
     }
     if (!build_) {
-      // The declared rules (tessera/config_fields.hpp) run now, before anything is built.
+      // The declared rules (tessera/config/config_fields.hpp) run now, before anything is built.
       if (info->check) {
         try {
           rethrowing_config_errors(node, config, path,

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <thread>
 
-#include "tessera/crc32c.hpp"
-#include "tessera/durable_file.hpp"
+#include "tessera/formats/crc32c.hpp"
+#include "tessera/formats/durable_file.hpp"
 #include "tessera/error.hpp"
 
 namespace fs = std::filesystem;

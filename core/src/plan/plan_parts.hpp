@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tessera/core/plan/mesh_plan.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 
 namespace tessera::core::plan {

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/adapter.hpp"
+#include "tessera/components/adapter.hpp"
 #include "tessera/core/train/trainer.hpp"
 
 namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 #include "tessera/core/run/spec_sections.hpp"
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 #include "tessera/core/run/parallelism_settings.hpp"
 #include "tessera/core/run/run_settings.hpp"

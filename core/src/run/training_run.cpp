@@ -12,15 +12,15 @@
 #include <set>
 #include <tuple>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/core/components/component_factory.hpp"
 #include "tessera/core/config/field_reader.hpp"
 #include "tessera/core/run/adapter_checks.hpp"
 #include "tessera/core/run/component_defaults.hpp"
 #include "tessera/core/distributed/distributed.hpp"
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/log.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/strategy.hpp"
 #include "tessera/parallel/sharded_rng.hpp"
 
 namespace fs = std::filesystem;
@@ -263,7 +263,7 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   if (context.parallel.tp > 1) ShardedRng::seed(context.seed, context.mesh->coordinate(MeshAxis::tp));
 
   // Models that support it build without memory for their parameters; the trainer (or fsdp, a
-  // unit at a time) gives them storage and their initial values (tessera/deferred_init.hpp).
+  // unit at a time) gives them storage and their initial values (tessera/nn/deferred_init.hpp).
   BuiltComponents built = [&] {
     DeferredInitScope deferred;
     return ComponentFactory(host_.registry(), context).build(plan_.components());

@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
 
 namespace tessera::core {
 namespace {

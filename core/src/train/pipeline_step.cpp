@@ -14,7 +14,7 @@
 
 #include "tessera/core/train/pipeline_schedule.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 #include "step_inputs.hpp"
 
 namespace tessera::core {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tessera/batch.hpp"
+#include "tessera/run/batch.hpp"
 #include "tessera/core/train/trainer.hpp"
 
 namespace tessera::core {

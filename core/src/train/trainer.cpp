@@ -15,17 +15,17 @@
 #include <set>
 #include <utility>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/core/checkpoint/state_transfer.hpp"
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/train/local_strategy.hpp"
 #include "tessera/core/train/pipeline_schedule.hpp"
 #include "tessera/core/train/prefetching_dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/human_format.hpp"
+#include "tessera/run/human_format.hpp"
 #include "tessera/log.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera::core {
 namespace {
@@ -208,7 +208,7 @@ std::vector<TensorShard> Trainer::optimizer_shards() const {
   return shards;
 }
 
-// The model onto the run's device. Deferred parameters (tessera/deferred_init.hpp) get storage
+// The model onto the run's device. Deferred parameters (tessera/nn/deferred_init.hpp) get storage
 // there and their initial values, all at once, unless the strategy does it a unit at a time.
 void Trainer::place_model() {
   Model& model = *parts_.model;

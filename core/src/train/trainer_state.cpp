@@ -17,7 +17,7 @@
 namespace tessera::core {
 namespace {
 
-// owned_ranges() names one range per optimizer parameter (tessera/parallel.hpp).
+// owned_ranges() names one range per optimizer parameter (tessera/components/strategy.hpp).
 std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrategy& strategy, std::size_t params) {
   auto ranges = strategy.owned_ranges();
   if (ranges.size() != params) {
@@ -27,7 +27,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrat
   return ranges;
 }
 
-// A Stateful's state_dict() is already a copy (tessera/stateful.hpp): only device tensors move.
+// A Stateful's state_dict() is already a copy (tessera/run/stateful.hpp): only device tensors move.
 StateDict on_host(StateDict state) {
   for (auto& [key, t] : state) t = t.detach().to(at::kCPU);
   return state;

@@ -18,17 +18,17 @@
 #include <optional>
 #include <string>
 
-#include "tessera/batch.hpp"
-#include "tessera/communicator.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
 #include "tessera/core/train/gradient_clipping.hpp"
-#include "tessera/token_check.hpp"
+#include "tessera/run/token_check.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "step_inputs.hpp"
-#include "tessera/human_format.hpp"
+#include "tessera/run/human_format.hpp"
 #include "tessera/log.hpp"
-#include "tessera/memory_stats.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/memory_stats.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera::core {
 namespace {

@@ -18,7 +18,7 @@ const std::map<std::string, KindTemplate>& templates() {
   static const std::map<std::string, KindTemplate> t = {
       {"model", model_template()},
       {"dataset",
-       {"#include <ATen/ops/empty.h>\n#include <ATen/ops/scalar_tensor.h>\n\n#include \"tessera/dataset.hpp\"\n",
+       {"#include <ATen/ops/empty.h>\n#include <ATen/ops/scalar_tensor.h>\n\n#include \"tessera/components/dataset.hpp\"\n",
         "tessera::Dataset",
         R"tpl(// Counting sequences: sample i is (7i + t) mod vocab_size for t = 0, 1, ... A model can
 // learn it, which makes it a handy smoke test.
@@ -64,7 +64,7 @@ class @CLASS@ : public tessera::Dataset {
 )tpl",
         "  train_data: {component_key: dataset, variant_key: @NAME@, config: {seq_len: 16}}\n"}},
       {"loss",
-       {"#include <ATen/ops/log_softmax.h>\n\n#include \"tessera/batch.hpp\"\n#include \"tessera/loss.hpp\"\n",
+       {"#include <ATen/ops/log_softmax.h>\n\n#include \"tessera/run/batch.hpp\"\n#include \"tessera/components/loss.hpp\"\n",
         "tessera::Loss",
         R"tpl(// Token cross-entropy, returned as a sum and a count (the trainer divides by the global count).
 class @CLASS@ : public tessera::Loss {
@@ -89,7 +89,7 @@ class @CLASS@ : public tessera::Loss {
 )tpl",
         "  loss: {component_key: loss, variant_key: @NAME@}\n"}},
       {"optimizer",
-       {"#include <c10/core/GradMode.h>\n\n#include \"tessera/model.hpp\"\n#include \"tessera/optimizer.hpp\"\n",
+       {"#include <c10/core/GradMode.h>\n\n#include \"tessera/components/model.hpp\"\n#include \"tessera/components/optimizer.hpp\"\n",
         "tessera::Optimizer",
         R"tpl(// Plain stochastic gradient descent: p -= lr * grad.
 class @CLASS@ : public tessera::Optimizer {
@@ -126,7 +126,7 @@ class @CLASS@ : public tessera::Optimizer {
 )tpl",
         "  optimizer: {component_key: optimizer, variant_key: @NAME@, config: {model: {instance_key: model}}}\n"}},
       {"adapter",
-       {"#include <vector>\n\n#include \"tessera/adapter.hpp\"\n",
+       {"#include <vector>\n\n#include \"tessera/components/adapter.hpp\"\n",
         "tessera::Adapter",
         R"tpl(// Norm tuning: the base frozen but for its one-dimensional parameters (norm weights, biases),
 // which go on training. A working start; see adapter/lora for layers wrapped with new terms.
@@ -154,7 +154,7 @@ class @CLASS@ : public tessera::Adapter {
 )tpl",
         "  adapters: [{component_key: adapter, variant_key: @NAME@}]\n"}},
       {"scheduler",
-       {"#include <cmath>\n\n#include \"tessera/scheduler.hpp\"\n",
+       {"#include <cmath>\n\n#include \"tessera/components/scheduler.hpp\"\n",
         "tessera::Scheduler",
         R"tpl(// Exponential decay: the learning rate is multiplied by gamma every step.
 class @CLASS@ : public tessera::Scheduler {
@@ -172,7 +172,7 @@ class @CLASS@ : public tessera::Scheduler {
 )tpl",
         "  scheduler: {component_key: scheduler, variant_key: @NAME@, config: {gamma: 0.9}}\n"}},
       {"callback",
-       {"#include \"tessera/callback.hpp\"\n#include \"tessera/log.hpp\"\n",
+       {"#include \"tessera/components/callback.hpp\"\n#include \"tessera/log.hpp\"\n",
         "tessera::Callback",
         R"tpl(// Logs the loss every N steps on rank 0.
 class @CLASS@ : public tessera::Callback {

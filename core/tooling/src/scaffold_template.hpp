@@ -1,7 +1,7 @@
 // What `tessera new-plugin KIND NAME` writes for one kind (plugin_scaffold.cpp): the headers, the
 // class body and the config of a small but working component. The config is a struct
 // (@CLASS@Config): `members` are its fields with their defaults, `fields` the lines of its
-// declare() (tessera/config_fields.hpp). @CLASS@, @NAME@ and @KIND@ are filled in.
+// declare() (tessera/config/config_fields.hpp). @CLASS@, @NAME@ and @KIND@ are filled in.
 #pragma once
 
 namespace tessera::tooling {

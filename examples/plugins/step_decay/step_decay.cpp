@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "tessera/plugin.hpp"
-#include "tessera/scheduler.hpp"
+#include "tessera/components/scheduler.hpp"
 
 namespace {
 

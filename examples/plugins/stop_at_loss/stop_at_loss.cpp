@@ -5,7 +5,7 @@
 #include <memory>
 #include <numeric>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 

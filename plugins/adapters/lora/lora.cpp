@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "tessera/adapter.hpp"
-#include "tessera/deferred_init.hpp"
+#include "tessera/components/adapter.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/plugin.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 namespace {
 

@@ -10,11 +10,11 @@
 #include <map>
 #include <string>
 
-#include "tessera/adapter.hpp"
+#include "tessera/components/adapter.hpp"
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/run/training_run.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
 #include "test_support.hpp"
 
 namespace tessera {

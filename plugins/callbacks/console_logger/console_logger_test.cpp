@@ -5,9 +5,9 @@
 #include <optional>
 #include <string>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/log.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "callback_rig.hpp"
 #include "test_support.hpp"
 

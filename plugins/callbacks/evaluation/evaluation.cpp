@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
-#include "tessera/callback.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/evaluate.hpp"
-#include "tessera/loss.hpp"
+#include "tessera/run/evaluate.hpp"
+#include "tessera/components/loss.hpp"
 #include "tessera/parallel/device_mesh.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/log.hpp"
-#include "tessera/memory_stats.hpp"
+#include "tessera/run/memory_stats.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

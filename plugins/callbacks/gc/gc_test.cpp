@@ -5,9 +5,9 @@
 #include <memory>
 #include <vector>
 
-#include "tessera/callback.hpp"
-#include "tessera/memory_stats.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/memory_stats.hpp"
+#include "tessera/components/model.hpp"
 #include "test_support.hpp"
 
 namespace tessera {

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"

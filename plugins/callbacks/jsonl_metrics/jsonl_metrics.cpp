@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"

@@ -10,10 +10,10 @@
 #include <optional>
 #include <string>
 
-#include "tessera/callback.hpp"
-#include "tessera/communicator.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/log.hpp"
-#include "tessera/memory_stats.hpp"
+#include "tessera/run/memory_stats.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

@@ -2,11 +2,11 @@
 // memory as memory/* metrics on its steps only, and warns when the peak nears the capacity.
 #include <gtest/gtest.h>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/log.hpp"
-#include "tessera/memory_stats.hpp"
-#include "tessera/model.hpp"
+#include "tessera/run/memory_stats.hpp"
+#include "tessera/components/model.hpp"
 #include "callback_rig.hpp"
 #include "test_support.hpp"
 

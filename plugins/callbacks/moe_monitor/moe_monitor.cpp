@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "tessera/callback.hpp"
-#include "tessera/communicator.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/moe.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/moe_routing.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

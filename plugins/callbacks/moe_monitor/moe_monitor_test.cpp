@@ -10,13 +10,13 @@
 #include <mutex>
 #include <thread>
 
-#include "tessera/callback.hpp"
-#include "tessera/communicator.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "gloo_ranks.hpp"
 #include "test_support.hpp"
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/callback.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/components/model.hpp"
 #include "callback_rig.hpp"
 #include "test_support.hpp"
 

@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "tessera/callback.hpp"
-#include "tessera/human_format.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 

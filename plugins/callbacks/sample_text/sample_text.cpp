@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "tessera/log.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

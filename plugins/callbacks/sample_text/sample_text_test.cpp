@@ -9,11 +9,11 @@
 #include <sstream>
 #include <string>
 
-#include "tessera/callback.hpp"
+#include "tessera/components/callback.hpp"
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/log.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "test_support.hpp"
 
 namespace tessera {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/crc32c.hpp"
+#include "tessera/formats/crc32c.hpp"
 
 namespace tessera::tensorboard_testing {
 

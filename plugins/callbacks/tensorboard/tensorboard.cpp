@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "event_encoding.hpp"
-#include "tessera/callback.hpp"
-#include "tessera/crc32c.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/formats/crc32c.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"

@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/callback.hpp"
-#include "tessera/crc32c.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/formats/crc32c.hpp"
+#include "tessera/components/model.hpp"
 #include "callback_rig.hpp"
 #include "event_file_reader.hpp"
 #include "test_support.hpp"

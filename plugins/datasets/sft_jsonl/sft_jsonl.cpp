@@ -22,10 +22,10 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/batch.hpp"
-#include "tessera/config_fields.hpp"
-#include "tessera/crc32c.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/formats/crc32c.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "tessera/plugin.hpp"

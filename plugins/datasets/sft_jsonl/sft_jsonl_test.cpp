@@ -16,9 +16,9 @@
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "test_support.hpp"
 #include "trainer_parts.hpp"
 

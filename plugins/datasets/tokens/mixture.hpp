@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config_fields.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/components/dataset.hpp"
 #include "token_windows.hpp"
 
 namespace tessera::token_data {

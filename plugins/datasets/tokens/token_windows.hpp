@@ -24,10 +24,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/batch.hpp"
-#include "tessera/config_fields.hpp"
-#include "tessera/crc32c.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/formats/crc32c.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/plugin.hpp"
 #include "token_file_checks.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tessera/core/config/config_tree.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "test_support.hpp"
 

@@ -17,7 +17,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/parallel/vocab_parallel.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera_plugins {
 namespace {

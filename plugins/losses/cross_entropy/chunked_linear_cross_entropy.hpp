@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "tessera/output_head.hpp"
+#include "tessera/components/output_head.hpp"
 
 namespace tessera_plugins {
 

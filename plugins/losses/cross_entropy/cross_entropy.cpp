@@ -10,8 +10,8 @@
 #include <memory>
 
 #include "chunked_linear_cross_entropy.hpp"
-#include "tessera/batch.hpp"
-#include "tessera/loss.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/components/loss.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/batch.hpp"
-#include "tessera/loss.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/components/loss.hpp"
 #include "autograd_graph.hpp"
 #include "test_support.hpp"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/deferred_init.hpp"
-#include "tessera/hugging_face.hpp"
-#include "tessera/model.hpp"
+#include "tessera/nn/deferred_init.hpp"
+#include "tessera/formats/hugging_face.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/nn/mlp.hpp"
 #include "tessera/plugin.hpp"

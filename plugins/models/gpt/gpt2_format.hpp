@@ -10,9 +10,9 @@
 #include <set>
 #include <string>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/nn/parameters.hpp"
 #include "tessera/nn/weight_names.hpp"

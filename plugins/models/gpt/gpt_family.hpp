@@ -16,10 +16,10 @@
 #include <memory>
 #include <string>
 
-#include "tessera/activation_checkpoint.hpp"
-#include "tessera/config_fields.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/decoder.hpp"
 #include "tessera/nn/embedding.hpp"

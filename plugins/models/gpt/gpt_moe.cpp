@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/model.hpp"
-#include "tessera/moe.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/moe_routing.hpp"
 #include "tessera/nn/experts.hpp"
 #include "tessera/nn/mlp.hpp"
 #include "tessera/parallel/expert_parallel.hpp"

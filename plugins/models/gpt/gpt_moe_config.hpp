@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
 #include "tessera/nn/experts.hpp"
 #include "gpt_family.hpp"

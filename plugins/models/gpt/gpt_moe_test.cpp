@@ -12,13 +12,13 @@
 #include <mutex>
 #include <thread>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
-#include "tessera/model.hpp"
-#include "tessera/moe.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/moe_routing.hpp"
+#include "tessera/components/strategy.hpp"
 #include "gloo_ranks.hpp"
 #include "autograd_graph.hpp"
 #include "test_support.hpp"

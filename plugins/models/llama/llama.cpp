@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
-#include "tessera/model.hpp"
-#include "tessera/moe.hpp"
+#include "tessera/formats/hugging_face.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/moe_routing.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/decoder.hpp"
 #include "tessera/nn/embedding.hpp"

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/nn/experts.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/nn/mesh_rules.hpp"

@@ -13,8 +13,8 @@
 
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
 #include "tessera/registry.hpp"
 #include "../multi_tensor_optimizer.hpp"
 #include "../optimizer_test_rig.hpp"

@@ -12,8 +12,8 @@
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
 #include "../optimizer_test_rig.hpp"
 #include "test_support.hpp"
 

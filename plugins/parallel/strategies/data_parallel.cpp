@@ -18,10 +18,10 @@
 #include <algorithm>
 #include <set>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/log.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/components/optimizer.hpp"
 
 namespace tessera_plugins {
 namespace {

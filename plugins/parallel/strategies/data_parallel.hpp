@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "flat_unit.hpp"
-#include "tessera/model.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/strategy.hpp"
 
 namespace tessera_plugins {
 

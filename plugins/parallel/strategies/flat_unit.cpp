@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera_plugins {

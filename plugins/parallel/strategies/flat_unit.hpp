@@ -15,7 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 
 namespace tessera_plugins {
 
@@ -37,7 +37,7 @@ struct UnitPrecision {
   std::optional<at::ScalarType> reduce;
 };
 
-// A unit whose parameters are still on the meta device (tessera/deferred_init.hpp): the device
+// A unit whose parameters are still on the meta device (tessera/nn/deferred_init.hpp): the device
 // their storage goes on and the model's initializer of their values.
 struct DeferredUnitInit {
   c10::Device device{c10::kCPU};

@@ -7,7 +7,7 @@
 
 #include "flat_unit.hpp"
 #include "tessera/core/distributed/distributed.hpp"
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 
 namespace tessera_plugins {
 namespace flat_unit_test {

@@ -19,12 +19,12 @@
 #include <thread>
 #include <tuple>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/deferred_init.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/nn/deferred_init.hpp"
+#include "tessera/components/strategy.hpp"
 #include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"

@@ -14,12 +14,12 @@
 #include <mutex>
 #include <thread>
 
-#include "tessera/communicator.hpp"
-#include "tessera/loss.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/components/loss.hpp"
 #include "tessera/core/distributed/distributed.hpp"
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/strategy.hpp"
 #include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"

@@ -19,7 +19,7 @@
 #include "tessera/core/plugins/plugin_host.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/strategy.hpp"
 #include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"

@@ -4,7 +4,7 @@
 
 #include "../warmup.hpp"
 #include "tessera/plugin.hpp"
-#include "tessera/scheduler.hpp"
+#include "tessera/components/scheduler.hpp"
 
 namespace {
 

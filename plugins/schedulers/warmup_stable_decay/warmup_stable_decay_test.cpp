@@ -7,7 +7,7 @@
 #include <string>
 
 #include "tessera/core/config/config_tree.hpp"
-#include "tessera/scheduler.hpp"
+#include "tessera/components/scheduler.hpp"
 #include "test_support.hpp"
 
 namespace tessera {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config_fields.hpp"
-#include "tessera/crc32c.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/formats/crc32c.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "tessera/plugin.hpp"

@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/component_config.hpp"
-#include "tessera/config_fields.hpp"
-#include "tessera/context.hpp"
+#include "tessera/config/component_config.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/export.hpp"
-#include "tessera/schema.hpp"
+#include "tessera/config/schema.hpp"
 
 namespace tessera {
 
@@ -61,7 +61,7 @@ class TESSERA_API Registrar {
   Registrar(Registry& registry, std::string origin, std::shared_ptr<const void> keep_alive);
 
   // Registers `variant` of Interface::kKind with the config Config declares
-  // (tessera/config_fields.hpp). `factory` takes `const Config&` (and optionally the run's
+  // (tessera/config/config_fields.hpp). `factory` takes `const Config&` (and optionally the run's
   // `const RunContext&`) and returns a std::shared_ptr to Interface or a class derived from it.
   template <class Interface, class Config, class Factory>
   void add(std::string variant, std::string doc, Factory factory) {

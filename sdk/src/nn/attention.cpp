@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/attention.hpp"
+#include "tessera/kernels/attention.hpp"
 #include "tessera/nn/rotary.hpp"
 
 namespace tessera::nn {

@@ -1,6 +1,6 @@
 #include "tessera/nn/block.hpp"
 
-#include "tessera/activation_checkpoint.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
 
 namespace tessera::nn {
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "tessera/activation_checkpoint.hpp"
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/activation_checkpoint.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/error.hpp"
 #include "tessera/nn/documents.hpp"
 #include "tessera/nn/parameters.hpp"

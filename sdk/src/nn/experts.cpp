@@ -7,7 +7,7 @@
 
 #include <utility>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/nn/parameters.hpp"
 
 namespace tessera::nn {

@@ -5,7 +5,7 @@
 
 #include <utility>
 
-#include "tessera/linear_gelu.hpp"
+#include "tessera/kernels/linear_gelu.hpp"
 #include "tessera/nn/attention.hpp"
 
 namespace tessera::nn {

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "tessera/error.hpp"
-#include "tessera/precision.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera {
 namespace {

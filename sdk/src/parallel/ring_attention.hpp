@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 
 namespace tessera {
 

@@ -1,6 +1,6 @@
 // Registers scheduler/constant, which the bundled plugins already provide: a duplicate.
 #include "tessera/plugin.hpp"
-#include "tessera/scheduler.hpp"
+#include "tessera/components/scheduler.hpp"
 
 namespace {
 struct One : tessera::Scheduler {

@@ -7,10 +7,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "tessera/callback.hpp"
-#include "tessera/config_fields.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/loss.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/components/dataset.hpp"
+#include "tessera/components/loss.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "tessera/config_fields.hpp"
-#include "tessera/model.hpp"
+#include "tessera/config/config_fields.hpp"
+#include "tessera/components/model.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {

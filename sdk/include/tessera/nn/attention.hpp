@@ -19,7 +19,7 @@
 #include <string>
 
 #include "tessera/export.hpp"
-#include "tessera/linear.hpp"
+#include "tessera/nn/linear.hpp"
 #include "tessera/nn/layer.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "tessera/export.hpp"
-#include "tessera/model.hpp"
-#include "tessera/moe.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/moe_routing.hpp"
 #include "tessera/nn/block.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/expert_parallel.hpp"

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 
 namespace tessera::nn {
 

@@ -2,7 +2,7 @@
 // weight directly) and experts stacked one tensor per weight, so a checkpoint, fsdp's units and
 // expert parallelism's split (TensorShard::expert_stack) see one parameter, not E. The routing,
 // capacity, losses, statistics and the all-to-alls of expert parallelism are ExpertRouter's
-// (tessera/expert_router.hpp); under expert parallelism a rank holds num_experts / ep of every
+// (tessera/nn/expert_router.hpp); under expert parallelism a rank holds num_experts / ep of every
 // stack, under tensor parallelism every rank holds them whole and routes the same tokens.
 //   GeluExperts    GELU MLP experts with optional biases (model/gpt_moe): router, experts.c_fc,
 //                  experts.c_proj
@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/expert_router.hpp"
+#include "tessera/nn/expert_router.hpp"
 #include "tessera/export.hpp"
-#include "tessera/linear.hpp"
-#include "tessera/moe.hpp"
+#include "tessera/nn/linear.hpp"
+#include "tessera/components/moe_routing.hpp"
 #include "tessera/nn/layer.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/parallel_dims.hpp"

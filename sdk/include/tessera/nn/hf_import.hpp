@@ -1,4 +1,4 @@
-// What every kit model needs to import a Hugging Face folder (tessera/hugging_face.hpp) or a
+// What every kit model needs to import a Hugging Face folder (tessera/formats/hugging_face.hpp) or a
 // Tessera export: filling the architecture fields the YAML left out from config.json (and refusing
 // those that disagree), and copying tensors into parameters with every missing, extra or
 // misshapen tensor one error naming it.
@@ -22,10 +22,10 @@
 #include <type_traits>
 
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
-#include "tessera/safetensors.hpp"
+#include "tessera/formats/safetensors.hpp"
 
 namespace tessera::hf_import {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/deferred_init.hpp"
+#include "tessera/nn/deferred_init.hpp"
 #include "tessera/export.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
@@ -20,7 +20,7 @@
 namespace tessera::nn {
 
 // A parameter from tessera::new_parameter: on the meta device while the host defers
-// initialisation (tessera/deferred_init.hpp), else on the CPU filled with `fill` (norms' ones,
+// initialisation (tessera/nn/deferred_init.hpp), else on the CPU filled with `fill` (norms' ones,
 // biases' zeros) until the model's initialisation writes it.
 TESSERA_API at::Tensor parameter(at::IntArrayRef sizes, double fill);
 

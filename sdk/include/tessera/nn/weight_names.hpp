@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "tessera/export.hpp"
-#include "tessera/hugging_face.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera::nn {
 

@@ -23,7 +23,7 @@
 #include <memory>
 #include <vector>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/export.hpp"
 
 namespace tessera::collectives {

@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "tessera/communicator.hpp"
-#include "tessera/context.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/export.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/communicator.hpp"
-#include "tessera/context.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/export.hpp"
 
 namespace tessera {

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "tessera/export.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera {
 

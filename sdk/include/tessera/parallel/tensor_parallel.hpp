@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/communicator.hpp"
-#include "tessera/context.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/export.hpp"
 #include "tessera/parallel/sharded_rng.hpp"
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/export.hpp"
 
 namespace tessera {

@@ -1,5 +1,5 @@
 // The `checkpoint` section of a run spec (docs/checkpointing.md): when to save and export, how
-// many to keep, whether to write in the background. Declared once (tessera/config_fields.hpp).
+// many to keep, whether to write in the background. Declared once (tessera/config/config_fields.hpp).
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 
 namespace tessera::core {
 

@@ -7,10 +7,10 @@
 #include <set>
 #include <string>
 
-#include "tessera/durable_file.hpp"
+#include "tessera/formats/durable_file.hpp"
 #include "tessera/error.hpp"
-#include "tessera/hugging_face.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/formats/hugging_face.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera::core {
 

@@ -1,5 +1,5 @@
 // Optimizer state saved under one layout of ranks, loaded under another. The convention
-// (tessera/optimizer.hpp): keys "param.<i>.<field>" hold per-element state of parameter i
+// (tessera/components/optimizer.hpp): keys "param.<i>.<field>" hold per-element state of parameter i
 // (shaped like it, or 1-D over its part) or a 0-dim value (a step count).
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tessera/parallel/tensor_parallel.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera::core {
 

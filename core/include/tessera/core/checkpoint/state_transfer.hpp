@@ -2,8 +2,8 @@
 // rank 0 for a checkpoint or an export (each stage holds its own blocks' parameters).
 #pragma once
 
-#include "tessera/communicator.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/run/communicator.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera::core {
 

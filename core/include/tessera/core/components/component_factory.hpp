@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "tessera/context.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/core/config/config_tree.hpp"
 #include "tessera/registry.hpp"
-#include "tessera/value.hpp"
+#include "tessera/config/value.hpp"
 
 namespace tessera::core {
 

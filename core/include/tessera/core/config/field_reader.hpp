@@ -6,11 +6,11 @@
 #include <string>
 #include <utility>
 
-#include "tessera/component_config.hpp"
-#include "tessera/config_fields.hpp"
+#include "tessera/config/component_config.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/core/config/config_tree.hpp"
-#include "tessera/schema.hpp"
-#include "tessera/value.hpp"
+#include "tessera/config/schema.hpp"
+#include "tessera/config/value.hpp"
 
 namespace tessera::core {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/communicator.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 
 namespace tessera::core {

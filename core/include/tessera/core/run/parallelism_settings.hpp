@@ -3,13 +3,13 @@
 // dp_replicate x dp_shard ranks (and their cp peers); tp (with sequence_parallel) splits the
 // model's layers, cp (ring or ulysses attention) every sequence, pp its blocks into pipeline
 // stages, ep the experts of its mixture-of-experts layers. Declared
-// once (tessera/config_fields.hpp); resolved against the world size into ParallelDims.
+// once (tessera/config/config_fields.hpp); resolved against the world size into ParallelDims.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 #include "tessera/parallel/parallel_dims.hpp"
 
 namespace tessera::core {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/context.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 #include "tessera/core/checkpoint/checkpoint_store.hpp"
 #include "tessera/core/config/config_tree.hpp"

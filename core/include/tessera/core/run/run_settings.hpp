@@ -1,6 +1,6 @@
 // The `settings` and `plugins` sections of a run spec: what the whole run shares (seed, run
 // directory, device, threads, timeouts, the MFU peak, logging) and where plugins are searched.
-// Declared once (tessera/config_fields.hpp).
+// Declared once (tessera/config/config_fields.hpp).
 #pragma once
 
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 
 namespace tessera::core {
 

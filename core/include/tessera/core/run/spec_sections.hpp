@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tessera/core/config/config_tree.hpp"
-#include "tessera/schema.hpp"
+#include "tessera/config/schema.hpp"
 
 namespace tessera::core {
 

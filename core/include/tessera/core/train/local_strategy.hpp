@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "tessera/parallel.hpp"
+#include "tessera/components/strategy.hpp"
 
 namespace tessera::core {
 

@@ -11,7 +11,7 @@
 #include <functional>
 #include <memory>
 
-#include "tessera/batch.hpp"
+#include "tessera/run/batch.hpp"
 
 namespace tessera::core {
 

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <thread>
 
-#include "tessera/batch.hpp"
-#include "tessera/dataset.hpp"
+#include "tessera/run/batch.hpp"
+#include "tessera/components/dataset.hpp"
 
 namespace tessera::core {
 

@@ -6,7 +6,7 @@
 
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
-#include "tessera/stateful.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera::core {
 

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/adapter.hpp"
-#include "tessera/callback.hpp"
-#include "tessera/context.hpp"
+#include "tessera/components/adapter.hpp"
+#include "tessera/components/callback.hpp"
+#include "tessera/run/context.hpp"
 #include "tessera/core/checkpoint/checkpoint_settings.hpp"
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
 #include "tessera/core/checkpoint/checkpoint_store.hpp"
@@ -30,18 +30,18 @@
 #include "tessera/core/train/micro_batch_graph.hpp"
 #include "tessera/core/train/throughput.hpp"
 #include "tessera/core/train/trainer_settings.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/loss.hpp"
-#include "tessera/metric_value.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/parallel.hpp"
+#include "tessera/components/dataset.hpp"
+#include "tessera/components/loss.hpp"
+#include "tessera/run/metric_value.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/components/optimizer.hpp"
+#include "tessera/components/strategy.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
-#include "tessera/scheduler.hpp"
+#include "tessera/components/scheduler.hpp"
 
 namespace tessera::core {
 

@@ -1,11 +1,11 @@
 // The `trainer` section of a run spec: how long to train and how a step is shaped. Declared once
-// (tessera/config_fields.hpp): the members' initialisers are the documented defaults.
+// (tessera/config/config_fields.hpp): the members' initialisers are the documented defaults.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "tessera/config_fields.hpp"
+#include "tessera/config/config_fields.hpp"
 
 namespace tessera::core {
 

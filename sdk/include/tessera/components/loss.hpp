@@ -1,0 +1,45 @@
+// Kind `loss`: returns the summed loss and the number of target tokens, never a mean, so the
+// trainer can normalise by the global token count across micro-batches and ranks.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "tessera/export.hpp"
+#include "tessera/components/output_head.hpp"
+
+namespace tessera {
+
+struct LossSum {
+  at::Tensor sum;    // scalar, float32
+  at::Tensor count;  // scalar, int64: targets that contributed
+};
+
+class TESSERA_API Loss {
+ public:
+  static constexpr const char* kKind = "loss";
+  virtual ~Loss();
+  // logits [batch, seq, vocab], labels [batch, seq] with kIgnoreIndex where no loss is taken.
+  virtual LossSum compute(const at::Tensor& logits, const at::Tensor& labels) = 0;
+
+  // Whether this loss wants the hidden states and the output head rather than the logits (it
+  // computes logits chunk by chunk). The trainer then calls compute_from_hidden() for models
+  // with Model::has_output_head().
+  virtual bool takes_hidden_states() const { return false; }
+  // hidden [batch, seq, hidden], head: the model's projection, labels [batch, seq]. The default
+  // projects all tokens at once and calls compute(); with a vocabulary-parallel head it gathers
+  // the whole logits first (correct for any loss; cross_entropy reduces over the vocabulary's
+  // ranks instead and never gathers them).
+  virtual LossSum compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels);
+  // Whether compute_from_hidden() handles a head whose vocabulary is split over tensor-parallel
+  // ranks (OutputHead::vocab_parallel) itself. When false, callers use the SDK's default
+  // (Loss::compute_from_hidden, which gathers the logits) for such heads, so a loss written for
+  // whole logits stays right.
+  virtual bool handles_vocab_parallel_head() const { return false; }
+};
+
+// loss.compute_from_hidden(hidden, head, labels), or the SDK's default (whole logits gathered)
+// where the head is vocabulary-parallel and the loss does not handle that itself.
+TESSERA_API LossSum loss_from_hidden(Loss& loss, const at::Tensor& hidden, const OutputHead& head,
+                                     const at::Tensor& labels);
+
+}  // namespace tessera

@@ -1,0 +1,28 @@
+// The output projection of a language model: logits = hidden · weightᵀ + bias. A model that
+// exposes it (Model::output_head) lets a loss compute logits a chunk of tokens at a time, so
+// the whole [tokens, vocab] logits never exist at once.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "tessera/run/communicator.hpp"
+
+namespace tessera {
+
+struct OutputHead {
+  at::Tensor weight;  // [vocab, hidden]: this rank's rows of it under tensor parallelism
+  at::Tensor bias;    // [vocab] (this rank's part), or undefined
+  // Set when the vocabulary is split over tensor-parallel ranks (vocab_parallel()): this rank
+  // holds rows [vocab_start, vocab_start + weight.size(0)) of `vocab_size`, and a loss reduces
+  // over `vocab_group` (tessera/parallel/vocab_parallel.hpp) instead of gathering whole logits.
+  std::shared_ptr<Communicator> vocab_group;
+  std::int64_t vocab_start = 0;
+  std::int64_t vocab_size = 0;
+
+  bool vocab_parallel() const { return vocab_group && vocab_group->world_size() > 1; }
+};
+
+}  // namespace tessera
