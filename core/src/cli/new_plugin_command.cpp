@@ -1,7 +1,10 @@
 // `tessera new-plugin KIND NAME [--dir D]`.
 #include <boost/program_options.hpp>
 
+#include <filesystem>
 #include <iostream>
+#include <set>
+#include <string>
 
 #include "commands.hpp"
 #include "tessera/core/plugins/plugin_host.hpp"
@@ -32,7 +35,11 @@ int new_plugin_command(const Args& args) {
     throw UsageError(kind + "/" + name + " is already registered by " + host.registry().find(kind, name)->origin);
   }
   const std::string folder = tooling::scaffold_plugin(kind, name, dir);
-  std::cout << "wrote " << folder << "/{" << name << ".cpp, CMakeLists.txt, README.md, " << name << "_test.yaml}\n"
+  std::set<std::string> written;  // in name order
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) written.insert(entry.path().filename().string());
+  std::string files;
+  for (const std::string& file : written) files += (files.empty() ? "" : ", ") + file;
+  std::cout << "wrote " << folder << "/{" << files << "}\n"
             << "build and test it against an installed Tessera:\n"
             << "  cmake -S " << folder << " -B " << folder << "/build -DCMAKE_PREFIX_PATH=<tessera prefix>\n"
             << "  cmake --build " << folder << "/build && ctest --test-dir " << folder << "/build\n";

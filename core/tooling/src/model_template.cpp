@@ -8,7 +8,7 @@ namespace tessera::tooling {
 KindTemplate model_template() {
   KindTemplate t{
       "#include <optional>\n#include <string>\n#include <tuple>\n#include <vector>\n\n"
-      "#include \"tessera/nn/attention.hpp\"\n#include \"tessera/nn/block.hpp\"\n#include \"tessera/nn/decoder.hpp\"\n"
+      "#include \"tessera/nn/attention.hpp\"\n#include \"tessera/nn/block.hpp\"\n#include \"tessera/nn/decoder.hpp\"\n#include \"tessera/nn/decoder_fields.hpp\"\n"
       "#include \"tessera/nn/embedding.hpp\"\n#include \"tessera/nn/mesh_rules.hpp\"\n#include \"tessera/nn/mlp.hpp\"\n"
       "#include \"tessera/nn/norms.hpp\"\n#include \"tessera/nn/parameters.hpp\"\n#include \"tessera/nn/rotary.hpp\"\n",
       "tessera::Model",
@@ -25,13 +25,14 @@ class @CLASS@ : public tessera::nn::DecoderModel {
     // Parameters in Hugging Face's Llama names; the embedding on the first pipeline stage, the
     // final norm and the head on the last, each block on the stage that holds it.
     if (pp_.holds_first_stage()) {
-      embed_tokens_ = register_module("embed_tokens", std::make_shared<tessera::nn::Embedding>(tp_.local(c.vocab_size), c.dim));
+      embed_tokens_ = register_module("embed_tokens", std::make_shared<tessera::nn::Embedding>(tp_.local(c.vocab_size), c.n_embd));
     }
     tessera::nn::AttentionSpec attention;
-    attention.hidden = c.dim;
+    attention.hidden = c.n_embd;
     attention.heads = c.n_head;
     attention.kv_heads = c.n_kv_head;
     attention.head_dim = c.head_dim();
+    attention.dropout = c.dropout;
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
       // Every block's splits (held here or not), then the block if this rank's stages hold it.
@@ -40,26 +41,26 @@ class @CLASS@ : public tessera::nn::DecoderModel {
       tessera::nn::SwiGlu::plan(plan_, block + "mlp.");
       add_block(*layers, i, [&] {
         return std::make_shared<tessera::nn::TransformerBlock>(tessera::nn::BlockParts{
-            {"input_layernorm", std::make_shared<tessera::nn::RmsNorm>(c.dim, 1e-5, tp_)},
+            {"input_layernorm", std::make_shared<tessera::nn::RmsNorm>(c.n_embd, 1e-5, tp_)},
             {"self_attn", std::make_shared<tessera::nn::GroupedQueryAttention>(attention, tp_, cp_)},
-            {"post_attention_layernorm", std::make_shared<tessera::nn::RmsNorm>(c.dim, 1e-5, tp_)},
-            {"mlp", std::make_shared<tessera::nn::SwiGlu>(c.dim, c.intermediate_size, false, tp_)}});
+            {"post_attention_layernorm", std::make_shared<tessera::nn::RmsNorm>(c.n_embd, 1e-5, tp_)},
+            {"mlp", std::make_shared<tessera::nn::SwiGlu>(c.n_embd, c.intermediate_size, false, tp_)}});
       });
     }
     plan_["embed_tokens.weight"] = tessera::TensorShard::vocabulary();
     plan_["lm_head.weight"] = tessera::TensorShard::vocabulary();
     if (pp_.holds_last_stage()) {
-      norm_ = register_module("norm", std::make_shared<tessera::nn::RmsNorm>(c.dim, 1e-5, tp_));
+      norm_ = register_module("norm", std::make_shared<tessera::nn::RmsNorm>(c.n_embd, 1e-5, tp_));
       // Not adaptable: the loss reads the head's weight directly (Model::output_head).
       lm_head_ = register_module("lm_head",
-                                 std::make_shared<tessera::Linear>(c.dim, tp_.local(c.vocab_size), false, false));
+                                 std::make_shared<tessera::Linear>(c.n_embd, tp_.local(c.vocab_size), false, false));
     }
     // Built for a run, the parameters are meta tensors until fsdp or the trainer asks for them.
     if (!has_deferred_parameters()) initialize_parameters(parameters());
     // N of 6N + 12·L·W·T: every weight but the input embedding (a lookup costs no FLOPs).
     const std::int64_t d = c.head_dim();
-    const std::int64_t per_block = 2 * c.dim + c.dim * (2 * c.n_head + 2 * c.n_kv_head) * d + 3 * c.dim * c.intermediate_size;
-    set_flop_parameters(static_cast<double>(c.n_layer * per_block + c.dim + c.vocab_size * c.dim));
+    const std::int64_t per_block = 2 * c.n_embd + c.n_embd * (2 * c.n_head + 2 * c.n_kv_head) * d + 3 * c.n_embd * c.intermediate_size;
+    set_flop_parameters(static_cast<double>(c.n_layer * per_block + c.n_embd + c.vocab_size * c.n_embd));
   }
 
   // One rule from a parameter's name to its start: ones for the norms, normal(0, 0.02) else.
@@ -76,7 +77,7 @@ class @CLASS@ : public tessera::nn::DecoderModel {
   // What `tessera plan` counts: the kit fills blocks and checkpointing, the model its widths.
   tessera::TransformerShape transformer_shape() const override {
     tessera::TransformerShape shape = decoder_shape();
-    shape.hidden = config_.dim;
+    shape.hidden = config_.n_embd;
     shape.heads = config_.n_head;
     shape.kv_heads = config_.n_kv_head;
     shape.head_dim = config_.head_dim();
@@ -100,13 +101,7 @@ class @CLASS@ : public tessera::nn::DecoderModel {
 
  private:
   static tessera::nn::DecoderSpec spec(const @CLASS@Config& c) {
-    tessera::nn::DecoderSpec s;
-    s.kind = "model/@NAME@";
-    s.vocab_size = c.vocab_size;
-    s.max_seq_len = c.max_seq_len;
-    s.n_layer = c.n_layer;
-    s.attention_width = c.n_head * c.head_dim();
-    return s;
+    return tessera::nn::DecoderSpec::of("model/@NAME@", c);  // sizes and checkpointing from the fields
   }
 
   @CLASS@Config config_;
@@ -116,44 +111,41 @@ class @CLASS@ : public tessera::nn::DecoderModel {
   std::shared_ptr<tessera::Linear> lm_head_;
 };
 )tpl",
-      R"tpl(  std::int64_t vocab_size = 256;
-  std::int64_t dim = 64;
-  std::int64_t n_layer = 2;
-  std::int64_t n_head = 4;
+      R"tpl(  // The kit's decoder fields (vocab_size, n_layer, n_head, n_embd, max_seq_len, dropout,
+  // init_std, activation checkpointing) come from tessera::nn::DecoderFields; these are the
+  // family's own. A small model by default.
   std::int64_t n_kv_head = 2;
   std::int64_t intermediate_size = 128;
-  std::int64_t max_seq_len = 64;
   double rope_theta = 10000.0;
 
-  std::int64_t head_dim() const { return dim / n_head; }
+  @CLASS@Config() {
+    n_layer = 2;
+    n_embd = 64;
+    max_seq_len = 64;
+  }
+  std::int64_t head_dim() const { return n_embd / n_head; }
 )tpl",
       R"tpl(    using C = @CLASS@Config;
-    f.field("vocab_size", &C::vocab_size, "number of token ids").at_least(1);
-    f.field("dim", &C::dim, "width of the residual stream (divisible by n_head)").at_least(1);
-    f.field("n_layer", &C::n_layer, "transformer blocks").at_least(1);
-    f.field("n_head", &C::n_head, "query heads").at_least(1);
+    tessera::nn::declare_decoder_fields(f, {});  // and that the model splits over tp, cp and pp
     f.field("n_kv_head", &C::n_kv_head, "key/value heads (divides n_head)").at_least(1);
     f.field("intermediate_size", &C::intermediate_size, "hidden width of the SwiGLU MLP").at_least(1);
-    f.field("max_seq_len", &C::max_seq_len, "longest sequence").at_least(1);
     f.field("rope_theta", &C::rope_theta, "base of the rotary frequencies").greater_than(0);
     f.check([](const C& c) {
-      if (c.dim % c.n_head != 0 || (c.dim / c.n_head) % 2 != 0) {
-        throw tessera::ConfigError("dim must be n_head times an even head size", "dim");
+      if (c.n_embd % c.n_head != 0 || (c.n_embd / c.n_head) % 2 != 0) {
+        throw tessera::ConfigError("n_embd must be n_head times an even head size", "n_embd");
       }
       if (c.n_head % c.n_kv_head != 0) throw tessera::ConfigError("n_kv_head must divide n_head", "n_kv_head");
     });
     // What each mesh axis needs of the sizes: refused by `tessera validate` before anything is built.
     f.check_in_run([](const C& c, const tessera::RunContext& run) {
       tessera::nn::check_tensor_parallel({c.n_head, c.n_kv_head, c.intermediate_size, c.vocab_size}, run.parallel);
-      tessera::nn::check_context_parallel(c.n_head, 0.0, run.parallel);
+      tessera::nn::check_context_parallel(c.n_head, c.dropout, run.parallel);
       tessera::nn::check_pipeline_parallel(c.n_layer, run.parallel);
     });
-    f.splits_over(tessera::MeshAxis::tp);
-    f.splits_over(tessera::MeshAxis::cp);
-    f.splits_over(tessera::MeshAxis::pp);
     f.splits_sequence();
 )tpl",
       "  model: {component_key: model, variant_key: @NAME@}\n"};
+  t.config_bases = " : tessera::nn::DecoderFields";
   t.factory =
       "[](const @CLASS@Config& config, const tessera::RunContext& run) { return std::make_shared<@CLASS@>(config, run); }";
   // One rank against two Gloo ranks under each mesh (fsdp: two data-parallel ranks, as much as

@@ -269,7 +269,7 @@ std::string scaffold_plugin(const std::string& kind, const std::string& name, co
                   std::string(t.includes) + "#include \"tessera/plugin.hpp\"\n\nnamespace {\n\n"
                   "// The config, declared once: the members' initialisers are the defaults, declare() gives each\n"
                   "// its YAML key, doc and constraints; the host validates a run against it before building.\n"
-                  "struct @CLASS@Config {\n" + t.members +
+                  "struct @CLASS@Config" + t.config_bases + " {\n" + t.members +
                   "\n  static void declare(tessera::ConfigFields<@CLASS@Config>& f) {\n" + t.fields + "  }\n};\n\n" +
                   t.body +
                   "\nvoid register_components(tessera::Registrar& registrar) {\n"

@@ -16,6 +16,8 @@ struct KindTemplate {
   // The registered factory: from the config (and the run, for a component that splits over
   // its mesh) to the component.
   const char* factory = "[](const @CLASS@Config& config) { return std::make_shared<@CLASS@>(config); }";
+  // The config's bases (" : tessera::nn::DecoderFields"), whose fields it declares too.
+  const char* config_bases = "";
   // Extra generated tests (CMake lines) and files (name, text) beside the plugin.
   const char* extra_tests = "";
   const char* extra_file_name = nullptr;

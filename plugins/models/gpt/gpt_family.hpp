@@ -22,6 +22,7 @@
 #include "tessera/components/model.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/decoder.hpp"
+#include "tessera/nn/decoder_fields.hpp"
 #include "tessera/nn/embedding.hpp"
 #include "tessera/nn/mesh_rules.hpp"
 #include "tessera/nn/norms.hpp"
@@ -30,19 +31,9 @@
 
 namespace tessera::gpt_family {
 
-struct GptArchitecture {
-  std::int64_t vocab_size = 256;
-  std::int64_t n_layer = 4;
-  std::int64_t n_head = 4;
-  std::int64_t n_embd = 128;
-  std::int64_t max_seq_len = 256;
-  double dropout = 0.0;
+// The kit's decoder fields (nn::DecoderFields) and GPT-2's biases.
+struct GptArchitecture : nn::DecoderFields {
   bool bias = true;
-  double init_std = 0.02;
-  // Blocks recompute their activations in backward instead of keeping them: every
-  // activation_checkpointing_every-th block (0, k, 2k, ...) when on.
-  bool activation_checkpointing = false;
-  std::int64_t activation_checkpointing_every = 1;
 
   std::int64_t head_dim() const { return n_embd / n_head; }
   double residual_std() const { return init_std / std::sqrt(2.0 * static_cast<double>(n_layer)); }
@@ -64,23 +55,11 @@ struct ArchitectureDocs {
 
 template <class Config>
 void declare_gpt_architecture(ConfigFields<Config>& f, const ArchitectureDocs& docs) {
-  using A = GptArchitecture;
-  f.field("vocab_size", &A::vocab_size, "number of token ids").at_least(1);
-  f.field("n_layer", &A::n_layer, "transformer blocks").at_least(1);
-  f.field("n_head", &A::n_head, "attention heads per block").at_least(1);
-  f.field("n_embd", &A::n_embd, "width of the residual stream (divisible by n_head)").at_least(1);
-  f.field("max_seq_len", &A::max_seq_len, "longest sequence (size of the position embedding)").at_least(1);
-  f.field("dropout", &A::dropout, docs.dropout).at_least(0).less_than(1);
-  f.field("bias", &A::bias, docs.bias);
-  f.field("init_std", &A::init_std, "standard deviation of the normal weight init").greater_than(0);
-  f.field("activation_checkpointing", &A::activation_checkpointing,
-          "recompute block activations in backward instead of keeping them (less memory, about a third more compute)");
-  f.field("activation_checkpointing_every", &A::activation_checkpointing_every,
-          "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
-      .at_least(1);
-  f.splits_over(MeshAxis::tp);
-  f.splits_over(MeshAxis::cp);
-  f.splits_over(MeshAxis::pp);
+  nn::DecoderDocs decoder;
+  decoder.max_seq_len = "longest sequence (size of the position embedding)";
+  decoder.dropout = docs.dropout;
+  nn::declare_decoder_fields(f, decoder);
+  f.field("bias", &GptArchitecture::bias, docs.bias);
   f.check([](const Config& c) {
     if (c.n_embd % c.n_head != 0) {
       throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
@@ -199,15 +178,12 @@ class GptDecoder : public nn::DecoderModel {
   const GptArchitecture architecture_;
 
  private:
-  static nn::DecoderSpec with_gpt_fields(nn::DecoderSpec spec, const GptArchitecture& c) {
-    spec.vocab_size = c.vocab_size;
-    spec.max_seq_len = c.max_seq_len;
-    spec.n_layer = c.n_layer;
-    spec.attention_width = c.n_embd;
-    spec.activation_checkpointing = c.activation_checkpointing;
-    spec.activation_checkpointing_every = c.activation_checkpointing_every;
-    spec.tied_embedding = "wte.weight";
-    return spec;
+  static nn::DecoderSpec with_gpt_fields(const nn::DecoderSpec& spec, const GptArchitecture& c) {
+    nn::DecoderSpec out = nn::DecoderSpec::of(spec.kind, c);
+    out.tied_embedding = "wte.weight";
+    out.aux_loss_coef = spec.aux_loss_coef;
+    out.z_loss_coef = spec.z_loss_coef;
+    return out;
   }
 
   std::shared_ptr<nn::Embedding> wte_, wpe_;  // wte: first and last stage; wpe: first stage

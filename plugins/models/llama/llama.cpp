@@ -39,14 +39,8 @@ using tessera::llama::LlamaConfig;
 namespace nn = tessera::nn;
 
 nn::DecoderSpec decoder_spec(const LlamaConfig& c) {
-  nn::DecoderSpec spec;
-  spec.kind = "model/llama";
-  spec.vocab_size = c.vocab_size;
-  spec.max_seq_len = c.max_seq_len;
-  spec.n_layer = c.n_layer;
+  nn::DecoderSpec spec = nn::DecoderSpec::of("model/llama", c);
   spec.attention_width = c.n_head * c.head_size();
-  spec.activation_checkpointing = c.activation_checkpointing;
-  spec.activation_checkpointing_every = c.activation_checkpointing_every;
   if (c.tie_embeddings) spec.tied_embedding = "embed_tokens.weight";
   spec.aux_loss_coef = c.aux_loss_coef;
   spec.z_loss_coef = c.z_loss_coef;

@@ -19,6 +19,7 @@
 #include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
 #include "tessera/formats/hugging_face.hpp"
+#include "tessera/nn/decoder_fields.hpp"
 #include "tessera/nn/experts.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/nn/mesh_rules.hpp"
@@ -32,25 +33,16 @@ inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml);
 
 // The mixture-of-experts fields (num_experts, top_k, ...) are the kit's (nn::MoeFields): a llama
 // is dense unless num_experts is set.
-struct LlamaConfig : nn::MoeFields {
-  std::int64_t vocab_size = 256;
-  std::int64_t n_layer = 4;
-  std::int64_t n_head = 4;
+struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   std::int64_t n_kv_head = 0;          // 0: n_head (no grouping)
-  std::int64_t n_embd = 128;
   std::int64_t head_dim = 0;           // 0: n_embd / n_head
   std::int64_t intermediate_size = 0;  // 0: 8/3 n_embd rounded up to a multiple of 64
-  std::int64_t max_seq_len = 256;
   double rope_theta = 10000.0;
   // Llama 3's frequency-dependent RoPE scaling: [factor, low_freq_factor, high_freq_factor,
   // original_max_seq_len]; absent: none.
   std::optional<std::vector<double>> rope_scaling;
   double rms_norm_eps = 1e-5;
   bool tie_embeddings = false;
-  double dropout = 0.0;  // on the attention probabilities (Llama's attention_dropout)
-  double init_std = 0.02;
-  bool activation_checkpointing = false;
-  std::int64_t activation_checkpointing_every = 1;
   std::string init_from;
   std::set<std::string> given;
 
@@ -98,28 +90,22 @@ struct LlamaConfig : nn::MoeFields {
 
   static void declare(ConfigFields<LlamaConfig>& f) {
     using C = LlamaConfig;
-    f.field("vocab_size", &C::vocab_size, "number of token ids").at_least(1);
-    f.field("n_layer", &C::n_layer, "transformer blocks").at_least(1);
-    f.field("n_head", &C::n_head, "query heads per block").at_least(1);
+    nn::DecoderDocs decoder;
+    decoder.n_head = "query heads per block";
+    decoder.n_embd = "width of the residual stream";
+    decoder.max_seq_len = "longest sequence (rotary tables are built for it)";
+    decoder.dropout = "dropout on the attention probabilities (Llama's attention_dropout)";
+    nn::declare_decoder_fields(f, decoder);
     f.field("n_kv_head", &C::n_kv_head, "key/value heads (grouped-query attention; 0: n_head)").at_least(0);
-    f.field("n_embd", &C::n_embd, "width of the residual stream").at_least(1);
     f.field("head_dim", &C::head_dim, "size of one attention head (0: n_embd / n_head)").at_least(0);
     f.field("intermediate_size", &C::intermediate_size,
             "hidden width of the SwiGLU MLP (0: 8/3 n_embd rounded up to a multiple of 64)")
         .at_least(0);
-    f.field("max_seq_len", &C::max_seq_len, "longest sequence (rotary tables are built for it)").at_least(1);
     f.field("rope_theta", &C::rope_theta, "base of the rotary position embedding's frequencies").greater_than(0);
     f.field("rope_scaling", &C::rope_scaling,
             "Llama 3 RoPE scaling [factor, low_freq_factor, high_freq_factor, original_max_seq_len] (absent: none)");
     f.field("rms_norm_eps", &C::rms_norm_eps, "epsilon of the RMS norms").greater_than(0);
     f.field("tie_embeddings", &C::tie_embeddings, "the output head reuses the token embedding (no lm_head)");
-    f.field("dropout", &C::dropout, "dropout on the attention probabilities").at_least(0).less_than(1);
-    f.field("init_std", &C::init_std, "standard deviation of the normal weight init").greater_than(0);
-    f.field("activation_checkpointing", &C::activation_checkpointing,
-            "recompute block activations in backward instead of keeping them (less memory, about a third more compute)");
-    f.field("activation_checkpointing_every", &C::activation_checkpointing_every,
-            "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
-        .at_least(1);
     nn::declare_moe_fields(
         f, {"experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP",
             /*dense_allowed=*/true, "blocks"});
@@ -130,10 +116,7 @@ struct LlamaConfig : nn::MoeFields {
         .existing_path();
     f.record_given(&C::given);
     f.check(&LlamaConfig::check);
-    f.splits_over(MeshAxis::tp);
-    f.splits_over(MeshAxis::cp);
     f.splits_sequence();
-    f.splits_over(MeshAxis::pp);
     // With init_from the sizes the YAML leaves out come from its config.json: settled first.
     f.check_in_run([](const LlamaConfig& c, const RunContext& run) { check_mesh(settled_by_init_from(c), run, c); });
   }

@@ -25,6 +25,7 @@
 #include "tessera/components/model.hpp"
 #include "tessera/components/moe_routing.hpp"
 #include "tessera/nn/block.hpp"
+#include "tessera/nn/decoder_fields.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
@@ -46,6 +47,20 @@ struct DecoderSpec {
   // The weights of the mixture-of-experts layers' balance and z-losses (Model::auxiliary_loss).
   double aux_loss_coef = 0.0;
   double z_loss_coef = 0.0;
+
+  // The spec from a config's decoder fields: sizes and checkpointing; attention_width n_embd
+  // (a model whose heads are not n_embd / n_head wide sets its own).
+  static DecoderSpec of(const std::string& kind, const DecoderFields& fields) {
+    DecoderSpec spec;
+    spec.kind = kind;
+    spec.vocab_size = fields.vocab_size;
+    spec.max_seq_len = fields.max_seq_len;
+    spec.n_layer = fields.n_layer;
+    spec.attention_width = fields.n_embd;
+    spec.activation_checkpointing = fields.activation_checkpointing;
+    spec.activation_checkpointing_every = fields.activation_checkpointing_every;
+    return spec;
+  }
 };
 
 // What one forward pass's embedding and blocks get of its packed documents and positions.

@@ -1,0 +1,60 @@
+// The YAML fields every decoder-only transformer has, declared once for every kit model: the
+// vocabulary, blocks, heads, width, longest sequence, dropout, the init scale and activation
+// checkpointing. A model's config derives from DecoderFields (and nn::MoeFields for experts) and
+// adds what its family has besides; YAML keys, defaults, docs and limits are then the same in
+// every model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/config/config_fields.hpp"
+#include "tessera/parallel/parallel_dims.hpp"
+
+namespace tessera::nn {
+
+struct DecoderFields {
+  std::int64_t vocab_size = 256;
+  std::int64_t n_layer = 4;
+  std::int64_t n_head = 4;
+  std::int64_t n_embd = 128;
+  std::int64_t max_seq_len = 256;
+  double dropout = 0.0;
+  double init_std = 0.02;
+  // Blocks recompute their activations in backward instead of keeping them: every
+  // activation_checkpointing_every-th block (0, k, 2k, ...) when on.
+  bool activation_checkpointing = false;
+  std::int64_t activation_checkpointing_every = 1;
+};
+
+// What the fields mean differs a little between families; the docs say so.
+struct DecoderDocs {
+  const char* n_head = "attention heads per block";
+  const char* n_embd = "width of the residual stream (divisible by n_head)";
+  const char* max_seq_len = "longest sequence";
+  const char* dropout = "dropout";
+};
+
+// Declares the fields, and that the model splits over tensor-, context- and pipeline-parallel
+// ranks (the kit's DecoderModel does).
+template <class Config>
+void declare_decoder_fields(ConfigFields<Config>& f, const DecoderDocs& docs) {
+  using D = DecoderFields;
+  f.field("vocab_size", &D::vocab_size, "number of token ids").at_least(1);
+  f.field("n_layer", &D::n_layer, "transformer blocks").at_least(1);
+  f.field("n_head", &D::n_head, docs.n_head).at_least(1);
+  f.field("n_embd", &D::n_embd, docs.n_embd).at_least(1);
+  f.field("max_seq_len", &D::max_seq_len, docs.max_seq_len).at_least(1);
+  f.field("dropout", &D::dropout, docs.dropout).at_least(0).less_than(1);
+  f.field("init_std", &D::init_std, "standard deviation of the normal weight init").greater_than(0);
+  f.field("activation_checkpointing", &D::activation_checkpointing,
+          "recompute block activations in backward instead of keeping them (less memory, about a third more compute)");
+  f.field("activation_checkpointing_every", &D::activation_checkpointing_every,
+          "with activation_checkpointing: checkpoint blocks 0, k, 2k, ... (1: every block)")
+      .at_least(1);
+  f.splits_over(MeshAxis::tp);
+  f.splits_over(MeshAxis::cp);
+  f.splits_over(MeshAxis::pp);
+}
+
+}  // namespace tessera::nn
