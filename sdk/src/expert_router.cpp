@@ -8,7 +8,9 @@
 #include <ATen/ops/div.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/log.h>
 #include <ATen/ops/logsumexp.h>
+#include <ATen/ops/sigmoid.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
@@ -31,6 +33,16 @@ ExpertRouter::ExpertRouter(ExpertRouting routing, ExpertParallel ep) : routing_(
     throw Error("ExpertRouter: top_k " + std::to_string(routing_.top_k) + " of " + std::to_string(routing_.num_experts) +
                 " experts");
   }
+  // Groups are rated by their two best experts: at least two in each.
+  const bool grouped = routing_.groups != 1 || routing_.groups_kept != 1;
+  if (grouped && (routing_.groups < 1 || routing_.num_experts % routing_.groups != 0 ||
+                  routing_.num_experts / routing_.groups < 2 || routing_.groups_kept < 1 ||
+                  routing_.groups_kept > routing_.groups ||
+                  routing_.top_k > routing_.groups_kept * (routing_.num_experts / routing_.groups))) {
+    throw Error("ExpertRouter: " + std::to_string(routing_.num_experts) + " experts in " +
+                std::to_string(routing_.groups) + " groups of at least 2, " + std::to_string(routing_.groups_kept) +
+                " kept, must hold top_k " + std::to_string(routing_.top_k));
+  }
   if (routing_.num_experts % ep_.size() != 0) {
     throw Error("ExpertRouter: " + std::to_string(routing_.num_experts) + " experts do not split over " +
                 std::to_string(ep_.size()) + " expert-parallel ranks");
@@ -43,17 +55,50 @@ std::int64_t ExpertRouter::capacity(std::int64_t tokens) const {
                                              static_cast<double>(routing_.num_experts)));
 }
 
+at::Tensor ExpertRouter::choose(const at::Tensor& scores, const at::Tensor& correction_bias) const {
+  c10::NoGradGuard no_grad;  // a choice: no gradient flows through it
+  at::Tensor choice = correction_bias.defined() ? scores + correction_bias.to(at::kFloat) : scores;
+  if (routing_.groups > 1) {
+    const std::int64_t n = scores.size(0), groups = routing_.groups, per_group = routing_.num_experts / groups;
+    const at::Tensor group_scores = std::get<0>(at::topk(choice.view({n, groups, per_group}), 2, -1)).sum(-1);
+    const at::Tensor kept_groups = std::get<1>(at::topk(group_scores, routing_.groups_kept, -1));
+    const at::Tensor kept = at::zeros({n, groups}, scores.options().dtype(at::kBool))
+                                .scatter_(1, kept_groups, true)
+                                .unsqueeze(-1)
+                                .expand({n, groups, per_group})
+                                .reshape({n, routing_.num_experts});
+    // As DeepSeek-V3: the experts of other groups score 0 (not -inf) in the choice.
+    choice = choice.masked_fill(kept.logical_not(), 0.0);
+  }
+  return std::get<1>(at::topk(choice, routing_.top_k, -1));
+}
+
 at::Tensor ExpertRouter::route(const at::Tensor& tokens, const at::Tensor& router_weight, const Expert& expert,
-                               bool training) {
+                               bool training, const at::Tensor& correction_bias) {
   const std::int64_t experts = routing_.num_experts, k = routing_.top_k, n = tokens.size(0);
+  if (routing_.correction_bias != correction_bias.defined()) {
+    throw Error(std::string("ExpertRouter::route: the routing ") + (routing_.correction_bias ? "has" : "has no") +
+                " correction bias but the call " + (correction_bias.defined() ? "passes one" : "passes none"));
+  }
   const at::Tensor scores = [&] {
     NoAutocast float32(tokens.device());
     return at::linear(tokens.to(at::kFloat), router_weight.to(at::kFloat));
   }();
-  const at::Tensor log_probs = at::log_softmax(scores, -1);
+  // probs: the scores as a distribution over the experts (the balance loss's P and the entropy).
+  const bool sigmoid = routing_.score == RouterScore::sigmoid;
+  const at::Tensor sigmoids = sigmoid ? at::sigmoid(scores) : at::Tensor();
+  const at::Tensor log_probs =
+      sigmoid ? at::log(sigmoids / sigmoids.sum(-1, /*keepdim=*/true)) : at::log_softmax(scores, -1);
   const at::Tensor probs = log_probs.exp();
-  auto [top_probs, top_experts] = at::topk(probs, k, -1);
-  const at::Tensor gates = routing_.renormalize_topk ? top_probs / top_probs.sum(-1, /*keepdim=*/true) : top_probs;
+  const at::Tensor& gate_scores = sigmoid ? sigmoids : probs;
+  const at::Tensor top_experts = choose(gate_scores, correction_bias);
+  const at::Tensor top_probs = gate_scores.gather(1, top_experts);
+  at::Tensor gates = top_probs;
+  if (routing_.renormalize_topk) {
+    // DeepSeek-V3 guards the sigmoid scores' sum; a softmax's top-k never sums to 0.
+    gates = top_probs / (sigmoid ? top_probs.sum(-1, /*keepdim=*/true) + 1e-20 : top_probs.sum(-1, /*keepdim=*/true));
+  }
+  if (routing_.routed_scaling != 1.0) gates = gates * routing_.routed_scaling;
 
   // Assignment a = token * k + slot is in token order. A stable sort by expert lists each
   // expert's assignments contiguously and still in token order, so capacity keeps a prefix.

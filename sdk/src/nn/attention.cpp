@@ -1,5 +1,6 @@
 #include "tessera/nn/attention.hpp"
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/error.hpp"
 #include "tessera/kernels/attention.hpp"
 #include "tessera/nn/rotary.hpp"
 
@@ -65,30 +67,53 @@ void FusedQkvAttention::plan(TensorParallelPlan& plan, const std::string& prefix
   plan[prefix + "c_proj.weight"] = TensorShard::rows();
 }
 
+at::Tensor causal_window_mask(std::int64_t seq, std::int64_t window, const at::Device& device) {
+  const at::Tensor query = at::arange(seq, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(1);
+  const at::Tensor key = query.view({1, seq});
+  return key.le(query).logical_and(key.gt(query - window));
+}
+
 GroupedQueryAttention::GroupedQueryAttention(const AttentionSpec& s, TensorParallel tp, ContextParallel cp)
     : n_head_(tp.local(s.heads)),
       n_kv_head_(tp.local(s.kv_heads)),
       head_dim_(s.head_dim),
       dropout_(s.dropout),
+      window_(s.sliding_window),
       tp_(std::move(tp)),
       cp_(std::move(cp)),
       q_(register_module("q_proj", std::make_shared<Linear>(s.hidden, n_head_ * s.head_dim, s.qkv_bias))),
       k_(register_module("k_proj", std::make_shared<Linear>(s.hidden, n_kv_head_ * s.head_dim, s.qkv_bias))),
       v_(register_module("v_proj", std::make_shared<Linear>(s.hidden, n_kv_head_ * s.head_dim, s.qkv_bias))),
-      o_(register_module("o_proj", std::make_shared<Linear>(n_head_ * s.head_dim, s.hidden, false))) {}
+      o_(register_module("o_proj", std::make_shared<Linear>(n_head_ * s.head_dim, s.hidden, s.output_bias))) {
+  if (s.qk_norm_eps) {
+    q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(s.head_dim, *s.qk_norm_eps, tp_, NormOver::heads));
+    k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(s.head_dim, *s.qk_norm_eps, tp_, NormOver::heads));
+  }
+  if (window_ > 0 && cp_.size() > 1) {
+    // check_context_parallel refuses it first with the field's name; this guards other callers.
+    throw Error("GroupedQueryAttention: a sliding window under context parallelism is not supported");
+  }
+}
 
 at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const AttentionInputs& inputs) {
   const at::Tensor x = tp_.column_input(input);  // the whole sequence
   const std::int64_t batch = x.size(0), seq = x.size(1);
-  // [B, T, H·D] -> [B, H, T, D], rotated where the model has rotary positions
-  const auto heads = [&](const at::Tensor& t, std::int64_t n, bool rotate) {
-    const at::Tensor h = t.view({batch, seq, n, head_dim_}).transpose(1, 2);
+  // [B, T, H·D] -> [B, H, T, D], each head normalised and rotated where the model says so
+  const auto heads = [&](const at::Tensor& t, std::int64_t n, const std::shared_ptr<RmsNorm>& norm, bool rotate) {
+    at::Tensor h = t.view({batch, seq, n, head_dim_});
+    if (norm) h = norm->forward(h);
+    h = h.transpose(1, 2);
     return rotate && inputs.cos.defined() ? RotaryEmbedding::apply(h, inputs.cos, inputs.sin) : h;
   };
-  const at::Tensor q = heads(q_->forward(x), n_head_, true);
-  const at::Tensor k = heads(k_->forward(x), n_kv_head_, true);
-  const at::Tensor v = heads(v_->forward(x), n_kv_head_, false);
+  const at::Tensor q = heads(q_->forward(x), n_head_, q_norm_, true);
+  const at::Tensor k = heads(k_->forward(x), n_kv_head_, k_norm_, true);
+  const at::Tensor v = heads(v_->forward(x), n_kv_head_, nullptr, false);
   const double dropout = is_training() ? dropout_ : 0.0;
+  at::Tensor mask = inputs.mask;
+  if (window_ > 0 && window_ < seq) {
+    const at::Tensor band = causal_window_mask(seq, window_, x.device());
+    mask = mask.defined() ? mask.logical_and(band) : band;
+  }
   at::Tensor y;
   {
     // Attention dropout on this rank's own heads: masks of its own.
@@ -96,8 +121,8 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
     if (dropout > 0) own.emplace(tp_, q.device());
     if (cp_.size() > 1) {
       y = cp_.attend(q, k, v, inputs.documents);
-    } else if (inputs.mask.defined()) {
-      y = at::scaled_dot_product_attention(q, k, v, inputs.mask, dropout, /*is_causal=*/false, std::nullopt,
+    } else if (mask.defined()) {
+      y = at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt,
                                            /*enable_gqa=*/n_kv_head_ != n_head_);
     } else {
       y = causal_attention(q, k, v, dropout);
@@ -112,6 +137,7 @@ void GroupedQueryAttention::plan(TensorParallelPlan& plan, const std::string& pr
     plan[prefix + column + ".weight"] = TensorShard::columns();
     if (spec.qkv_bias) plan[prefix + column + ".bias"] = TensorShard{0, 1};
   }
+  // o_proj's bias and the per-head norms stay whole on every rank.
   plan[prefix + "o_proj.weight"] = TensorShard::rows();
 }
 

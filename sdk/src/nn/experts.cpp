@@ -4,10 +4,13 @@
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "tessera/nn/deferred_init.hpp"
+#include "tessera/nn/mlp.hpp"
 #include "tessera/nn/parameters.hpp"
 
 namespace tessera::nn {
@@ -32,6 +35,18 @@ void check_expert_parallel(const MoeFields& c, const ParallelDims& dims, const s
   }
 }
 
+bool MoeBlockPattern::routes(std::int64_t block) const {
+  return block >= first_dense && (block + 1) % every == 0 && std::find(dense.begin(), dense.end(), block) == dense.end();
+}
+
+std::vector<std::int64_t> MoeBlockPattern::routed_blocks(std::int64_t blocks) const {
+  std::vector<std::int64_t> out;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    if (routes(b)) out.push_back(b);
+  }
+  return out;
+}
+
 ExpertLinear::ExpertLinear(std::int64_t experts, std::int64_t in, std::int64_t out, bool with_bias) {
   // On the meta device while the host defers initialisation (the model initialises them).
   weight = register_parameter("weight", new_parameter({experts, out, in}));
@@ -45,6 +60,10 @@ std::vector<at::Tensor> ExpertLinear::biases() const {
 MoeLayer::MoeLayer(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, const std::string& router_name)
     : router_(routing, std::move(ep)) {
   router_linear = register_module(router_name, std::make_shared<Linear>(hidden, routing.num_experts, false, false));
+  if (routing.correction_bias) {
+    correction_bias_ = router_linear->register_buffer("e_score_correction_bias",
+                                                      at::zeros({routing.num_experts}, at::kFloat));
+  }
 }
 
 RouterStatistics MoeLayer::take_statistics() {
@@ -68,7 +87,7 @@ at::Tensor GeluExperts::forward(const at::Tensor& x) {
         const auto i = static_cast<std::size_t>(e);
         return at::linear(at::gelu(at::linear(rows, w_up[i], b_up[i])), w_down[i], b_down[i]);
       },
-      is_training());
+      is_training(), correction_bias_);
   return at::dropout(combined.view(x.sizes()), dropout_, is_training());
 }
 
@@ -80,13 +99,17 @@ void GeluExperts::plan(TensorParallelPlan& plan, const std::string& prefix, bool
 }
 
 SwiGluExperts::SwiGluExperts(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden,
-                             std::int64_t expert_hidden, const SwiGluExpertNames& names)
+                             std::int64_t expert_hidden, const SwiGluExpertNames& names, std::int64_t shared_hidden,
+                             TensorParallel tp)
     : MoeLayer(routing, std::move(ep), hidden, names.router) {
   auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
   const std::int64_t mine = router_.local_experts();
   gate = experts->register_module(names.gate, std::make_shared<ExpertLinear>(mine, hidden, expert_hidden, false));
   down = experts->register_module(names.down, std::make_shared<ExpertLinear>(mine, expert_hidden, hidden, false));
   up = experts->register_module(names.up, std::make_shared<ExpertLinear>(mine, hidden, expert_hidden, false));
+  if (shared_hidden > 0) {
+    shared = register_module(names.shared, std::make_shared<SwiGlu>(hidden, shared_hidden, false, std::move(tp)));
+  }
 }
 
 at::Tensor SwiGluExperts::forward(const at::Tensor& x) {
@@ -97,14 +120,16 @@ at::Tensor SwiGluExperts::forward(const at::Tensor& x) {
         const auto i = static_cast<std::size_t>(e);
         return at::linear(at::silu(at::linear(rows, gates[i])) * at::linear(rows, ups[i]), downs[i]);
       },
-      is_training());
-  return y.view(x.sizes());
+      is_training(), correction_bias_);
+  return shared ? y.view(x.sizes()) + shared->forward(x) : y.view(x.sizes());
 }
 
-void SwiGluExperts::plan(TensorParallelPlan& plan, const std::string& prefix, const SwiGluExpertNames& names) {
+void SwiGluExperts::plan(TensorParallelPlan& plan, const std::string& prefix, const SwiGluExpertNames& names,
+                         bool shared) {
   for (const std::string& stack : {names.gate, names.up, names.down}) {
     plan[prefix + "experts." + stack + ".weight"] = TensorShard::expert_stack();
   }
+  if (shared) SwiGlu::plan(plan, prefix + names.shared + ".");
 }
 
 }  // namespace tessera::nn

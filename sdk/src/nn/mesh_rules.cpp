@@ -33,9 +33,15 @@ void check_tensor_parallel(const TensorSplit& split, const ParallelDims& dims, b
   }
 }
 
-void check_context_parallel(std::int64_t heads, double dropout, const ParallelDims& dims) {
+void check_context_parallel(std::int64_t heads, double dropout, const ParallelDims& dims,
+                            std::int64_t sliding_window) {
   if (dims.cp == 1) return;
   const std::string cp = std::to_string(dims.cp);
+  if (sliding_window > 0) {
+    throw ConfigError("sliding_window " + std::to_string(sliding_window) + " with parallelism.cp " + cp +
+                          ": context-parallel attention covers the whole causal past; use cp 1 or no sliding window",
+                      "sliding_window");
+  }
   if (dropout > 0) {
     throw ConfigError("dropout " + std::to_string(dropout) + " with parallelism.cp " + cp +
                           ": attention across context-parallel slices has no dropout; set dropout: 0",

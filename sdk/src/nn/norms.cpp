@@ -20,13 +20,14 @@ at::Tensor LayerNorm::forward(const at::Tensor& x) const {
   return at::layer_norm(x, {dim_}, tp_.replicated(weight_), bias_.defined() ? tp_.replicated(bias_) : bias_, eps_);
 }
 
-RmsNorm::RmsNorm(std::int64_t dim, double eps, TensorParallel tp) : dim_(dim), eps_(eps), tp_(std::move(tp)) {
+RmsNorm::RmsNorm(std::int64_t dim, double eps, TensorParallel tp, NormOver over)
+    : dim_(dim), eps_(eps), tp_(std::move(tp)), over_(over) {
   weight = register_parameter("weight", parameter({dim}, 1.0));
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {
-  return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) *
-         tp_.replicated(weight).to(x.scalar_type());
+  const at::Tensor w = over_ == NormOver::heads ? tp_.shared_by_heads(weight) : tp_.replicated(weight);
+  return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) * w.to(x.scalar_type());
 }
 
 }  // namespace tessera::nn

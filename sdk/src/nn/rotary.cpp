@@ -10,15 +10,63 @@
 #include <ATen/ops/where.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "tessera/error.hpp"
+
 namespace tessera::nn {
+
+double YarnScaling::mscale_of(double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+
+double YarnScaling::cos_sin_factor() const {
+  if (attention_factor) return *attention_factor;
+  if (mscale && mscale_all_dim && *mscale != 0.0 && *mscale_all_dim != 0.0) {
+    return mscale_of(factor, *mscale) / mscale_of(factor, *mscale_all_dim);
+  }
+  return mscale_of(factor);
+}
+
+namespace {
+
+// The inverse frequencies of YaRN for a head of `d` dimensions (in float32 as transformers
+// computes them, so that the tables agree to the last bit).
+at::Tensor yarn_frequencies(const YarnScaling& y, std::int64_t d, double theta) {
+  const at::Tensor wavelengths = at::pow(theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+  // The dimension at which a frequency turns `rotations` times over the original context.
+  const auto dimension_of = [&](double rotations) {
+    return static_cast<double>(d) * std::log(static_cast<double>(y.original_max_positions) / (rotations * 2 * M_PI)) /
+           (2 * std::log(theta));
+  };
+  double low = dimension_of(y.beta_fast), high = dimension_of(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(d - 1));
+  if (low == high) high += 0.001;  // no empty ramp
+  const at::Tensor ramp = ((at::arange(d / 2, at::kLong).to(at::kFloat) - low) / (high - low)).clamp(0, 1);
+  const at::Tensor kept = 1 - ramp;  // 1: extrapolated (the original frequency), 0: interpolated
+  return 1.0 / (y.factor * wavelengths) * (1 - kept) + 1.0 / wavelengths * kept;
+}
+
+}  // namespace
 
 RotaryEmbedding::RotaryEmbedding(const RotarySpec& spec) {
   c10::NoGradGuard no_grad;
   const std::int64_t d = spec.head_dim;
   at::Tensor inv_freq =
       1.0 / at::pow(spec.theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+  if (spec.llama3_scaling && spec.yarn) throw Error("RotaryEmbedding: llama3 scaling and YaRN together");
+  double scale = 1.0;
+  if (spec.yarn) {
+    if (spec.yarn->factor <= 0 || spec.yarn->original_max_positions < 1) {
+      throw Error("RotaryEmbedding: YaRN needs factor > 0 and original_max_positions >= 1");
+    }
+    inv_freq = yarn_frequencies(*spec.yarn, d, spec.theta);
+    scale = spec.yarn->cos_sin_factor();
+  }
   if (spec.llama3_scaling) {
     const std::vector<double>& s = *spec.llama3_scaling;
     const double factor = s[0], low = s[1], high = s[2], original = s[3];
@@ -34,6 +82,10 @@ RotaryEmbedding::RotaryEmbedding(const RotarySpec& spec) {
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
   cos_ = at::cos(angles);
   sin_ = at::sin(angles);
+  if (scale != 1.0) {
+    cos_ = cos_ * scale;
+    sin_ = sin_ * scale;
+  }
 }
 
 std::pair<at::Tensor, at::Tensor> RotaryEmbedding::tables(std::int64_t seq, const at::Tensor& positions,

@@ -109,6 +109,10 @@ at::Tensor TensorParallel::replicated(const at::Tensor& parameter) const {
   return sequence_parallel() ? collectives::copy_to(parameter, group_) : parameter;
 }
 
+at::Tensor TensorParallel::shared_by_heads(const at::Tensor& parameter) const {
+  return size_ > 1 ? collectives::copy_to(parameter, group_) : parameter;
+}
+
 at::Tensor TensorParallel::sequence_slice(const at::Tensor& t) const {
   if (!sequence_parallel()) return t;
   if (t.size(1) % size_ != 0) {

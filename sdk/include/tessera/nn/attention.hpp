@@ -1,7 +1,8 @@
 // Causal self-attention, tensor- and context-parallel, in the two layouts published models use:
 //   FusedQkvAttention      one q|k|v projection (GPT-2's c_attn, c_proj), multi-head
 //   GroupedQueryAttention  q_proj, k_proj, v_proj, o_proj (Llama, Mistral, Qwen, ...): grouped
-//                          key/value heads, optional q/k/v biases, rotary positions
+//                          key/value heads, optional q/k/v and output biases, RMSNorm on each
+//                          query and key head (Qwen3), rotary positions, a sliding window
 // Under tensor parallelism a rank computes its heads (the projections into them column-parallel,
 // the output projection row-parallel, tensor_parallel.hpp); under context parallelism its slice of
 // every sequence, attention crossing the slices (context_parallel.hpp). Packed documents come as
@@ -16,11 +17,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tessera/export.hpp"
 #include "tessera/nn/linear.hpp"
 #include "tessera/nn/layer.hpp"
+#include "tessera/nn/norms.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 
@@ -54,9 +57,19 @@ struct AttentionSpec {
   std::int64_t heads = 0;
   std::int64_t kv_heads = 0;  // divides heads
   std::int64_t head_dim = 0;
-  bool qkv_bias = false;  // Qwen2's
-  double dropout = 0.0;   // on the attention probabilities
+  bool qkv_bias = false;     // Qwen2's
+  bool output_bias = false;  // o_proj's (Qwen3's attention_bias sets both)
+  double dropout = 0.0;      // on the attention probabilities
+  // Qwen3's q_norm and k_norm: RMSNorm over head_dim of every query and key head, before the
+  // rotation, with this epsilon. Unset: none.
+  std::optional<double> qk_norm_eps;
+  // Sliding-window attention (Mistral, Qwen2's use_sliding_window): a query sees itself and the
+  // window - 1 positions before it. 0: the whole causal past.
+  std::int64_t sliding_window = 0;
 };
+
+// [seq, seq] bool: key j is visible to query i when i - window < j <= i.
+TESSERA_API at::Tensor causal_window_mask(std::int64_t seq, std::int64_t window, const at::Device& device);
 
 class TESSERA_API GroupedQueryAttention : public AttentionLayer {
  public:
@@ -68,9 +81,11 @@ class TESSERA_API GroupedQueryAttention : public AttentionLayer {
  private:
   std::int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
   double dropout_;
+  std::int64_t window_;
   TensorParallel tp_;
   ContextParallel cp_;
   std::shared_ptr<Linear> q_, k_, v_, o_;
+  std::shared_ptr<RmsNorm> q_norm_, k_norm_;  // null without qk_norm_eps
 };
 
 }  // namespace tessera::nn

@@ -6,8 +6,12 @@
 // stack, under tensor parallelism every rank holds them whole and routes the same tokens.
 //   GeluExperts    GELU MLP experts with optional biases (model/gpt_moe): router, experts.c_fc,
 //                  experts.c_proj
-//   SwiGluExperts  SwiGLU experts (Mixtral's names by default: gate, experts.w1 / w3 / w2)
-// MoeFields are the YAML fields of the routing, declared once for every model that has experts.
+//   SwiGluExperts  SwiGLU experts (Mixtral's names by default: gate, experts.w1 / w3 / w2), with
+//                  optional shared experts every token passes through (DeepSeek-V3's)
+// The router's options (softmax or sigmoid scores, grouped routing, a correction bias, routed
+// scaling) are ExpertRouting's; MoeBlockPattern says which blocks of a decoder route (dense first
+// blocks, every n-th block). MoeFields are the YAML fields of the routing, declared once for every
+// model that has experts.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +30,7 @@
 #include "tessera/components/moe_routing.hpp"
 #include "tessera/nn/layer.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
+#include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/parallel/parallel_dims.hpp"
 
 namespace tessera::nn {
@@ -46,6 +51,19 @@ struct MoeFields {
 
 // top_k at most num_experts (when there are experts).
 TESSERA_API void check_moe_fields(const MoeFields& c);
+
+// Which blocks of a decoder route their tokens to experts; the others have a dense MLP.
+// DeepSeek-V3's first_k_dense_replace is first_dense; Qwen-MoE's decoder_sparse_step is every,
+// its mlp_only_layers dense.
+struct TESSERA_API MoeBlockPattern {
+  std::int64_t first_dense = 0;     // blocks 0 .. first_dense - 1 are dense
+  std::int64_t every = 1;           // of the others, block i routes when (i + 1) % every == 0
+  std::vector<std::int64_t> dense;  // and is not listed here
+
+  bool routes(std::int64_t block) const;
+  // The routed blocks of `blocks`, in order.
+  std::vector<std::int64_t> routed_blocks(std::int64_t blocks) const;
+};
 
 // What expert parallelism needs: experts, and as many on every expert-parallel rank. `dense`:
 // what to tell a dense model's user (empty: the model always has experts).
@@ -89,10 +107,14 @@ class TESSERA_API ExpertLinear : public torch::nn::Module {
   at::Tensor weight, bias;
 };
 
-// A routed layer: the router's weight, the routing and what it reports.
+// A routed layer: the router's weight (and, when the routing has one, its correction bias: a
+// float32 buffer `e_score_correction_bias` beside the weight, in checkpoints, no gradient), the
+// routing and what it reports.
 class TESSERA_API MoeLayer : public FeedForward {
  public:
   MoeLayer(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, const std::string& router_name);
+  // [num_experts]; undefined without one.
+  const at::Tensor& correction_bias() const { return correction_bias_; }
   ExpertRouter& router() { return router_; }
   // The unweighted balance and z-losses of the last forward, with their graphs.
   const at::Tensor& last_aux_loss() const { return router_.last_aux_loss(); }
@@ -103,6 +125,7 @@ class TESSERA_API MoeLayer : public FeedForward {
 
  protected:
   ExpertRouter router_;
+  at::Tensor correction_bias_;
 };
 
 class TESSERA_API GeluExperts : public MoeLayer {
@@ -119,20 +142,27 @@ class TESSERA_API GeluExperts : public MoeLayer {
   double dropout_;
 };
 
-// The names of a SwiGLU experts layer's router and stacks (Mixtral's by default).
+// The names of a SwiGLU experts layer's router and stacks (Mixtral's by default), and of its
+// shared experts (DeepSeek-V3's).
 struct SwiGluExpertNames {
   std::string router = "gate";
   std::string gate = "w1", up = "w3", down = "w2";
+  std::string shared = "shared_experts";
 };
 
 class TESSERA_API SwiGluExperts : public MoeLayer {
  public:
+  // `shared_hidden`: the hidden units of the shared experts, a SwiGLU MLP every token passes
+  // through, added to the routed output (DeepSeek-V3's n_shared_experts x moe_intermediate_size;
+  // tensor-parallel as a dense MLP). 0: none.
   SwiGluExperts(const ExpertRouting& routing, ExpertParallel ep, std::int64_t hidden, std::int64_t expert_hidden,
-                const SwiGluExpertNames& names = {});
+                const SwiGluExpertNames& names = {}, std::int64_t shared_hidden = 0, TensorParallel tp = {});
   at::Tensor forward(const at::Tensor& x) override;
-  static void plan(TensorParallelPlan& plan, const std::string& prefix, const SwiGluExpertNames& names = {});
+  static void plan(TensorParallelPlan& plan, const std::string& prefix, const SwiGluExpertNames& names = {},
+                   bool shared = false);
 
   std::shared_ptr<ExpertLinear> gate, up, down;
+  std::shared_ptr<FeedForward> shared;  // null without shared experts
 };
 
 }  // namespace tessera::nn

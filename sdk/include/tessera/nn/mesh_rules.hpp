@@ -25,8 +25,10 @@ TESSERA_API void check_tensor_parallel(const TensorSplit& split, const ParallelD
 
 // No attention dropout across context-parallel slices; with Ulysses each tensor-parallel rank's
 // query heads divide over the context-parallel ranks (key/value heads that do not are replicated
-// for the exchange, and the log says so).
-TESSERA_API void check_context_parallel(std::int64_t heads, double dropout, const ParallelDims& dims);
+// for the exchange, and the log says so). No sliding window (`sliding_window` > 0): the
+// exchanges attend over the whole causal past.
+TESSERA_API void check_context_parallel(std::int64_t heads, double dropout, const ParallelDims& dims,
+                                        std::int64_t sliding_window = 0);
 
 // Every pipeline stage holds a block (split points inside the model), and an interleaved
 // schedule's stages share the blocks evenly.

@@ -27,11 +27,17 @@ class TESSERA_API LayerNorm : public Norm {
   at::Tensor weight_, bias_;  // bias_ stays undefined when bias is off
 };
 
+// What a norm normalises, for how its weight's gradient is summed under tensor parallelism.
+enum class NormOver {
+  stream,  // the residual stream: sequence slices under sequence parallelism
+  heads,   // each of this rank's attention heads (Qwen3's q_norm / k_norm over head_dim)
+};
+
 // x / rms(x) * weight, normalised in float32 whatever the compute dtype (as Hugging Face's
 // LlamaRMSNorm, Qwen's and DeepSeek's do), then scaled in the input's dtype.
 class TESSERA_API RmsNorm : public Norm {
  public:
-  RmsNorm(std::int64_t dim, double eps, TensorParallel tp = {});
+  RmsNorm(std::int64_t dim, double eps, TensorParallel tp = {}, NormOver over = NormOver::stream);
   at::Tensor forward(const at::Tensor& x) const override;
 
   at::Tensor weight;
@@ -40,6 +46,7 @@ class TESSERA_API RmsNorm : public Norm {
   std::int64_t dim_;
   double eps_;
   TensorParallel tp_;
+  NormOver over_;
 };
 
 }  // namespace tessera::nn

@@ -1,7 +1,8 @@
 // Rotary position embeddings (RoPE) in Hugging Face's rotate-half layout: the angle of position p
 // and frequency i is p / theta^(2i / d), each frequency used for both halves of a head. Variants:
-// the plain one and Llama 3's frequency-dependent scaling. The tables are derived from the
-// config, never weights: neither a checkpoint nor an import carries them.
+// the plain one, Llama 3's frequency-dependent scaling and YaRN (Qwen's and DeepSeek-V3's long
+// context). The tables are derived from the config, never weights: neither a checkpoint nor an
+// import carries them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,6 +16,25 @@
 
 namespace tessera::nn {
 
+// YaRN (Peng et al. 2023, as Hugging Face's rope_type "yarn"): frequencies that turn fewer than
+// beta_slow times over original_max_positions interpolated by `factor`, those that turn more
+// than beta_fast times kept, a linear ramp between; cos and sin scaled by the attention factor
+// (given, or 0.1·ln(factor)+1, or DeepSeek's ratio of that with mscale over mscale_all_dim).
+struct TESSERA_API YarnScaling {
+  double factor = 1.0;
+  std::int64_t original_max_positions = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> attention_factor;
+  std::optional<double> mscale, mscale_all_dim;
+  bool truncate = true;  // the ramp's ends rounded outwards to whole dimensions
+
+  // The factor cos and sin are multiplied by.
+  double cos_sin_factor() const;
+  // yarn_get_mscale: 0.1·m·ln(scale)+1 (1 for scale <= 1), also DeepSeek-V3's softmax scale.
+  static double mscale_of(double scale, double m = 1.0);
+};
+
 struct RotarySpec {
   std::int64_t head_dim = 0;       // the rotated size of a head (even)
   std::int64_t max_positions = 0;  // the tables' length
@@ -22,6 +42,7 @@ struct RotarySpec {
   // Llama 3's scaling [factor, low_freq_factor, high_freq_factor, original_max_positions]:
   // long wavelengths slowed by factor, short ones kept, the band between interpolated.
   std::optional<std::vector<double>> llama3_scaling;
+  std::optional<YarnScaling> yarn;  // at most one of the two scalings
 };
 
 class TESSERA_API RotaryEmbedding {

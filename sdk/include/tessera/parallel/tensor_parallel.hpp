@@ -97,6 +97,9 @@ class TESSERA_API TensorParallel {
   // A replicated parameter used on sequence slices (norms, row-parallel biases, positions): its
   // gradient is summed over the ranks. Without sequence parallelism the parameter itself.
   at::Tensor replicated(const at::Tensor& parameter) const;
+  // A replicated parameter used on this rank's heads (Qwen3's per-head q/k norms): each rank's
+  // gradient covers its heads only, so it is summed over the ranks whenever there are several.
+  at::Tensor shared_by_heads(const at::Tensor& parameter) const;
   // Plain values per position (positions, document ids): this rank's slice of dimension 1 with
   // sequence parallelism, else `t`.
   at::Tensor sequence_slice(const at::Tensor& t) const;
