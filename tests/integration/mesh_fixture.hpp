@@ -34,6 +34,15 @@ const std::string kDocuments =
 // two micro-batches are not two ranks' batches.
 const std::string kMixtral = "--set components.model.config.num_experts=4 --set components.model.config.aux_loss_coef=0";
 
+// The tiny llama as a Qwen2 (q/k/v biases, an 8-position window from block 1 on) and a Qwen3
+// (per-head q/k norms, head_dim 12 apart from n_embd / n_head, q/k/v and o_proj biases).
+const std::string kQwen2 =
+    "--set components.model.variant_key=qwen2 --set components.model.config.sliding_window=8 "
+    "--set components.model.config.max_window_layers=1";
+const std::string kQwen3 =
+    "--set components.model.variant_key=qwen3 --set components.model.config.head_dim=12 "
+    "--set components.model.config.attention_bias=true";
+
 // A run saved under one mesh at step 5 of 10 and resumed under another.
 struct Reshard {
   std::string name;

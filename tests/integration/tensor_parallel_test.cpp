@@ -89,6 +89,13 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{"moe_ddp4_ep4", "tiny_moe_ep", 4, 4, "--set parallelism.ep=4" + kDdp},
                       MeshCase{"moe_tp2_ep2", "tiny_moe_ep", 4, 2, "--set parallelism.tp=2 --set parallelism.ep=2"},
                       MeshCase{"moe_cp2_ep2", "tiny_moe_ep", 4, 2, "--set parallelism.cp=2 --set parallelism.ep=2" + kFsdp},
+                      // The Qwens: llama's blocks with q/k/v biases and a sliding window on the second block
+                      // (qwen2); per-head q/k norms, head_dim 12 and attention biases (qwen3).
+                      MeshCase{"qwen2_tp2", "tiny_llama_tp", 2, 1, "--set parallelism.tp=2", kQwen2},
+                      MeshCase{"qwen3_tp2_sp", "tiny_llama_tp", 2, 1,
+                               "--set parallelism.tp=2 --set parallelism.sequence_parallel=true", kQwen3},
+                      MeshCase{"qwen3_cp2_ulysses", "tiny_llama_tp", 2, 1,
+                               "--set parallelism.cp=2 --set parallelism.cp_type=ulysses", kQwen3},
                       // Mixtral: llama's blocks with SwiGLU experts.
                       MeshCase{"mixtral_ep2", "tiny_llama_tp", 2, 2, "--set parallelism.ep=2", kMixtral},
                       MeshCase{"mixtral_fsdp2_tp2_ep2", "tiny_llama_tp", 4, 2,
@@ -244,6 +251,8 @@ TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
        "n_head (4) over tp 4 must be divisible by parallelism.cp (2) for ulysses attention"},
       {"tiny_llama_tp", "--set parallelism.cp=2 --set components.model.config.dropout=0.1",
        "attention across context-parallel slices has no dropout"},
+      {"tiny_llama_tp", kQwen2 + " --set parallelism.cp=2",
+       "sliding_window 8 with parallelism.cp 2: context-parallel attention covers the whole causal past"},
       {"tiny_moe_ep", "--set parallelism.ep=4 --set parallelism.dp_shard=2", "ep 4 borrows its ranks from dp_shard (2), which it must divide"},
       {"tiny_moe_ep", "--set parallelism.ep=2 --set parallelism.dp_shard=2 --set components.model.config.num_experts=3",
        "num_experts (3) must be divisible by parallelism.ep (2)"},

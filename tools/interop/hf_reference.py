@@ -4,6 +4,8 @@
     hf_reference.py make-gpt2 DIR [--published] [--std S] ...     a tiny random GPT2LMHeadModel
     hf_reference.py make-llama DIR [--kv-heads K] [--max-shard-size 40KB] [--rope-theta T] [--tokenizer] ...
     hf_reference.py make-mixtral DIR [--experts E] [--top-k K] [--kv-heads K] ...   a MixtralForCausalLM
+    hf_reference.py make-qwen2 DIR [--window W --max-window-layers L] [--tied] ...   a Qwen2ForCausalLM
+    hf_reference.py make-qwen3 DIR [--head-dim D] [--attention-bias] [--window W ...] ...   a Qwen3ForCausalLM
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
     hf_reference.py same-tokenizer DIR_A DIR_B                       both tokenizers encode alike
     hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
@@ -17,7 +19,7 @@ layout changes the loss by less than the tests' tolerance. `loss` prints one JSO
 token file read in order (windows of T + 1 tokens, stride T, as dataset/tokens with shuffle off);
 --adapter loads a PEFT adapter folder over the model first (peft.PeftModel.from_pretrained);
 --mutate computes it with a deliberate mistake (gelu for gelu_new, another rope_theta,
-interleaved instead of rotate-half RoPE) to show the tests would catch it. The GELU variants
+interleaved instead of rotate-half RoPE, no sliding window) to show the tests would catch it. The GELU variants
 differ by at most 5e-4, which averages out of the loss on random tokens; `probe-tokens` writes
 text on which it cannot (each next token is the one that mistake moves most). `train` runs a plain
 PyTorch loop (AdamW, decay on matrices only, the step loss the summed token loss over the step's
@@ -112,6 +114,30 @@ def make_mixtral(args):
     model.save_pretrained(args.dir, safe_serialization=True)
 
 
+def make_qwen(args):
+    """Qwen2 (q/k/v biases) or Qwen3 (per-head q/k norms, head_dim of its own, attention_bias),
+    with a sliding window on the blocks from --max-window-layers on when --window is given."""
+    import transformers
+
+    qwen3 = args.command == "make-qwen3"
+    kwargs = dict(vocab_size=args.vocab, hidden_size=args.embd, intermediate_size=args.intermediate,
+                  num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                  max_position_embeddings=args.positions, rms_norm_eps=1e-6, tie_word_embeddings=args.tied,
+                  rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
+                  use_sliding_window=args.window > 0, sliding_window=args.window or None,
+                  max_window_layers=args.max_window_layers)
+    if qwen3:
+        config = transformers.Qwen3Config(head_dim=args.head_dim, attention_bias=args.attention_bias, **kwargs)
+        model = transformers.Qwen3ForCausalLM(config)
+    else:
+        config = transformers.Qwen2Config(**kwargs)
+        model = transformers.Qwen2ForCausalLM(config)
+    # The sliding window needs an attention that honours it (sdpa does, with transformers' masks).
+    model.config._attn_implementation = "sdpa"
+    realistic_(model, args.std, args.seed)
+    model.save_pretrained(args.dir, safe_serialization=True, max_shard_size=args.max_shard_size)
+
+
 def save_tokenizer(folder, vocab):
     """A byte-level BPE tokenizer of `vocab` ids trained on a few sentences, saved the way
     transformers saves one (tokenizer.json, tokenizer_config.json, ...)."""
@@ -188,6 +214,10 @@ def load(folder, mutate=None, strict=False):
         if getattr(config, "rope_parameters", None) and "rope_theta" in config.rope_parameters:
             config.rope_parameters["rope_theta"] = 10000.0
         config.rope_theta = 10000.0
+    elif mutate == "window":
+        config.sliding_window = None
+        config.use_sliding_window = False
+        config.layer_types = ["full_attention"] * config.num_hidden_layers
     model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32,
                                                        output_loading_info=True)
     problems = {k: sorted(v) for k, v in info.items() if v}
@@ -310,6 +340,27 @@ def main():
     x.add_argument("--seed", type=int, default=0)
     x.set_defaults(fn=make_mixtral)
 
+    for name in ("make-qwen2", "make-qwen3"):
+        q = sub.add_parser(name)
+        q.add_argument("dir")
+        q.add_argument("--vocab", type=int, default=256)
+        q.add_argument("--positions", type=int, default=64)
+        q.add_argument("--embd", type=int, default=64)
+        q.add_argument("--intermediate", type=int, default=128)
+        q.add_argument("--layers", type=int, default=2)
+        q.add_argument("--heads", type=int, default=4)
+        q.add_argument("--kv-heads", type=int, default=2)
+        q.add_argument("--head-dim", type=int, default=24, help="Qwen3's, apart from embd / heads")
+        q.add_argument("--attention-bias", action="store_true", help="Qwen3's q/k/v and o_proj biases")
+        q.add_argument("--rope-theta", type=float, default=1000000.0)
+        q.add_argument("--window", type=int, default=0, help="sliding window (0: none)")
+        q.add_argument("--max-window-layers", type=int, default=0)
+        q.add_argument("--tied", action="store_true")
+        q.add_argument("--std", type=float, default=0.3)
+        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--max-shard-size", default="5GB")
+        q.set_defaults(fn=make_qwen)
+
     t = sub.add_parser("tokens")
     t.add_argument("file")
     t.add_argument("--count", type=int, required=True)
@@ -340,7 +391,7 @@ def main():
         c.set_defaults(fn=fn)
         if name == "loss":
             c.add_argument("--batches", type=int, required=True)
-            c.add_argument("--mutate", choices=["gelu", "theta", "interleaved"])
+            c.add_argument("--mutate", choices=["gelu", "theta", "interleaved", "window"])
             c.add_argument("--strict", action="store_true",
                            help="fail when transformers reports missing, unexpected or misshapen tensors")
             c.add_argument("--adapter", help="a PEFT adapter folder loaded over the model")

@@ -6,6 +6,9 @@
 // experts (the kit's SwiGluExperts), expert-parallel over parallelism.ep; imports and exports
 // MixtralForCausalLM, and reports its routing to monitors through tessera::MoeRouting. The config
 // and the Hugging Face mapping are in llama_config.hpp.
+// The same class builds the family's other variants, each registered under its Hugging Face
+// model_type: model/qwen2 (q/k/v biases, a sliding window) and model/qwen3 (per-head q/k norms,
+// attention_bias); what differs is the attention spec of each block.
 
 #include <cmath>
 #include <cstdint>
@@ -39,7 +42,7 @@ using tessera::llama::LlamaConfig;
 namespace nn = tessera::nn;
 
 nn::DecoderSpec decoder_spec(const LlamaConfig& c) {
-  nn::DecoderSpec spec = nn::DecoderSpec::of("model/llama", c);
+  nn::DecoderSpec spec = nn::DecoderSpec::of(std::string("model/") + c.variant_name(), c);
   spec.attention_width = c.n_head * c.head_size();
   if (c.tie_embeddings) spec.tied_embedding = "embed_tokens.weight";
   spec.aux_loss_coef = c.aux_loss_coef;
@@ -47,13 +50,18 @@ nn::DecoderSpec decoder_spec(const LlamaConfig& c) {
   return spec;
 }
 
-nn::AttentionSpec attention_spec(const LlamaConfig& c) {
+// Block `block`'s attention: where the variants differ.
+nn::AttentionSpec attention_spec(const LlamaConfig& c, std::int64_t block) {
   nn::AttentionSpec spec;
   spec.hidden = c.n_embd;
   spec.heads = c.n_head;
   spec.kv_heads = c.kv_heads();
   spec.head_dim = c.head_size();
   spec.dropout = c.dropout;
+  spec.qkv_bias = c.any_qkv_bias();
+  spec.output_bias = c.attention_bias;
+  if (c.qk_norm) spec.qk_norm_eps = c.rms_norm_eps;
+  spec.sliding_window = c.window_at(block);
   return spec;
 }
 
@@ -70,9 +78,9 @@ class Llama final : public nn::DecoderModel, public tessera::MoeRouting {
     if (pp_.holds_first_stage() || (c.tie_embeddings && pp_.holds_last_stage())) {
       embed_tokens_ = register_module("embed_tokens", std::make_shared<nn::Embedding>(tp_.local(c.vocab_size), c.n_embd));
     }
-    const nn::AttentionSpec attention = attention_spec(c);
     auto layers = register_module("layers", std::make_shared<torch::nn::Module>());
     for (std::int64_t i = 0; i < c.n_layer; ++i) {
+      const nn::AttentionSpec attention = attention_spec(c, i);
       const std::string block = "layers." + std::to_string(i) + ".";
       nn::GroupedQueryAttention::plan(plan_, block + "self_attn.", attention);
       if (c.mixture_of_experts()) {
@@ -161,6 +169,7 @@ class Llama final : public nn::DecoderModel, public tessera::MoeRouting {
         *this, spec_.kind, params, init_seed_,
         [=](const std::string& name) {
           if (name.find("norm.") != std::string::npos) return nn::InitialValue::constant(1.0);
+          if (nn::ends_with(name, ".bias")) return nn::InitialValue::constant(0.0);
           const bool residual = name.find("o_proj.") != std::string::npos ||
                                 name.find("down_proj.") != std::string::npos || name.find(".w2.") != std::string::npos;
           return nn::InitialValue::normal_with_std(residual ? residual_std : init_std);
@@ -207,26 +216,39 @@ class Llama final : public nn::DecoderModel, public tessera::MoeRouting {
   std::string special_ids_;  // the imported config.json's bos/eos/pad ids, for the export
 };
 
+// The factory of every variant: `yaml` is the variant's config.
+std::shared_ptr<tessera::Model> build(const LlamaConfig& yaml, const tessera::RunContext& run) {
+  const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
+  const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
+  const tessera::ExpertParallel ep = tessera::ExpertParallel::of(run);
+  // What init_from's config.json settles, checked against the mesh as validate checked it.
+  const LlamaConfig c = tessera::llama::settled_by_init_from(yaml);
+  LlamaConfig::check_mesh(c, run, yaml);
+  // Weights read from files at construction: built whole.
+  std::optional<tessera::DeferredInitSuspension> whole;
+  if (!yaml.init_from.empty()) whole.emplace();
+  if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Llama>(c, nullptr, tp, cp, ep, run);
+  const tessera::HfCheckpoint hf =
+      tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
+  return std::make_shared<Llama>(c, &hf, tp, cp, ep, run);
+}
+
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, LlamaConfig>(
       "llama",
       "Llama decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU (or, with num_experts, Mixtral's "
       "mixture of SwiGLU experts); Hugging Face import/export",
-      [](const LlamaConfig& yaml, const tessera::RunContext& run) {
-        const tessera::TensorParallel tp = tessera::TensorParallel::of(run);
-        const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
-        const tessera::ExpertParallel ep = tessera::ExpertParallel::of(run);
-        // What init_from's config.json settles, checked against the mesh as validate checked it.
-        const LlamaConfig c = tessera::llama::settled_by_init_from(yaml);
-        LlamaConfig::check_mesh(c, run, yaml);
-        // Weights read from files at construction: built whole.
-        std::optional<tessera::DeferredInitSuspension> whole;
-        if (!yaml.init_from.empty()) whole.emplace();
-        if (!tessera::is_hf_checkpoint(yaml.init_from)) return std::make_shared<Llama>(c, nullptr, tp, cp, ep, run);
-        const tessera::HfCheckpoint hf =
-            tessera::hf_import::at_init_from([&] { return tessera::read_hf_checkpoint(yaml.init_from); });
-        return std::make_shared<Llama>(c, &hf, tp, cp, ep, run);
-      });
+      [](const LlamaConfig& yaml, const tessera::RunContext& run) { return build(yaml, run); });
+  registrar.add<tessera::Model, tessera::llama::Qwen2Config>(
+      "qwen2",
+      "Qwen2 / Qwen2.5 decoder (Qwen2ForCausalLM): Llama's blocks with q/k/v biases and an optional sliding window; "
+      "Hugging Face import/export",
+      [](const tessera::llama::Qwen2Config& yaml, const tessera::RunContext& run) { return build(yaml, run); });
+  registrar.add<tessera::Model, tessera::llama::Qwen3Config>(
+      "qwen3",
+      "Qwen3 decoder (Qwen3ForCausalLM): Llama's blocks with RMSNorm on every query and key head, head_dim apart from "
+      "n_embd / n_head, optional attention biases and sliding window; Hugging Face import/export",
+      [](const tessera::llama::Qwen3Config& yaml, const tessera::RunContext& run) { return build(yaml, run); });
 }
 
 }  // namespace

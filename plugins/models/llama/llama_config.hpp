@@ -1,8 +1,11 @@
-// model/llama's config and the mapping between it and Hugging Face's LlamaForCausalLM (and, with
-// num_experts, MixtralForCausalLM): the fields of config.json (both the older top-level
+// The config of the Llama family's models (model/llama, model/qwen2, model/qwen3) and the mapping
+// between it and Hugging Face's LlamaForCausalLM (with num_experts, MixtralForCausalLM),
+// Qwen2ForCausalLM and Qwen3ForCausalLM: the fields of config.json (both the older top-level
 // rope_theta/rope_scaling and transformers 5's rope_parameters), and the tensor names (Tessera's
 // are Hugging Face's without `model.`; stacked experts are one tensor per weight here, one per
-// expert there).
+// expert there). The variants differ in their attention only, each difference one of the kit's
+// attention options: Qwen2's q/k/v biases, Qwen3's per-head q/k norms and attention_bias, both
+// Qwens' sliding window.
 // Long (past 400 lines): one table of Hugging Face fields and names for Llama and Mixtral, kept
 // together so that import and export cannot disagree.
 #pragma once
@@ -27,6 +30,29 @@
 
 namespace tessera::llama {
 
+// The family's members, each a model variant named by Hugging Face's model_type.
+enum class Variant { llama, qwen2, qwen3 };
+
+struct VariantNames {
+  const char* name;          // the variant key (model/NAME) and config.json's model_type
+  const char* architecture;  // config.json's architectures
+};
+inline VariantNames names_of(Variant v) {
+  switch (v) {
+    case Variant::qwen2: return {"qwen2", "Qwen2ForCausalLM"};
+    case Variant::qwen3: return {"qwen3", "Qwen3ForCausalLM"};
+    case Variant::llama: break;
+  }
+  return {"llama", "LlamaForCausalLM"};
+}
+// The variant that imports a config.json of `model_type` (Mixtral is model/llama with experts).
+inline std::optional<Variant> variant_of(const std::string& model_type) {
+  if (model_type == "llama" || model_type == "mixtral") return Variant::llama;
+  if (model_type == "qwen2") return Variant::qwen2;
+  if (model_type == "qwen3") return Variant::qwen3;
+  return std::nullopt;
+}
+
 struct LlamaConfig;
 // The YAML's config with what init_from's config.json says settled in (defined below).
 inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml);
@@ -45,6 +71,15 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   bool tie_embeddings = false;
   std::string init_from;
   std::set<std::string> given;
+  // What the variant fixes (not YAML fields): Qwen2's q/k/v biases, Qwen3's q/k norms.
+  Variant variant = Variant::llama;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  // The Qwens' YAML fields: Qwen3's attention_bias (q/k/v and o_proj biases); a sliding window
+  // (0: none) on the blocks from max_window_layers on (Hugging Face's use_sliding_window).
+  bool attention_bias = false;
+  std::int64_t sliding_window = 0;
+  std::int64_t max_window_layers = 0;
 
   // Mixtral: every block's MLP a mixture of num_experts SwiGLU experts of intermediate_size, every
   // assignment kept, the balance loss weighted as Mixtral's router_aux_loss_coef.
@@ -54,6 +89,10 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   }
 
   std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  const char* variant_name() const { return names_of(variant).name; }
+  bool any_qkv_bias() const { return qkv_bias || attention_bias; }
+  // The window of block `block`'s attention (0: the whole causal past).
+  std::int64_t window_at(std::int64_t block) const { return block >= max_window_layers ? sliding_window : 0; }
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   std::int64_t mlp_size() const {
     if (intermediate_size > 0) return intermediate_size;
@@ -88,8 +127,13 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
     }
   }
 
-  static void declare(ConfigFields<LlamaConfig>& f) {
+  static void declare(ConfigFields<LlamaConfig>& f) { declare_fields(f, Variant::llama); }
+
+  // The fields of `variant` (each variant's config type declares its own through this).
+  template <class Config>
+  static void declare_fields(ConfigFields<Config>& f, Variant variant) {
     using C = LlamaConfig;
+    const bool llama = variant == Variant::llama;
     nn::DecoderDocs decoder;
     decoder.n_head = "query heads per block";
     decoder.n_embd = "width of the residual stream";
@@ -106,13 +150,27 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
             "Llama 3 RoPE scaling [factor, low_freq_factor, high_freq_factor, original_max_seq_len] (absent: none)");
     f.field("rms_norm_eps", &C::rms_norm_eps, "epsilon of the RMS norms").greater_than(0);
     f.field("tie_embeddings", &C::tie_embeddings, "the output head reuses the token embedding (no lm_head)");
-    nn::declare_moe_fields(
-        f, {"experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP",
-            /*dense_allowed=*/true, "blocks"});
+    if (llama) {
+      nn::declare_moe_fields(
+          f, {"experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP",
+              /*dense_allowed=*/true, "blocks"});
+    } else {
+      if (variant == Variant::qwen3) {
+        f.field("attention_bias", &C::attention_bias, "biases on q_proj, k_proj, v_proj and o_proj (Qwen3's attention_bias)");
+      }
+      f.field("sliding_window", &C::sliding_window,
+              "attention within this many positions (a query and the window - 1 before it) on the blocks from "
+              "max_window_layers on; 0: the whole causal past (Hugging Face's use_sliding_window false)")
+          .at_least(0);
+      f.field("max_window_layers", &C::max_window_layers,
+              "the blocks before this index attend over the whole causal past (with sliding_window)")
+          .at_least(0);
+    }
+    const std::string family = llama ? "Llama or Mixtral" : std::string(names_of(variant).architecture);
     f.field("init_from", &C::init_from,
-            "start from these weights: a Hugging Face Llama or Mixtral folder (config.json + safetensors, sharded or not; "
-            "architecture fields left out of the YAML come from config.json), a Tessera export folder or a "
-            "safetensors file")
+            "start from these weights: a Hugging Face " + family +
+                " folder (config.json + safetensors, sharded or not; architecture fields left out of the YAML come "
+                "from config.json), a Tessera export folder or a safetensors file")
         .existing_path();
     f.record_given(&C::given);
     f.check(&LlamaConfig::check);
@@ -128,7 +186,7 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
     nn::check_tensor_parallel(
         {c.n_head, c.kv_heads(), c.mixture_of_experts() ? 0 : c.mlp_size(), c.vocab_size, c.mixture_of_experts()}, dims,
         !yaml.init_from.empty());
-    nn::check_context_parallel(c.n_head, c.dropout, dims);
+    nn::check_context_parallel(c.n_head, c.dropout, dims, c.window_at(c.n_layer - 1));
     nn::check_expert_parallel(c, dims, "this llama is dense; set num_experts (a Mixtral-style model) or parallelism.ep: 1");
     nn::check_pipeline_parallel(c.n_layer, dims);
   }
@@ -137,7 +195,10 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
 // The whole model's parameters from its config (a pipeline stage holds some of them only).
 inline std::int64_t parameter_count(const LlamaConfig& c) {
   const std::int64_t C = c.n_embd, D = c.head_size(), I = c.mlp_size();
-  const std::int64_t attention = C * c.n_head * D + 2 * C * c.kv_heads() * D + c.n_head * D * C;
+  std::int64_t attention = C * c.n_head * D + 2 * C * c.kv_heads() * D + c.n_head * D * C;
+  if (c.any_qkv_bias()) attention += (c.n_head + 2 * c.kv_heads()) * D;
+  if (c.attention_bias) attention += C;
+  if (c.qk_norm) attention += 2 * D;
   const std::int64_t mlp = c.mixture_of_experts() ? C * c.num_experts + c.num_experts * 3 * C * I : 3 * C * I;
   return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + mlp + 2 * C) + C;
 }
@@ -151,17 +212,37 @@ inline nn::HfWeightNames llama_names() { return {{{"lm_head", ""}, {"", "model."
 inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
   return hf_import::at_init_from([&] {
     const std::string type = json.string("model_type").value_or("");
-    if (type != "llama" && type != "mixtral") {
-      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/llama imports (llama, mixtral" +
-                            (type == "gpt2" ? "; use model/gpt" : "") + ")",
+    const std::optional<Variant> theirs = variant_of(type);
+    if (!theirs || *theirs != c.variant) {
+      const std::string imports = c.variant == Variant::llama ? "llama, mixtral" : c.variant_name();
+      const std::string use = theirs ? std::string("; use model/") + names_of(*theirs).name
+                                     : (type == "gpt2" ? "; use model/gpt" : "");
+      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/" + c.variant_name() + " imports (" +
+                            imports + use + ")",
                         "init_from");
     }
     using hf_import::settle;
     // Mixtral: Llama with a mixture of SwiGLU experts in every block.
     const bool mixtral = type == "mixtral";
-    settle(c.num_experts, "num_experts", c.given,
-           std::optional<std::int64_t>(mixtral ? json.integer("num_local_experts").value_or(8) : 0), "num_local_experts",
-           json, mixtral ? "" : "absent from a dense llama", mixtral ? 1 : 0);
+    if (c.variant == Variant::llama) {
+      settle(c.num_experts, "num_experts", c.given,
+             std::optional<std::int64_t>(mixtral ? json.integer("num_local_experts").value_or(8) : 0),
+             "num_local_experts", json, mixtral ? "" : "absent from a dense llama", mixtral ? 1 : 0);
+    } else {
+      // The Qwens' sliding window, where use_sliding_window switches it on.
+      const bool windowed = json.boolean("use_sliding_window").value_or(false);
+      settle(c.sliding_window, "sliding_window", c.given,
+             std::optional<std::int64_t>(windowed ? json.integer("sliding_window").value_or(0) : 0), "sliding_window",
+             json, windowed ? "" : "off (use_sliding_window false)", /*at_least=*/0);
+      if (windowed) {
+        settle(c.max_window_layers, "max_window_layers", c.given, json.integer("max_window_layers"),
+               "max_window_layers", json, "", /*at_least=*/0);
+      }
+      if (c.variant == Variant::qwen3) {
+        settle(c.attention_bias, "attention_bias", c.given,
+               std::optional<bool>(json.boolean("attention_bias").value_or(false)), "attention_bias", json);
+      }
+    }
     if (mixtral) {
       settle(c.top_k, "top_k", c.given, std::optional<std::int64_t>(json.integer("num_experts_per_tok").value_or(2)),
              "num_experts_per_tok", json);
@@ -237,7 +318,7 @@ inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
     };
     const std::string act = json.string("hidden_act").value_or("silu");
     require(act == "silu", "hidden_act is '" + act + "' (model/llama's MLP is SwiGLU with silu)");
-    require(!json.boolean("attention_bias").value_or(false), "attention_bias is true");
+    if (c.variant == Variant::llama) require(!json.boolean("attention_bias").value_or(false), "attention_bias is true");
     require(!json.boolean("mlp_bias").value_or(false), "mlp_bias is true");
     LlamaConfig::check(c);
     return c;
@@ -275,8 +356,17 @@ inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
     settle_exported(c.rope_theta, "rope_theta", c.given, exported, defaults.rope_theta);
     settle_exported(c.rms_norm_eps, "rms_norm_eps", c.given, exported, defaults.rms_norm_eps);
     settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
-    settle_exported(c.num_experts, "num_experts", c.given, exported, defaults.num_experts, /*at_least=*/0);
-    settle_exported(c.top_k, "top_k", c.given, exported, defaults.top_k);
+    if (c.variant == Variant::llama) {
+      settle_exported(c.num_experts, "num_experts", c.given, exported, defaults.num_experts, /*at_least=*/0);
+      settle_exported(c.top_k, "top_k", c.given, exported, defaults.top_k);
+    } else {
+      settle_exported(c.sliding_window, "sliding_window", c.given, exported, defaults.sliding_window, /*at_least=*/0);
+      settle_exported(c.max_window_layers, "max_window_layers", c.given, exported, defaults.max_window_layers,
+                      /*at_least=*/0);
+      if (c.variant == Variant::qwen3) {
+        settle_exported(c.attention_bias, "attention_bias", c.given, exported, defaults.attention_bias);
+      }
+    }
     // rope_scaling: a list, or absent/null for none.
     const std::optional<nlohmann::json> scaling = hf_import::exported_value(exported, "rope_scaling");
     if (hf_import::exported_names(exported, "rope_scaling") || !unknown_if_left_out) {
@@ -305,7 +395,7 @@ inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
 }
 
 inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml) {
-  return hf_import::settled_by_init_from(yaml, "llama", settle_export, settle_config);
+  return hf_import::settled_by_init_from(yaml, yaml.variant_name(), settle_export, settle_config);
 }
 
 // The architecture as built, in the YAML's names (Model::architecture_json): what a Tessera
@@ -319,6 +409,13 @@ inline std::string architecture_json(const LlamaConfig& c) {
       {"num_experts", c.num_experts},     {"top_k", c.top_k},
   };
   out["rope_scaling"] = c.rope_scaling ? nlohmann::ordered_json(*c.rope_scaling) : nlohmann::ordered_json(nullptr);
+  if (c.variant != Variant::llama) {
+    out.erase("num_experts");
+    out.erase("top_k");
+    out["sliding_window"] = c.sliding_window;
+    out["max_window_layers"] = c.max_window_layers;
+    if (c.variant == Variant::qwen3) out["attention_bias"] = c.attention_bias;
+  }
   return out.dump();
 }
 
@@ -361,6 +458,20 @@ inline std::string hf_config_json(const LlamaConfig& c, const std::string& speci
       {"dtype", "float32"},
   };
   nlohmann::ordered_json out = config;
+  if (c.variant != Variant::llama) {
+    // Qwen2ForCausalLM (q/k/v biases always, no bias switches) and Qwen3ForCausalLM.
+    out["architectures"] = {names_of(c.variant).architecture};
+    out["model_type"] = c.variant_name();
+    out.erase("mlp_bias");
+    if (c.variant == Variant::qwen2) {
+      out.erase("attention_bias");
+    } else {
+      out["attention_bias"] = c.attention_bias;
+    }
+    out["use_sliding_window"] = c.sliding_window > 0;
+    out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json(nullptr);
+    out["max_window_layers"] = c.max_window_layers;
+  }
   if (c.mixture_of_experts()) {
     // MixtralForCausalLM: the same fields, the experts', and no bias switches.
     out["architectures"] = {"MixtralForCausalLM"};
@@ -377,5 +488,25 @@ inline std::string hf_config_json(const LlamaConfig& c, const std::string& speci
   hf_import::carry_special_token_ids(out, special_ids);
   return out.dump(2) + "\n";
 }
+
+// model/qwen2: Qwen2 and Qwen2.5 (Qwen2ForCausalLM), transformers' Qwen2Config defaults.
+struct Qwen2Config : LlamaConfig {
+  Qwen2Config() {
+    variant = Variant::qwen2;
+    qkv_bias = true;
+    rms_norm_eps = 1e-6;
+  }
+  static void declare(ConfigFields<Qwen2Config>& f) { declare_fields(f, Variant::qwen2); }
+};
+
+// model/qwen3: Qwen3 (Qwen3ForCausalLM): RMSNorm on every query and key head.
+struct Qwen3Config : LlamaConfig {
+  Qwen3Config() {
+    variant = Variant::qwen3;
+    qk_norm = true;
+    rms_norm_eps = 1e-6;
+  }
+  static void declare(ConfigFields<Qwen3Config>& f) { declare_fields(f, Variant::qwen3); }
+};
 
 }  // namespace tessera::llama
