@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.hpp"
@@ -67,8 +69,8 @@ at::Tensor ExpertRouter::choose(const at::Tensor& scores, const at::Tensor& corr
                                 .unsqueeze(-1)
                                 .expand({n, groups, per_group})
                                 .reshape({n, routing_.num_experts});
-    // As DeepSeek-V3: the experts of other groups score 0 (not -inf) in the choice.
-    choice = choice.masked_fill(kept.logical_not(), 0.0);
+    // The experts of other groups cannot be chosen (transformers' DeepseekV3TopkRouter).
+    choice = choice.masked_fill(kept.logical_not(), -std::numeric_limits<double>::infinity());
   }
   return std::get<1>(at::topk(choice, routing_.top_k, -1));
 }
@@ -144,6 +146,7 @@ at::Tensor ExpertRouter::route(const at::Tensor& tokens, const at::Tensor& route
       }
     }
     sums_.expert_assignments.add_(counts.to(at::kFloat));
+    loads_ = loads_.defined() ? loads_.add_(counts.to(at::kFloat)) : counts.to(at::kFloat);
     sums_.dropped_assignments.add_((counts - limit).clamp_min(0).sum().to(at::kFloat));
     sums_.tokens.add_(static_cast<double>(n));
     sums_.entropy_sum.add_(-(probs * log_probs).sum());
@@ -202,6 +205,8 @@ at::Tensor ExpertRouter::run_experts(const at::Tensor& rows, const std::vector<s
   const at::Tensor in_arrival_order = outputs.index_select(0, at::argsort(grouping));
   return collectives::all_to_all_rows(in_arrival_order, recv_rows, send_rows, ep_.group());
 }
+
+at::Tensor ExpertRouter::take_loads() { return std::exchange(loads_, at::Tensor()); }
 
 RouterStatistics ExpertRouter::take_statistics(const at::TensorOptions& options) {
   RouterStatistics out;

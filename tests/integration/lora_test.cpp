@@ -132,6 +132,29 @@ TEST_F(Lora, LlamaPeftAndMergedExportsGiveTesserasLossOverAnUntouchedBase) {
   }
 }
 
+// Qwen3 (per-head q/k norms, head_dim of its own, attention biases): the PEFT export of a LoRA
+// run loads over the untouched base in peft with Tessera's loss.
+TEST_F(Lora, Qwen3PeftExportLoadsOverTheBaseWithTesserasLoss) {
+  const std::string base = dir_.file("qwen3");
+  reference("make-qwen3 " + base + " --attention-bias");
+  const std::string path =
+      spec("qwen3-peft", adapted(model_yaml("qwen3", base), kLora), tokens_, "checkpoint: {export_format: peft}\n");
+  std::string out;
+  ASSERT_EQ(train(path, "", out), 0) << out;
+  const std::string folder = exported("qwen3-peft");
+  EXPECT_FALSE(fs::exists(folder + "/model.safetensors")) << "a PEFT folder holds the adapter alone";
+  const double python = reference_loss(base, tokens_, "--adapter " + folder);
+  EXPECT_LT(relative(tessera_eval(path, "--resume auto"), python), kLossTolerance);
+  EXPECT_GT(relative(python, reference_loss(base, tokens_)), 1e-4) << "training changed nothing";
+  const StateDict saved = read_safetensors(folder + "/adapter_model.safetensors").tensors;
+  EXPECT_TRUE(saved.count("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
+  // q_proj of 4 heads of 24: B is [96, 4].
+  EXPECT_EQ(saved.at("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight").sizes(),
+            (at::IntArrayRef{96, 4}));
+  EXPECT_EQ(base_is_untouched(run_dir("qwen3-peft") + "/checkpoints/step_00000003", base),
+            2 * ((4 * 64 + 96 * 4) + (4 * 64 + 48 * 4) + (4 * 128 + 64 * 4)));
+}
+
 TEST_F(Lora, Gpt2FusedAttentionAdapterLoadsInPeftWithTesserasLoss) {
   // c_attn is one fused q/k/v projection, stored transposed by GPT-2 (Conv1D: fan_in_fan_out).
   const std::string base = dir_.file("gpt2");

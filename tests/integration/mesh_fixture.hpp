@@ -43,6 +43,14 @@ const std::string kQwen3 =
     "--set components.model.variant_key=qwen3 --set components.model.config.head_dim=12 "
     "--set components.model.config.attention_bias=true";
 
+// A Qwen3-MoE of the tiny llama: block 0 dense, block 1 routed to 8 experts of 48 units (enough
+// that each expert-parallel rank gets about half the rows, as `tessera plan` assumes), normalised
+// gates, no balance loss (see kMixtral).
+const std::string kQwen3Moe =
+    "--set components.model.variant_key=qwen3_moe --set components.model.config.num_experts=8 "
+    "--set components.model.config.dense_blocks=[0] --set components.model.config.expert_intermediate_size=48 "
+    "--set components.model.config.renormalize_topk=true --set components.model.config.aux_loss_coef=0";
+
 // A run saved under one mesh at step 5 of 10 and resumed under another.
 struct Reshard {
   std::string name;

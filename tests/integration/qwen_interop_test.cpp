@@ -7,6 +7,7 @@
 // positioned error naming the variant to use.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "cli_fixture.hpp"
@@ -55,6 +56,44 @@ TEST_F(HfInterop, QwenImportsGiveTransformersLossAndTheirExportsLoadStrictly) {
     EXPECT_NE(out.find("init_from"), std::string::npos) << out;
     EXPECT_NE(out.find(use), std::string::npos) << out;
   }
+}
+
+// Qwen3-MoE: a dense first block (mlp_only_layers [0]) before two routed ones, experts of their
+// own width, normalised gates; then unnormalised (Hugging Face's default) with every other block
+// routed (decoder_sparse_step 2). Each import gives transformers' loss; a run's export loads
+// strictly with Tessera's loss; an expert-parallel run exports the model one rank trains.
+TEST_F(HfInterop, Qwen3MoeImportsGiveTransformersLossAndExpertParallelRunsExportWholeModels) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  const std::string normalised = dir_.file("qwen3_moe"), stepped = dir_.file("qwen3_moe_stepped");
+  reference("make-qwen3-moe " + normalised + " --dense-blocks 0 --norm-topk --attention-bias");
+  reference("make-qwen3-moe " + stepped + " --sparse-step 2 --layers 4 --top-k 1");
+  for (const std::string& folder : {normalised, stepped}) {
+    SCOPED_TRACE(folder);
+    EXPECT_LT(relative(tessera_eval(spec("import", model_yaml("qwen3_moe", folder), tokens)),
+                       reference_loss(folder, tokens)),
+              kLossTolerance);
+  }
+  double exported_loss[2] = {NAN, NAN};
+  for (const int ranks : {1, 2}) {
+    const std::string name = "qwen3-moe-ranks" + std::to_string(ranks);
+    // Without the balance loss (a micro-batch statistic: one rank's two micro-batches are not two
+    // ranks' batches), one rank accumulating two micro-batches computes the 2 ranks' steps.
+    const std::string path = spec(name, model_yaml("qwen3_moe", normalised, ", aux_loss_coef: 0"), tokens);
+    const std::string train = " train " + path + " --set checkpoint.export_format=hf";
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() +
+                              (ranks == 1 ? train + " --set trainer.grad_accum=2"
+                                          : " launch --nproc-per-node 2 --" + train + " --set parallelism.ep=2"),
+                          out),
+              0)
+        << out;
+    const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
+    exported_loss[ranks - 1] = reference_loss(exported, tokens, "--strict");
+    EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[ranks - 1]), kLossTolerance);
+  }
+  EXPECT_GT(relative(exported_loss[0], reference_loss(normalised, tokens)), 1e-3) << "training changed nothing";
+  EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "ep 2 against one rank";
 }
 
 }  // namespace qwen_interop_test

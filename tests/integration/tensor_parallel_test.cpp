@@ -96,6 +96,18 @@ INSTANTIATE_TEST_SUITE_P(
                                "--set parallelism.tp=2 --set parallelism.sequence_parallel=true", kQwen3},
                       MeshCase{"qwen3_cp2_ulysses", "tiny_llama_tp", 2, 1,
                                "--set parallelism.cp=2 --set parallelism.cp_type=ulysses", kQwen3},
+                      MeshCase{"qwen3_fsdp2", "tiny_llama_tp", 2, 2, kFsdp, kQwen3},
+                      MeshCase{"qwen3_pp2", "tiny_llama_tp", 2, 1, "--set parallelism.pp=2", kQwen3},
+                      MeshCase{"qwen3_moe_ep2", "tiny_llama_tp", 2, 2, "--set parallelism.ep=2", kQwen3Moe},
+                      MeshCase{"qwen3_moe_fsdp2_ep2", "tiny_llama_tp", 2, 2, "--set parallelism.ep=2" + kFsdp, kQwen3Moe},
+                      MeshCase{"qwen3_moe_tp2", "tiny_llama_tp", 2, 1, "--set parallelism.tp=2", kQwen3Moe},
+                      // DeepSeek-V3: latent attention, a dense first block, grouped sigmoid routing with
+                      // shared experts and the routing bias moved from the step's loads.
+                      MeshCase{"deepseek_tp2", "tiny_deepseek", 2, 1, "--set parallelism.tp=2"},
+                      MeshCase{"deepseek_ep2", "tiny_deepseek", 2, 2, "--set parallelism.ep=2"},
+                      MeshCase{"deepseek_pp2", "tiny_deepseek", 2, 1, "--set parallelism.pp=2"},
+                      MeshCase{"deepseek_cp2_ring", "tiny_deepseek", 2, 1, "--set parallelism.cp=2"},
+                      MeshCase{"deepseek_fsdp2", "tiny_deepseek", 2, 2, kFsdp},
                       // Mixtral: llama's blocks with SwiGLU experts.
                       MeshCase{"mixtral_ep2", "tiny_llama_tp", 2, 2, "--set parallelism.ep=2", kMixtral},
                       MeshCase{"mixtral_fsdp2_tp2_ep2", "tiny_llama_tp", 4, 2,

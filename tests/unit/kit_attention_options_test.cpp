@@ -120,7 +120,7 @@ TEST(KitAttentionOptions, HeadNormsSplitOverTensorParallelRanksWithWholeGradient
   const StateDict w = randomise(whole);
   TensorParallelPlan plan;
   nn::GroupedQueryAttention::plan(plan, "", spec);
-  EXPECT_FALSE(plan.count("q_norm.weight"));
+  EXPECT_EQ(plan.at("q_norm.weight"), TensorShard::whole_for_heads());
   nn::RotaryEmbedding rotary({spec.head_dim, kSeq, 10000.0, std::nullopt, std::nullopt});
   const nn::AttentionInputs inputs = rotary_inputs(rotary);
   const at::Tensor x = at::randn({2, kSeq, spec.hidden});

@@ -7,12 +7,18 @@
 
 #include <ATen/ops/linear.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/sign.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/topk.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -44,7 +50,7 @@ std::vector<double> reference_gates(const std::vector<double>& logits, const std
   }
   std::vector<double> choice(experts);
   for (std::size_t e = 0; e < experts; ++e) choice[e] = score[e] + (bias.empty() ? 0 : bias[e]);
-  // Groups rated by the sum of their two best choice scores; the others' experts score 0.
+  // Groups rated by the sum of their two best choice scores; the others' experts are not chosen.
   const std::size_t per_group = experts / static_cast<std::size_t>(r.groups);
   std::vector<std::pair<double, std::size_t>> ratings;
   for (std::size_t g = 0; g < static_cast<std::size_t>(r.groups); ++g) {
@@ -57,7 +63,7 @@ std::vector<double> reference_gates(const std::vector<double>& logits, const std
   std::vector<bool> kept(static_cast<std::size_t>(r.groups));
   for (std::size_t i = 0; i < static_cast<std::size_t>(r.groups_kept); ++i) kept[ratings[i].second] = true;
   for (std::size_t e = 0; e < experts; ++e) {
-    if (!kept[e / per_group]) choice[e] = 0;
+    if (!kept[e / per_group]) choice[e] = -std::numeric_limits<double>::infinity();
   }
   std::vector<std::size_t> order(experts);
   std::iota(order.begin(), order.end(), 0);
@@ -92,15 +98,18 @@ void expect_routes_as_defined(const ExpertRouting& routing, const at::Tensor& bi
 TEST(KitRouterOptions, DeepSeekV3RoutingIsItsDefinition) {
   ExpertRouting routing;
   routing.num_experts = kExperts;
-  routing.top_k = 3;
+  routing.top_k = 4;  // every expert of the 2 kept groups of 2
   routing.score = RouterScore::sigmoid;
   routing.groups = 4;
   routing.groups_kept = 2;
   routing.routed_scaling = 2.5;
   routing.correction_bias = true;
-  // A bias large enough to move choices: expert 0's group is chosen whatever its scores.
+  // A bias large enough to move choices: expert 0's group is chosen whatever its scores; and
+  // negative enough elsewhere that an expert of a kept group may score below 0 (and must still
+  // win over the experts of groups left out).
   at::Tensor bias = at::randn({kExperts}) * 0.3;
   bias[0] = 3.0;
+  bias[1] = -2.0;
   expect_routes_as_defined(routing, bias);
 }
 
@@ -170,6 +179,46 @@ TEST(KitRouterOptions, SharedExpertsAddADenseSwiGluAndTheBiasIsABuffer) {
                                        w.at("shared_experts.down_proj.weight"));
   const at::Tensor got = with_shared.forward(x), routed = routed_only.forward(x);
   EXPECT_TRUE(at::allclose(got, routed + shared, 1e-5, 1e-6)) << (got - routed - shared).abs().max().item<double>();
+}
+
+// Auxiliary-loss-free balancing against its rule: after training forwards the correction bias
+// moves by speed * sign(mean load - load) per expert (the loads: each expert's assignments since
+// the last update); an update with nothing routed since, or a forward outside training, moves
+// nothing.
+TEST(KitRouterOptions, BiasUpdateFollowsTheLoadsSign) {
+  ExpertRouting routing;
+  routing.num_experts = 4;
+  routing.top_k = 1;
+  routing.score = RouterScore::sigmoid;
+  routing.correction_bias = true;
+  nn::SwiGluExperts layer(routing, {}, kWidth, 5);
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& item : layer.named_parameters()) item.value().copy_(at::randn(item.value().sizes()));
+  }
+  const at::Tensor x = at::randn({3, 8, kWidth});
+  layer.train();
+  layer.forward(x);
+  layer.forward(x);
+  // The loads those two forwards gave, from the router's own choice.
+  at::Tensor loads = at::zeros({4});
+  {
+    c10::NoGradGuard no_grad;
+    const at::Tensor scores = at::sigmoid(at::linear(x.reshape({-1, kWidth}), layer.router_linear->weight));
+    const at::Tensor chosen = std::get<1>(at::topk(scores + layer.correction_bias(), 1, -1)).reshape({-1});
+    for (std::int64_t i = 0; i < chosen.size(0); ++i) loads[chosen[i].item<std::int64_t>()] += 2;
+  }
+  const at::Tensor before = layer.correction_bias().clone();
+  layer.balance_by_bias(0.01, nullptr);
+  const at::Tensor expected = before + 0.01 * at::sign(loads.mean() - loads);
+  EXPECT_TRUE(at::allclose(layer.correction_bias(), expected)) << layer.correction_bias() << " vs " << expected;
+  EXPECT_FALSE(at::equal(layer.correction_bias(), before)) << "a skewed routing moves the bias";
+  const at::Tensor after = layer.correction_bias().clone();
+  layer.balance_by_bias(0.01, nullptr);  // nothing routed since
+  layer.eval();
+  layer.forward(x);
+  layer.balance_by_bias(0.01, nullptr);  // evaluation forwards do not count
+  EXPECT_TRUE(at::equal(layer.correction_bias(), after));
 }
 
 TEST(KitRouterOptions, BlockPatternsSayWhichBlocksRoute) {

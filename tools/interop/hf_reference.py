@@ -6,6 +6,8 @@
     hf_reference.py make-mixtral DIR [--experts E] [--top-k K] [--kv-heads K] ...   a MixtralForCausalLM
     hf_reference.py make-qwen2 DIR [--window W --max-window-layers L] [--tied] ...   a Qwen2ForCausalLM
     hf_reference.py make-qwen3 DIR [--head-dim D] [--attention-bias] [--window W ...] ...   a Qwen3ForCausalLM
+    hf_reference.py make-qwen3-moe DIR [--experts E] [--top-k K] [--dense-blocks 0 ...] [--norm-topk] ...
+    hf_reference.py make-deepseek-v3 DIR [--layers L] [--q-lora-rank R] [--yarn] [--skew S] [--mtp] ...
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
     hf_reference.py same-tokenizer DIR_A DIR_B                       both tokenizers encode alike
     hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
@@ -136,6 +138,79 @@ def make_qwen(args):
     model.config._attn_implementation = "sdpa"
     realistic_(model, args.std, args.seed)
     model.save_pretrained(args.dir, safe_serialization=True, max_shard_size=args.max_shard_size)
+
+
+def make_qwen3_moe(args):
+    """Qwen3-MoE: Qwen3's attention, experts of their own width in the blocks that route
+    (decoder_sparse_step, mlp_only_layers), the others a dense SwiGLU of intermediate_size."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(vocab_size=args.vocab, hidden_size=args.embd, intermediate_size=args.intermediate,
+                            moe_intermediate_size=args.expert_intermediate, num_hidden_layers=args.layers,
+                            num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
+                            max_position_embeddings=args.positions, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                            rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
+                            num_experts=args.experts, num_experts_per_tok=args.top_k, norm_topk_prob=args.norm_topk,
+                            decoder_sparse_step=args.sparse_step, mlp_only_layers=args.dense_blocks,
+                            router_aux_loss_coef=0.001, attention_bias=args.attention_bias)
+    model = Qwen3MoeForCausalLM(config)
+    realistic_(model, args.std, args.seed)
+    model.save_pretrained(args.dir, safe_serialization=True)
+
+
+def make_deepseek_v3(args):
+    """DeepSeek-V3: multi-head latent attention (YaRN with mscale_all_dim when --yarn), a dense
+    first block, then shared and routed experts in groups; the routing correction bias perturbed
+    like the norms. --skew S skews the routers towards expert 0 (for
+    the balancing benchmark: expert 0's gate row along the mean input of its block, S times a
+    row's norm); --mtp stores a multi-token-prediction layer as the Hub's files do."""
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if args.yarn:
+        rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+                "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+    config = DeepseekV3Config(vocab_size=args.vocab, hidden_size=args.embd, intermediate_size=args.intermediate,
+                              moe_intermediate_size=args.expert_intermediate, num_hidden_layers=args.layers,
+                              num_attention_heads=args.heads, num_key_value_heads=args.heads,
+                              n_shared_experts=args.shared, n_routed_experts=args.experts,
+                              num_experts_per_tok=args.top_k, routed_scaling_factor=2.5, n_group=args.groups,
+                              topk_group=args.groups_kept, first_k_dense_replace=1, norm_topk_prob=True,
+                              q_lora_rank=args.q_lora_rank or None, kv_lora_rank=32, qk_rope_head_dim=8,
+                              qk_nope_head_dim=16, v_head_dim=16, max_position_embeddings=args.positions,
+                              rms_norm_eps=1e-6, rope_parameters=rope, rope_interleave=True,
+                              tie_word_embeddings=False)
+    model = DeepseekV3ForCausalLM(config)
+    realistic_(model, args.std, args.seed)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(0.1 * torch.randn(buffer.shape, generator=g))
+    if args.skew:
+        # A skewed router: every routed block's gate row of expert 0 pointed along the mean of what
+        # reaches that block's experts on random tokens, so that most tokens prefer expert 0.
+        seen = {}
+        hooks = [layer.mlp.register_forward_pre_hook(lambda m, a, i=i: seen.__setitem__(i, a[0].mean((0, 1))))
+                 for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")]
+        with torch.no_grad():
+            model(torch.randint(0, args.vocab, (4, 32), generator=g))
+            for h in hooks:
+                h.remove()
+            for i, mean in seen.items():
+                gate = model.model.layers[i].mlp.gate.weight
+                gate[0] += args.skew * mean / mean.norm() * gate.norm(dim=1).mean()
+    model.save_pretrained(args.dir, safe_serialization=True)
+    if args.mtp:
+        # The Hub's DeepSeek-V3 stores its MTP module as one more layer, which transformers skips.
+        path = pathlib.Path(args.dir) / "model.safetensors"
+        tensors = load_file(str(path))
+        n = args.layers
+        for name in [k for k in tensors if k.startswith("model.layers.1.")]:
+            tensors[name.replace("model.layers.1.", f"model.layers.{n}.")] = tensors[name].clone()
+        tensors[f"model.layers.{n}.eh_proj.weight"] = torch.zeros(args.embd, 2 * args.embd)
+        save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def save_tokenizer(folder, vocab):
@@ -360,6 +435,50 @@ def main():
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--max-shard-size", default="5GB")
         q.set_defaults(fn=make_qwen)
+
+    qm = sub.add_parser("make-qwen3-moe")
+    qm.add_argument("dir")
+    qm.add_argument("--vocab", type=int, default=256)
+    qm.add_argument("--positions", type=int, default=64)
+    qm.add_argument("--embd", type=int, default=64)
+    qm.add_argument("--intermediate", type=int, default=128, help="the dense blocks' MLP width")
+    qm.add_argument("--expert-intermediate", type=int, default=48)
+    qm.add_argument("--layers", type=int, default=3)
+    qm.add_argument("--heads", type=int, default=4)
+    qm.add_argument("--kv-heads", type=int, default=2)
+    qm.add_argument("--head-dim", type=int, default=24)
+    qm.add_argument("--rope-theta", type=float, default=1000000.0)
+    qm.add_argument("--experts", type=int, default=4)
+    qm.add_argument("--top-k", type=int, default=2)
+    qm.add_argument("--norm-topk", action="store_true", help="norm_topk_prob: the k gates divided by their sum")
+    qm.add_argument("--sparse-step", type=int, default=1)
+    qm.add_argument("--dense-blocks", type=int, nargs="*", default=[])
+    qm.add_argument("--attention-bias", action="store_true")
+    qm.add_argument("--std", type=float, default=0.3)
+    qm.add_argument("--seed", type=int, default=0)
+    qm.set_defaults(fn=make_qwen3_moe)
+
+    ds = sub.add_parser("make-deepseek-v3")
+    ds.add_argument("dir")
+    ds.add_argument("--vocab", type=int, default=256)
+    ds.add_argument("--positions", type=int, default=64)
+    ds.add_argument("--embd", type=int, default=64)
+    ds.add_argument("--intermediate", type=int, default=128)
+    ds.add_argument("--expert-intermediate", type=int, default=32)
+    ds.add_argument("--layers", type=int, default=3)
+    ds.add_argument("--heads", type=int, default=4)
+    ds.add_argument("--experts", type=int, default=8)
+    ds.add_argument("--top-k", type=int, default=2)
+    ds.add_argument("--groups", type=int, default=4)
+    ds.add_argument("--groups-kept", type=int, default=2)
+    ds.add_argument("--shared", type=int, default=1)
+    ds.add_argument("--q-lora-rank", type=int, default=24)
+    ds.add_argument("--yarn", action="store_true")
+    ds.add_argument("--skew", type=float, default=0.0)
+    ds.add_argument("--mtp", action="store_true")
+    ds.add_argument("--std", type=float, default=0.3)
+    ds.add_argument("--seed", type=int, default=0)
+    ds.set_defaults(fn=make_deepseek_v3)
 
     t = sub.add_parser("tokens")
     t.add_argument("file")

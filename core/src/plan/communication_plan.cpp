@@ -11,9 +11,12 @@
 //                root once per step under pp), the gradients reduce-scattered; hybrid adds the
 //                shards' all-reduce over dp_replicate
 //   tp           per block: two all-reduces of the block's output (e T h) forward and two of the
-//                norms' gradients (fp32) backward; with sequence parallelism an all-gather and a
+//                norms' gradients (fp32) backward (an MoE block one of each, two with shared
+//                experts); with sequence parallelism an all-gather and a
 //                reduce-scatter each way instead, and the all-reduce of the replicated
-//                parameters' gradients; the embedding, the head and the vocabulary-parallel loss
+//                parameters' gradients (without it, of those used on each rank's heads only:
+//                per-head norms, latent attention's down projections); the embedding, the head
+//                and the vocabulary-parallel loss
 //                (16 B per token)
 //   cp           ring: K and V passed round the ring (cp - 1 steps) forward, with their fp32
 //                gradients backward; ulysses: four all-to-alls each way
@@ -113,14 +116,19 @@ std::map<std::string, double> plan_communication(const RankModel& model, const T
     double per_micro_batch = 0;
     for (std::int64_t block : model.blocks) {
       const bool moe = contains(shape.moe_blocks, block);
-      const double forward = moe ? e * T * h : (sp ? 2 * (4 + e) * T * h : 2 * e * T * h);
-      const double backward = moe ? 4 * T * h : (sp ? 2 * (4 + e) * T * h : 8 * T * h);
+      // An MoE block's routed experts are whole on every rank; its shared experts split as a
+      // dense MLP, with the MLP's all-reduces.
+      const double mlp_reductions = moe && shape.shared_expert_hidden == 0 ? 1 : 2;
+      const double forward = moe ? mlp_reductions * e * T * h : (sp ? 2 * (4 + e) * T * h : 2 * e * T * h);
+      const double backward = moe ? mlp_reductions * 4 * T * h : (sp ? 2 * (4 + e) * T * h : 8 * T * h);
       per_micro_batch += forward + backward;
       if (contains(shape.checkpointed_blocks, block)) per_micro_batch += forward;
     }
     if (model.first_stage) per_micro_batch += sp ? 8 * T * h : 4 * T * h;
     if (model.last_stage) per_micro_batch += (sp ? 8 * T * h : 4 * T * h) + 16 * T;
-    if (sp) per_micro_batch += 4 * model.tp_replicated;
+    // Replicated parameters' gradients: all of them under sequence parallelism, else those
+    // used on each rank's heads only.
+    per_micro_batch += 4 * (sp ? model.tp_replicated : model.tp_shared_by_heads);
     add(group_label(dims, {MeshAxis::tp}, rank), m * per_micro_batch);
   }
   if (dims.cp > 1) {

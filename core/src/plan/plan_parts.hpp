@@ -36,6 +36,7 @@ struct RankModel {
   double unit_dense = 0;       // dense elements inside the sharding units (fsdp's per-block units)
   double tied = 0;             // held by both pipeline ends (a tied embedding), on an end
   double tp_replicated = 0;    // left whole by the tensor-parallel plan (norms, biases, positions)
+  double tp_shared_by_heads = 0;  // of those, used on each rank's heads: gradients summed always
   std::vector<std::int64_t> blocks;  // the global indices of the blocks it holds
   std::int64_t local_stages = 1;
   std::int64_t stage_boundaries_in = 0;   // its stages that receive activations (not the first)

@@ -29,6 +29,7 @@ RankModel describe_rank(Model& model, const RunContext& context, const Transform
       r.frozen_dense += frozen ? n : 0;
     }
     if (shard.replicated()) r.tp_replicated += n;
+    if (shard.shared_by_heads) r.tp_shared_by_heads += n;
     if (std::find(tied.begin(), tied.end(), item.key()) != tied.end()) r.tied += n;
   }
   std::set<const void*> counted;

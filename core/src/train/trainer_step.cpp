@@ -303,6 +303,9 @@ double Trainer::update(const at::Tensor& grad_norm, bool skipped) {
     parts_.optimizer->set_lr(lr);
     in_component(parts_.names.optimizer, "step", progress_.step + 1, [&] { strategy_.optimizer_step(*parts_.optimizer); });
   }
+  // The model's non-gradient state after the step (DeepSeek-V3's routing bias).
+  in_component(parts_.names.model, "after_optimizer_step", progress_.step + 1,
+               [&] { parts_.model->after_optimizer_step(!skipped); });
   if (graph_) {
     // The graph accumulates into these gradients' memory: zeroed in place, never released.
     std::vector<at::Tensor> grads = strategy_.gradients();

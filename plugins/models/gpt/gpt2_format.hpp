@@ -114,10 +114,7 @@ inline GptConfig settle_export(GptConfig c, const HfConfig& exported) {
   return hf_import::at_init_from([&] {
     const GptConfig defaults;
     using hf_import::settle_exported;
-    settle_exported(c.vocab_size, "vocab_size", c.given, exported, defaults.vocab_size);
-    settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
-    settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
-    settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
+    hf_import::settle_exported_decoder(c, exported, defaults);
     settle_exported(c.max_seq_len, "max_seq_len", c.given, exported, defaults.max_seq_len);
     settle_exported(c.bias, "bias", c.given, exported, defaults.bias);
     settle_exported(c.activation, "activation", c.given, exported, defaults.activation);

@@ -3,9 +3,10 @@
 // Qwen2ForCausalLM and Qwen3ForCausalLM: the fields of config.json (both the older top-level
 // rope_theta/rope_scaling and transformers 5's rope_parameters), and the tensor names (Tessera's
 // are Hugging Face's without `model.`; stacked experts are one tensor per weight here, one per
-// expert there). The variants differ in their attention only, each difference one of the kit's
-// attention options: Qwen2's q/k/v biases, Qwen3's per-head q/k norms and attention_bias, both
-// Qwens' sliding window.
+// expert there). The variants differ in their attention and their experts, each difference one
+// of the kit's options: Qwen2's q/k/v biases, Qwen3's per-head q/k norms and attention_bias, the
+// Qwens' sliding window; Qwen3-MoE's experts in some blocks (decoder_sparse_step,
+// mlp_only_layers) of their own width, gates normalised or not.
 // Long (past 400 lines): one table of Hugging Face fields and names for Llama and Mixtral, kept
 // together so that import and export cannot disagree.
 #pragma once
@@ -31,7 +32,7 @@
 namespace tessera::llama {
 
 // The family's members, each a model variant named by Hugging Face's model_type.
-enum class Variant { llama, qwen2, qwen3 };
+enum class Variant { llama, qwen2, qwen3, qwen3_moe };
 
 struct VariantNames {
   const char* name;          // the variant key (model/NAME) and config.json's model_type
@@ -41,6 +42,7 @@ inline VariantNames names_of(Variant v) {
   switch (v) {
     case Variant::qwen2: return {"qwen2", "Qwen2ForCausalLM"};
     case Variant::qwen3: return {"qwen3", "Qwen3ForCausalLM"};
+    case Variant::qwen3_moe: return {"qwen3_moe", "Qwen3MoeForCausalLM"};
     case Variant::llama: break;
   }
   return {"llama", "LlamaForCausalLM"};
@@ -50,6 +52,7 @@ inline std::optional<Variant> variant_of(const std::string& model_type) {
   if (model_type == "llama" || model_type == "mixtral") return Variant::llama;
   if (model_type == "qwen2") return Variant::qwen2;
   if (model_type == "qwen3") return Variant::qwen3;
+  if (model_type == "qwen3_moe") return Variant::qwen3_moe;
   return std::nullopt;
 }
 
@@ -80,6 +83,11 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   bool attention_bias = false;
   std::int64_t sliding_window = 0;
   std::int64_t max_window_layers = 0;
+  // Qwen3-MoE's YAML fields: the experts' width (0: intermediate_size, which the dense blocks
+  // keep), and which blocks route (decoder_sparse_step, mlp_only_layers).
+  std::int64_t expert_intermediate_size = 0;
+  std::int64_t moe_every = 1;
+  std::vector<std::int64_t> dense_blocks;
 
   // Mixtral: every block's MLP a mixture of num_experts SwiGLU experts of intermediate_size, every
   // assignment kept, the balance loss weighted as Mixtral's router_aux_loss_coef.
@@ -91,6 +99,13 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   const char* variant_name() const { return names_of(variant).name; }
   bool any_qkv_bias() const { return qkv_bias || attention_bias; }
+  std::int64_t expert_size() const { return expert_intermediate_size > 0 ? expert_intermediate_size : mlp_size(); }
+  nn::MoeBlockPattern block_pattern() const { return {0, moe_every, dense_blocks}; }
+  bool routes(std::int64_t block) const { return mixture_of_experts() && block_pattern().routes(block); }
+  std::int64_t routed_block_count() const {
+    return mixture_of_experts() ? static_cast<std::int64_t>(block_pattern().routed_blocks(n_layer).size()) : 0;
+  }
+  bool has_dense_blocks() const { return routed_block_count() < n_layer; }
   // The window of block `block`'s attention (0: the whole causal past).
   std::int64_t window_at(std::int64_t block) const { return block >= max_window_layers ? sliding_window : 0; }
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
@@ -112,10 +127,16 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
                         "n_kv_head");
     }
     if (c.head_size() % 2 != 0) throw ConfigError("the head size must be even for rotary embeddings", "head_dim");
-    if (c.mixture_of_experts() && !c.renormalize_topk) {
+    if (c.variant == Variant::llama && c.mixture_of_experts() && !c.renormalize_topk) {
       throw ConfigError("Mixtral divides its k gate probabilities by their sum; renormalize_topk: false is not a "
                         "model model/llama imports or exports",
                         "renormalize_topk");
+    }
+    for (const std::int64_t block : c.dense_blocks) {
+      if (block < 0 || block >= c.n_layer) {
+        throw ConfigError("dense_blocks lists block " + std::to_string(block) + " of " + std::to_string(c.n_layer),
+                          "dense_blocks");
+      }
     }
     if (c.rope_scaling) {
       const auto& s = *c.rope_scaling;
@@ -134,12 +155,9 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   static void declare_fields(ConfigFields<Config>& f, Variant variant) {
     using C = LlamaConfig;
     const bool llama = variant == Variant::llama;
-    nn::DecoderDocs decoder;
-    decoder.n_head = "query heads per block";
-    decoder.n_embd = "width of the residual stream";
-    decoder.max_seq_len = "longest sequence (rotary tables are built for it)";
-    decoder.dropout = "dropout on the attention probabilities (Llama's attention_dropout)";
-    nn::declare_decoder_fields(f, decoder);
+    nn::declare_decoder_fields(f, nn::DecoderDocs::rotary("query heads per block",
+                                                          "dropout on the attention probabilities (Llama's "
+                                                          "attention_dropout)"));
     f.field("n_kv_head", &C::n_kv_head, "key/value heads (grouped-query attention; 0: n_head)").at_least(0);
     f.field("head_dim", &C::head_dim, "size of one attention head (0: n_embd / n_head)").at_least(0);
     f.field("intermediate_size", &C::intermediate_size,
@@ -155,28 +173,40 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
           f, {"experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP",
               /*dense_allowed=*/true, "blocks"});
     } else {
-      if (variant == Variant::qwen3) {
+      if (variant != Variant::qwen2) {
         f.field("attention_bias", &C::attention_bias, "biases on q_proj, k_proj, v_proj and o_proj (Qwen3's attention_bias)");
       }
+      const bool per_block_window = variant != Variant::qwen3_moe;
       f.field("sliding_window", &C::sliding_window,
-              "attention within this many positions (a query and the window - 1 before it) on the blocks from "
-              "max_window_layers on; 0: the whole causal past (Hugging Face's use_sliding_window false)")
+              std::string("attention within this many positions (a query and the window - 1 before it)") +
+                  (per_block_window ? " on the blocks from max_window_layers on" : " on every block") +
+                  "; 0: the whole causal past (Hugging Face's use_sliding_window false)")
           .at_least(0);
-      f.field("max_window_layers", &C::max_window_layers,
-              "the blocks before this index attend over the whole causal past (with sliding_window)")
+      if (per_block_window) {
+        f.field("max_window_layers", &C::max_window_layers,
+                "the blocks before this index attend over the whole causal past (with sliding_window)")
+            .at_least(0);
+      }
+    }
+    if (variant == Variant::qwen3_moe) {
+      nn::declare_moe_fields(f, {"experts per routed block's MLP, each a SwiGLU of expert_intermediate_size",
+                                 /*dense_allowed=*/false, "routed blocks"});
+      f.field("expert_intermediate_size", &C::expert_intermediate_size,
+              "hidden width of each expert (Hugging Face's moe_intermediate_size; 0: intermediate_size, the dense "
+              "blocks' MLP width)")
           .at_least(0);
+      f.field("moe_every", &C::moe_every,
+              "block i routes when (i + 1) % moe_every == 0 (Hugging Face's decoder_sparse_step); the others have the "
+              "dense SwiGLU of intermediate_size")
+          .at_least(1);
+      f.field("dense_blocks", &C::dense_blocks, "blocks that keep the dense SwiGLU (Hugging Face's mlp_only_layers)");
     }
     const std::string family = llama ? "Llama or Mixtral" : std::string(names_of(variant).architecture);
-    f.field("init_from", &C::init_from,
-            "start from these weights: a Hugging Face " + family +
-                " folder (config.json + safetensors, sharded or not; architecture fields left out of the YAML come "
-                "from config.json), a Tessera export folder or a safetensors file")
-        .existing_path();
-    f.record_given(&C::given);
-    f.check(&LlamaConfig::check);
-    f.splits_sequence();
-    // With init_from the sizes the YAML leaves out come from its config.json: settled first.
-    f.check_in_run([](const LlamaConfig& c, const RunContext& run) { check_mesh(settled_by_init_from(c), run, c); });
+    nn::declare_init_from<C>(f,
+                             "start from these weights: a Hugging Face " + family +
+                                 " folder (config.json + safetensors, sharded or not; architecture fields left out of "
+                                 "the YAML come from config.json), a Tessera export folder or a safetensors file",
+                             &LlamaConfig::check, &settled_by_init_from, &LlamaConfig::check_mesh);
   }
 
   // The mesh rules on the settled sizes `c` of the YAML's config `yaml`: heads, key/value heads,
@@ -184,7 +214,7 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   static void check_mesh(const LlamaConfig& c, const RunContext& run, const LlamaConfig& yaml) {
     const ParallelDims& dims = run.parallel;
     nn::check_tensor_parallel(
-        {c.n_head, c.kv_heads(), c.mixture_of_experts() ? 0 : c.mlp_size(), c.vocab_size, c.mixture_of_experts()}, dims,
+        {c.n_head, c.kv_heads(), c.has_dense_blocks() ? c.mlp_size() : 0, c.vocab_size, c.mixture_of_experts()}, dims,
         !yaml.init_from.empty());
     nn::check_context_parallel(c.n_head, c.dropout, dims, c.window_at(c.n_layer - 1));
     nn::check_expert_parallel(c, dims, "this llama is dense; set num_experts (a Mixtral-style model) or parallelism.ep: 1");
@@ -199,130 +229,168 @@ inline std::int64_t parameter_count(const LlamaConfig& c) {
   if (c.any_qkv_bias()) attention += (c.n_head + 2 * c.kv_heads()) * D;
   if (c.attention_bias) attention += C;
   if (c.qk_norm) attention += 2 * D;
-  const std::int64_t mlp = c.mixture_of_experts() ? C * c.num_experts + c.num_experts * 3 * C * I : 3 * C * I;
-  return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + mlp + 2 * C) + C;
+  const std::int64_t routed = c.routed_block_count();
+  const std::int64_t experts = C * c.num_experts + c.num_experts * 3 * C * c.expert_size();
+  const std::int64_t mlps = routed * experts + (c.n_layer - routed) * 3 * C * I;
+  return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + 2 * C) + mlps + C;
 }
 
 // LlamaForCausalLM's (and Mixtral's) names: everything under `model.` but the output head;
 // Mixtral's experts one tensor each ("model.layers.N.block_sparse_moe.experts.E.w1.weight").
 inline nn::HfWeightNames llama_names() { return {{{"lm_head", ""}, {"", "model."}}, {}, ".experts."}; }
 
+// Qwen3-MoE's experts from config.json: how many, k, their width, the gates' normalisation, which
+// blocks route, the balance loss's weight (where the YAML leaves it out).
+inline void settle_qwen3_moe_experts(LlamaConfig& c, const HfConfig& json) {
+  using hf_import::settle;
+  // The Hub's files say num_experts; transformers 5 writes num_local_experts.
+  const bool local = !json.has("num_experts") && json.has("num_local_experts");
+  const std::string experts_key = local ? "num_local_experts" : "num_experts";
+  settle(c.num_experts, "num_experts", c.given, json.integer(experts_key), experts_key, json);
+  settle(c.top_k, "top_k", c.given, json.integer("num_experts_per_tok"), "num_experts_per_tok", json);
+  settle(c.expert_intermediate_size, "expert_intermediate_size", c.given, json.integer("moe_intermediate_size"),
+         "moe_intermediate_size", json);
+  settle(c.renormalize_topk, "renormalize_topk", c.given,
+         std::optional<bool>(json.boolean("norm_topk_prob").value_or(false)), "norm_topk_prob", json);
+  settle(c.moe_every, "moe_every", c.given, std::optional<std::int64_t>(json.integer("decoder_sparse_step").value_or(1)),
+         "decoder_sparse_step", json);
+  std::vector<std::int64_t> dense;
+  if (json.has("mlp_only_layers")) {
+    const nlohmann::json listed = nlohmann::json::parse(json.dump()).at("mlp_only_layers");
+    if (!listed.is_null() && !listed.is_array()) {
+      throw ConfigError(json.file() + ": mlp_only_layers should be a list of block indices", "init_from");
+    }
+    if (listed.is_array()) {
+      for (const auto& block : listed) {
+        if (!block.is_number_integer()) throw ConfigError(json.file() + ": mlp_only_layers lists " + block.dump(), "init_from");
+        dense.push_back(block.get<std::int64_t>());
+      }
+    }
+  }
+  if (!c.given.count("dense_blocks")) {
+    c.dense_blocks = dense;
+  } else if (c.dense_blocks != dense) {
+    throw ConfigError("the YAML's dense_blocks differ from " + json.file() +
+                          "'s mlp_only_layers (leave dense_blocks out to take the checkpoint's)",
+                      "dense_blocks");
+  }
+  if (!c.given.count("aux_loss_coef")) {
+    if (auto coef = json.number("router_aux_loss_coef")) c.aux_loss_coef = *coef;
+  }
+}
+
 // The YAML's config with what config.json says filled in; an error where they disagree or where
 // the checkpoint is a Llama variant model/llama does not compute.
 inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
-  return hf_import::at_init_from([&] {
-    const std::string type = json.string("model_type").value_or("");
-    const std::optional<Variant> theirs = variant_of(type);
-    if (!theirs || *theirs != c.variant) {
-      const std::string imports = c.variant == Variant::llama ? "llama, mixtral" : c.variant_name();
-      const std::string use = theirs ? std::string("; use model/") + names_of(*theirs).name
-                                     : (type == "gpt2" ? "; use model/gpt" : "");
-      throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/" + c.variant_name() + " imports (" +
-                            imports + use + ")",
+  const std::string type = json.string("model_type").value_or("");
+  const std::optional<Variant> theirs = variant_of(type);
+  if (!theirs || *theirs != c.variant) {
+    const std::string imports = c.variant == Variant::llama ? "llama, mixtral" : c.variant_name();
+    const std::string use = theirs ? std::string("; use model/") + names_of(*theirs).name
+                                   : (type == "gpt2"          ? "; use model/gpt"
+                                      : type == "deepseek_v3" ? "; use model/deepseek_v3"
+                                                              : "");
+    throw ConfigError(json.file() + ": model_type '" + type + "' is not one model/" + c.variant_name() + " imports (" +
+                          imports + use + ")",
+                      "init_from");
+  }
+  using hf_import::settle;
+  // Mixtral: Llama with a mixture of SwiGLU experts in every block.
+  const bool mixtral = type == "mixtral";
+  if (c.variant == Variant::llama) {
+    settle(c.num_experts, "num_experts", c.given,
+           std::optional<std::int64_t>(mixtral ? json.integer("num_local_experts").value_or(8) : 0),
+           "num_local_experts", json, mixtral ? "" : "absent from a dense llama", mixtral ? 1 : 0);
+  } else {
+    if (c.variant == Variant::qwen3_moe) settle_qwen3_moe_experts(c, json);
+    // The Qwens' sliding window, where use_sliding_window switches it on.
+    const bool windowed = json.boolean("use_sliding_window").value_or(false);
+    settle(c.sliding_window, "sliding_window", c.given,
+           std::optional<std::int64_t>(windowed ? json.integer("sliding_window").value_or(0) : 0), "sliding_window",
+           json, windowed ? "" : "off (use_sliding_window false)", /*at_least=*/0);
+    if (windowed && c.variant != Variant::qwen3_moe) {
+      settle(c.max_window_layers, "max_window_layers", c.given, json.integer("max_window_layers"),
+             "max_window_layers", json, "", /*at_least=*/0);
+    }
+    if (c.variant != Variant::qwen2) {
+      settle(c.attention_bias, "attention_bias", c.given,
+             std::optional<bool>(json.boolean("attention_bias").value_or(false)), "attention_bias", json);
+    }
+  }
+  if (mixtral) {
+    settle(c.top_k, "top_k", c.given, std::optional<std::int64_t>(json.integer("num_experts_per_tok").value_or(2)),
+           "num_experts_per_tok", json);
+    if (!c.given.count("aux_loss_coef")) {
+      if (auto coef = json.number("router_aux_loss_coef")) c.aux_loss_coef = *coef;
+    }
+    // Attention over a sliding window shorter than the sequences is not what model/llama computes.
+    if (auto window = json.integer("sliding_window"); window && *window < c.max_seq_len &&
+                                                      *window < json.integer("max_position_embeddings").value_or(0)) {
+      throw ConfigError(json.file() + ": sliding_window " + std::to_string(*window) +
+                            " (attention within a window), which model/llama does not compute",
                         "init_from");
     }
-    using hf_import::settle;
-    // Mixtral: Llama with a mixture of SwiGLU experts in every block.
-    const bool mixtral = type == "mixtral";
-    if (c.variant == Variant::llama) {
-      settle(c.num_experts, "num_experts", c.given,
-             std::optional<std::int64_t>(mixtral ? json.integer("num_local_experts").value_or(8) : 0),
-             "num_local_experts", json, mixtral ? "" : "absent from a dense llama", mixtral ? 1 : 0);
-    } else {
-      // The Qwens' sliding window, where use_sliding_window switches it on.
-      const bool windowed = json.boolean("use_sliding_window").value_or(false);
-      settle(c.sliding_window, "sliding_window", c.given,
-             std::optional<std::int64_t>(windowed ? json.integer("sliding_window").value_or(0) : 0), "sliding_window",
-             json, windowed ? "" : "off (use_sliding_window false)", /*at_least=*/0);
-      if (windowed) {
-        settle(c.max_window_layers, "max_window_layers", c.given, json.integer("max_window_layers"),
-               "max_window_layers", json, "", /*at_least=*/0);
-      }
-      if (c.variant == Variant::qwen3) {
-        settle(c.attention_bias, "attention_bias", c.given,
-               std::optional<bool>(json.boolean("attention_bias").value_or(false)), "attention_bias", json);
-      }
-    }
-    if (mixtral) {
-      settle(c.top_k, "top_k", c.given, std::optional<std::int64_t>(json.integer("num_experts_per_tok").value_or(2)),
-             "num_experts_per_tok", json);
-      if (!c.given.count("aux_loss_coef")) {
-        if (auto coef = json.number("router_aux_loss_coef")) c.aux_loss_coef = *coef;
-      }
-      // Attention over a sliding window shorter than the sequences is not what model/llama computes.
-      if (auto window = json.integer("sliding_window"); window && *window < c.max_seq_len &&
-                                                        *window < json.integer("max_position_embeddings").value_or(0)) {
-        throw ConfigError(json.file() + ": sliding_window " + std::to_string(*window) +
-                              " (attention within a window), which model/llama does not compute",
-                          "init_from");
-      }
-    }
-    settle(c.vocab_size, "vocab_size", c.given, json.integer("vocab_size"), "vocab_size", json);
-    settle(c.n_layer, "n_layer", c.given, json.integer("num_hidden_layers"), "num_hidden_layers", json);
-    settle(c.n_head, "n_head", c.given, json.integer("num_attention_heads"), "num_attention_heads", json);
-    settle(c.n_embd, "n_embd", c.given, json.integer("hidden_size"), "hidden_size", json);
-    std::optional<std::int64_t> kv = json.integer("num_key_value_heads");
-    if (!kv) kv = c.n_head;  // Hugging Face's default: no grouping
-    // 0 in the YAML means "n_head"; compare what it means.
-    if (c.given.count("n_kv_head") && c.n_kv_head == 0) c.n_kv_head = c.n_head;
-    settle(c.n_kv_head, "n_kv_head", c.given, kv, "num_key_value_heads", json);
-    std::optional<std::int64_t> head_dim = json.integer("head_dim");
-    if (!head_dim) head_dim = c.n_embd / c.n_head;
-    if (c.given.count("head_dim") && c.head_dim == 0) c.head_dim = c.n_embd / c.n_head;
-    settle(c.head_dim, "head_dim", c.given, head_dim, "head_dim", json);
-    if (c.given.count("intermediate_size") && c.intermediate_size == 0) c.intermediate_size = c.mlp_size();
-    settle(c.intermediate_size, "intermediate_size", c.given, json.integer("intermediate_size"), "intermediate_size",
-           json);
-    // No weight depends on it (the rotary tables are computed): a YAML max_seq_len may differ from
-    // the checkpoint's, e.g. to fine-tune on shorter sequences without tables for 128k positions.
-    if (!c.given.count("max_seq_len")) {
-      if (auto positions = json.integer("max_position_embeddings")) c.max_seq_len = *positions;
-    }
-    settle(c.rms_norm_eps, "rms_norm_eps", c.given, json.number("rms_norm_eps"), "rms_norm_eps", json);
-    settle(c.tie_embeddings, "tie_embeddings", c.given,
-           std::optional<bool>(json.boolean("tie_word_embeddings").value_or(false)), "tie_word_embeddings", json);
+  }
+  settle(c.vocab_size, "vocab_size", c.given, json.integer("vocab_size"), "vocab_size", json);
+  settle(c.n_layer, "n_layer", c.given, json.integer("num_hidden_layers"), "num_hidden_layers", json);
+  settle(c.n_head, "n_head", c.given, json.integer("num_attention_heads"), "num_attention_heads", json);
+  settle(c.n_embd, "n_embd", c.given, json.integer("hidden_size"), "hidden_size", json);
+  std::optional<std::int64_t> kv = json.integer("num_key_value_heads");
+  if (!kv) kv = c.n_head;  // Hugging Face's default: no grouping
+  // 0 in the YAML means "n_head"; compare what it means.
+  if (c.given.count("n_kv_head") && c.n_kv_head == 0) c.n_kv_head = c.n_head;
+  settle(c.n_kv_head, "n_kv_head", c.given, kv, "num_key_value_heads", json);
+  std::optional<std::int64_t> head_dim = json.integer("head_dim");
+  if (!head_dim) head_dim = c.n_embd / c.n_head;
+  if (c.given.count("head_dim") && c.head_dim == 0) c.head_dim = c.n_embd / c.n_head;
+  settle(c.head_dim, "head_dim", c.given, head_dim, "head_dim", json);
+  if (c.given.count("intermediate_size") && c.intermediate_size == 0) c.intermediate_size = c.mlp_size();
+  settle(c.intermediate_size, "intermediate_size", c.given, json.integer("intermediate_size"), "intermediate_size",
+         json);
+  // No weight depends on it (the rotary tables are computed): a YAML max_seq_len may differ from
+  // the checkpoint's, e.g. to fine-tune on shorter sequences without tables for 128k positions.
+  if (!c.given.count("max_seq_len")) {
+    if (auto positions = json.integer("max_position_embeddings")) c.max_seq_len = *positions;
+  }
+  settle(c.rms_norm_eps, "rms_norm_eps", c.given, json.number("rms_norm_eps"), "rms_norm_eps", json);
+  settle(c.tie_embeddings, "tie_embeddings", c.given,
+         std::optional<bool>(json.boolean("tie_word_embeddings").value_or(false)), "tie_word_embeddings", json);
 
-    // RoPE: transformers 5 writes rope_parameters; older files a top-level rope_theta and
-    // rope_scaling.
-    const std::string rope = json.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-    std::optional<double> theta = json.number("rope_parameters.rope_theta");
-    if (!theta) theta = json.number("rope_theta");
-    settle(c.rope_theta, "rope_theta", c.given, std::optional<double>(theta.value_or(10000.0)), "rope_theta", json);
-    std::optional<std::string> rope_type = json.string(rope + ".rope_type");
-    if (!rope_type) rope_type = json.string(rope + ".type");
-    if (rope_type && *rope_type == "llama3") {
-      auto need = [&](const std::string& key) {
-        const auto v = json.number(rope + "." + key);
-        if (!v) throw ConfigError(json.file() + ": " + rope + " of type llama3 lacks " + key, "init_from");
-        return *v;
-      };
-      const std::vector<double> scaling = {need("factor"), need("low_freq_factor"), need("high_freq_factor"),
-                                           need("original_max_position_embeddings")};
-      if (!c.given.count("rope_scaling")) {
-        c.rope_scaling = scaling;
-      } else if (!c.rope_scaling || *c.rope_scaling != scaling) {
-        throw ConfigError("the YAML's rope_scaling differs from " + json.file() + "'s " + rope + " (llama3 factor " +
-                              c10::str(scaling[0]) + "); leave rope_scaling out to take the checkpoint's",
-                          "rope_scaling");
-      }
-    } else if (rope_type && *rope_type != "default") {
-      throw ConfigError(json.file() + ": " + rope + ".rope_type '" + *rope_type +
-                            "' is not one model/llama computes (default, llama3)",
-                        "init_from");
-    } else if (c.given.count("rope_scaling") && c.rope_scaling) {
-      throw ConfigError("the YAML sets rope_scaling but " + json.file() + " has none (leave rope_scaling out)",
+  const hf_import::HfRope found = hf_import::settle_rope(c, json);
+  const std::string& rope = found.key;
+  const std::optional<std::string>& rope_type = found.type;
+  if (rope_type && *rope_type == "llama3") {
+    auto need = [&](const std::string& key) {
+      const auto v = json.number(rope + "." + key);
+      if (!v) throw ConfigError(json.file() + ": " + rope + " of type llama3 lacks " + key, "init_from");
+      return *v;
+    };
+    const std::vector<double> scaling = {need("factor"), need("low_freq_factor"), need("high_freq_factor"),
+                                         need("original_max_position_embeddings")};
+    if (!c.given.count("rope_scaling")) {
+      c.rope_scaling = scaling;
+    } else if (!c.rope_scaling || *c.rope_scaling != scaling) {
+      throw ConfigError("the YAML's rope_scaling differs from " + json.file() + "'s " + rope + " (llama3 factor " +
+                            c10::str(scaling[0]) + "); leave rope_scaling out to take the checkpoint's",
                         "rope_scaling");
     }
-    auto require = [&](bool ok, const std::string& what) {
-      if (!ok) throw ConfigError(json.file() + ": " + what + ", which model/llama does not compute", "init_from");
-    };
-    const std::string act = json.string("hidden_act").value_or("silu");
-    require(act == "silu", "hidden_act is '" + act + "' (model/llama's MLP is SwiGLU with silu)");
-    if (c.variant == Variant::llama) require(!json.boolean("attention_bias").value_or(false), "attention_bias is true");
-    require(!json.boolean("mlp_bias").value_or(false), "mlp_bias is true");
-    LlamaConfig::check(c);
-    return c;
-  });
+  } else if (rope_type && *rope_type != "default") {
+    throw ConfigError(json.file() + ": " + rope + ".rope_type '" + *rope_type +
+                          "' is not one model/llama computes (default, llama3)",
+                      "init_from");
+  } else if (c.given.count("rope_scaling") && c.rope_scaling) {
+    throw ConfigError("the YAML sets rope_scaling but " + json.file() + " has none (leave rope_scaling out)",
+                      "rope_scaling");
+  }
+  auto require = [&](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(json.file() + ": " + what + ", which model/llama does not compute", "init_from");
+  };
+  const std::string act = json.string("hidden_act").value_or("silu");
+  require(act == "silu", "hidden_act is '" + act + "' (model/llama's MLP is SwiGLU with silu)");
+  if (c.variant == Variant::llama) require(!json.boolean("attention_bias").value_or(false), "attention_bias is true");
+  require(!json.boolean("mlp_bias").value_or(false), "mlp_bias is true");
+  LlamaConfig::check(c);
+  return c;
 }
 
 // The YAML's config with a Tessera export's (its config.json: the component spec of the run that
@@ -330,68 +398,83 @@ inline LlamaConfig settle_config(LlamaConfig c, const HfConfig& json) {
 // [n_embd, n_embd] projection has the same shape for any head count, so the weights alone would
 // load into a model that splits them otherwise.
 inline LlamaConfig settle_export(LlamaConfig c, const HfConfig& exported) {
-  return hf_import::at_init_from([&] {
-    const LlamaConfig defaults;
-    using hf_import::settle;
-    using hf_import::settle_exported;
-    settle_exported(c.vocab_size, "vocab_size", c.given, exported, defaults.vocab_size);
-    settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
-    settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
-    settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
-    // 0 means "derived" on either side: compare what each means. Unknown (an old export whose
-    // run had its own init_from, and left the field out): not settled.
-    const bool unknown_if_left_out = hf_import::exported_from_elsewhere(exported);
-    const auto settle_derived = [&](std::int64_t& field, const char* key, std::int64_t derived) {
-      const std::optional<std::int64_t> read = hf_import::read_exported<std::int64_t>(exported, key);
-      if (!read && unknown_if_left_out) return;
-      const std::int64_t written = read.value_or(0);
-      if (c.given.count(key) && field == 0) field = derived;
-      settle(field, key, c.given, std::optional<std::int64_t>(written > 0 ? written : derived), key, exported);
-    };
-    settle_derived(c.n_kv_head, "n_kv_head", c.n_head);
-    settle_derived(c.head_dim, "head_dim", c.n_embd / c.n_head);
-    LlamaConfig derived_mlp = c;
-    derived_mlp.intermediate_size = 0;
-    settle_derived(c.intermediate_size, "intermediate_size", derived_mlp.mlp_size());
-    settle_exported(c.rope_theta, "rope_theta", c.given, exported, defaults.rope_theta);
-    settle_exported(c.rms_norm_eps, "rms_norm_eps", c.given, exported, defaults.rms_norm_eps);
-    settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
-    if (c.variant == Variant::llama) {
-      settle_exported(c.num_experts, "num_experts", c.given, exported, defaults.num_experts, /*at_least=*/0);
-      settle_exported(c.top_k, "top_k", c.given, exported, defaults.top_k);
-    } else {
-      settle_exported(c.sliding_window, "sliding_window", c.given, exported, defaults.sliding_window, /*at_least=*/0);
-      settle_exported(c.max_window_layers, "max_window_layers", c.given, exported, defaults.max_window_layers,
-                      /*at_least=*/0);
-      if (c.variant == Variant::qwen3) {
-        settle_exported(c.attention_bias, "attention_bias", c.given, exported, defaults.attention_bias);
-      }
-    }
-    // rope_scaling: a list, or absent/null for none.
-    const std::optional<nlohmann::json> scaling = hf_import::exported_value(exported, "rope_scaling");
-    if (hf_import::exported_names(exported, "rope_scaling") || !unknown_if_left_out) {
-      std::optional<std::vector<double>> theirs;
-      if (scaling) {
-        const bool four_numbers = scaling->is_array() && scaling->size() == 4 &&
-                                  std::all_of(scaling->begin(), scaling->end(), [](const auto& v) { return v.is_number(); });
-        if (!four_numbers) {
-          throw ConfigError(exported.file() + ": config.rope_scaling should be a list of 4 numbers, got " + scaling->dump(),
-                            "init_from");
+  const LlamaConfig defaults;
+  using hf_import::settle;
+  using hf_import::settle_exported;
+  hf_import::settle_exported_decoder(c, exported, defaults);
+  // 0 means "derived" on either side: compare what each means. Unknown (an old export whose
+  // run had its own init_from, and left the field out): not settled.
+  const bool unknown_if_left_out = hf_import::exported_from_elsewhere(exported);
+  const auto settle_derived = [&](std::int64_t& field, const char* key, std::int64_t derived) {
+    const std::optional<std::int64_t> read = hf_import::read_exported<std::int64_t>(exported, key);
+    if (!read && unknown_if_left_out) return;
+    const std::int64_t written = read.value_or(0);
+    if (c.given.count(key) && field == 0) field = derived;
+    settle(field, key, c.given, std::optional<std::int64_t>(written > 0 ? written : derived), key, exported);
+  };
+  settle_derived(c.n_kv_head, "n_kv_head", c.n_head);
+  settle_derived(c.head_dim, "head_dim", c.n_embd / c.n_head);
+  LlamaConfig derived_mlp = c;
+  derived_mlp.intermediate_size = 0;
+  settle_derived(c.intermediate_size, "intermediate_size", derived_mlp.mlp_size());
+  settle_exported(c.rope_theta, "rope_theta", c.given, exported, defaults.rope_theta);
+  settle_exported(c.rms_norm_eps, "rms_norm_eps", c.given, exported, defaults.rms_norm_eps);
+  settle_exported(c.tie_embeddings, "tie_embeddings", c.given, exported, defaults.tie_embeddings);
+  if (c.variant == Variant::llama) {
+    settle_exported(c.num_experts, "num_experts", c.given, exported, defaults.num_experts, /*at_least=*/0);
+    settle_exported(c.top_k, "top_k", c.given, exported, defaults.top_k);
+  } else {
+    settle_exported(c.sliding_window, "sliding_window", c.given, exported, defaults.sliding_window, /*at_least=*/0);
+    if (c.variant == Variant::qwen3_moe) {
+      // Exports of this variant always write its expert fields; where one is missing the
+      // variant's own default (the YAML's value unless given) stands.
+      settle_exported(c.num_experts, "num_experts", c.given, exported, c.num_experts);
+      settle_exported(c.top_k, "top_k", c.given, exported, c.top_k);
+      settle_exported(c.expert_intermediate_size, "expert_intermediate_size", c.given, exported,
+                      defaults.expert_intermediate_size, /*at_least=*/0);
+      settle_exported(c.moe_every, "moe_every", c.given, exported, defaults.moe_every);
+      settle_exported(c.renormalize_topk, "renormalize_topk", c.given, exported, defaults.renormalize_topk);
+      if (const auto dense = hf_import::exported_value(exported, "dense_blocks"); dense && dense->is_array()) {
+        const auto theirs = dense->get<std::vector<std::int64_t>>();
+        if (!c.given.count("dense_blocks")) {
+          c.dense_blocks = theirs;
+        } else if (c.dense_blocks != theirs) {
+          throw ConfigError("the YAML's dense_blocks differ from " + exported.file() +
+                                "'s (leave dense_blocks out to take the export's)",
+                            "dense_blocks");
         }
-        theirs = scaling->get<std::vector<double>>();
-      }
-      if (!c.given.count("rope_scaling")) {
-        c.rope_scaling = theirs;
-      } else if (c.rope_scaling != theirs) {
-        throw ConfigError("the YAML's rope_scaling differs from " + exported.file() + "'s (" +
-                              (theirs ? "llama3 factor " + c10::str((*theirs)[0]) : std::string("none")) +
-                              "); leave rope_scaling out to take the export's",
-                          "rope_scaling");
       }
     }
-    LlamaConfig::check(c);
-    return c;
-  });
+    settle_exported(c.max_window_layers, "max_window_layers", c.given, exported, defaults.max_window_layers,
+                    /*at_least=*/0);
+    if (c.variant == Variant::qwen3) {
+      settle_exported(c.attention_bias, "attention_bias", c.given, exported, defaults.attention_bias);
+    }
+  }
+  // rope_scaling: a list, or absent/null for none.
+  const std::optional<nlohmann::json> scaling = hf_import::exported_value(exported, "rope_scaling");
+  if (hf_import::exported_names(exported, "rope_scaling") || !unknown_if_left_out) {
+    std::optional<std::vector<double>> theirs;
+    if (scaling) {
+      const bool four_numbers = scaling->is_array() && scaling->size() == 4 &&
+                                std::all_of(scaling->begin(), scaling->end(), [](const auto& v) { return v.is_number(); });
+      if (!four_numbers) {
+        throw ConfigError(exported.file() + ": config.rope_scaling should be a list of 4 numbers, got " + scaling->dump(),
+                          "init_from");
+      }
+      theirs = scaling->get<std::vector<double>>();
+    }
+    if (!c.given.count("rope_scaling")) {
+      c.rope_scaling = theirs;
+    } else if (c.rope_scaling != theirs) {
+      throw ConfigError("the YAML's rope_scaling differs from " + exported.file() + "'s (" +
+                            (theirs ? "llama3 factor " + c10::str((*theirs)[0]) : std::string("none")) +
+                            "); leave rope_scaling out to take the export's",
+                        "rope_scaling");
+    }
+  }
+  LlamaConfig::check(c);
+  return c;
 }
 
 inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml) {
@@ -414,7 +497,16 @@ inline std::string architecture_json(const LlamaConfig& c) {
     out.erase("top_k");
     out["sliding_window"] = c.sliding_window;
     out["max_window_layers"] = c.max_window_layers;
-    if (c.variant == Variant::qwen3) out["attention_bias"] = c.attention_bias;
+    if (c.variant != Variant::qwen2) out["attention_bias"] = c.attention_bias;
+    if (c.variant == Variant::qwen3_moe) {
+      out.erase("max_window_layers");
+      out["num_experts"] = c.num_experts;
+      out["top_k"] = c.top_k;
+      out["expert_intermediate_size"] = c.expert_size();
+      out["moe_every"] = c.moe_every;
+      out["dense_blocks"] = c.dense_blocks;
+      out["renormalize_topk"] = c.renormalize_topk;
+    }
   }
   return out.dump();
 }
@@ -471,8 +563,19 @@ inline std::string hf_config_json(const LlamaConfig& c, const std::string& speci
     out["use_sliding_window"] = c.sliding_window > 0;
     out["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json(nullptr);
     out["max_window_layers"] = c.max_window_layers;
+    if (c.variant == Variant::qwen3_moe) {
+      out.erase("max_window_layers");
+      out["num_experts"] = c.num_experts;
+      out["num_experts_per_tok"] = c.top_k;
+      out["moe_intermediate_size"] = c.expert_size();
+      out["norm_topk_prob"] = c.renormalize_topk;
+      out["decoder_sparse_step"] = c.moe_every;
+      out["mlp_only_layers"] = c.dense_blocks;
+      out["router_aux_loss_coef"] = c.aux_loss_coef;
+      out["output_router_logits"] = false;
+    }
   }
-  if (c.mixture_of_experts()) {
+  if (c.variant == Variant::llama && c.mixture_of_experts()) {
     // MixtralForCausalLM: the same fields, the experts', and no bias switches.
     out["architectures"] = {"MixtralForCausalLM"};
     out["model_type"] = "mixtral";
@@ -497,6 +600,19 @@ struct Qwen2Config : LlamaConfig {
     rms_norm_eps = 1e-6;
   }
   static void declare(ConfigFields<Qwen2Config>& f) { declare_fields(f, Variant::qwen2); }
+};
+
+// model/qwen3_moe: Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention, SwiGLU experts in the
+// routed blocks, the balance loss at transformers' router_aux_loss_coef.
+struct Qwen3MoeConfig : LlamaConfig {
+  Qwen3MoeConfig() {
+    variant = Variant::qwen3_moe;
+    qk_norm = true;
+    rms_norm_eps = 1e-6;
+    num_experts = 8;
+    aux_loss_coef = 0.001;
+  }
+  static void declare(ConfigFields<Qwen3MoeConfig>& f) { declare_fields(f, Variant::qwen3_moe); }
 };
 
 // model/qwen3: Qwen3 (Qwen3ForCausalLM): RMSNorm on every query and key head.

@@ -137,7 +137,11 @@ void GroupedQueryAttention::plan(TensorParallelPlan& plan, const std::string& pr
     plan[prefix + column + ".weight"] = TensorShard::columns();
     if (spec.qkv_bias) plan[prefix + column + ".bias"] = TensorShard{0, 1};
   }
-  // o_proj's bias and the per-head norms stay whole on every rank.
+  // o_proj's bias stays whole on every rank; so do the per-head norms, their gradients summed.
+  if (spec.qk_norm_eps) {
+    plan[prefix + "q_norm.weight"] = TensorShard::whole_for_heads();
+    plan[prefix + "k_norm.weight"] = TensorShard::whole_for_heads();
+  }
   plan[prefix + "o_proj.weight"] = TensorShard::rows();
 }
 

@@ -3,14 +3,18 @@
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/sign.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <utility>
 
+#include <c10/core/GradMode.h>
+
 #include "tessera/nn/deferred_init.hpp"
 #include "tessera/nn/mlp.hpp"
+#include "tessera/run/communicator.hpp"
 #include "tessera/nn/parameters.hpp"
 
 namespace tessera::nn {
@@ -64,6 +68,14 @@ MoeLayer::MoeLayer(const ExpertRouting& routing, ExpertParallel ep, std::int64_t
     correction_bias_ = router_linear->register_buffer("e_score_correction_bias",
                                                       at::zeros({routing.num_experts}, at::kFloat));
   }
+}
+
+void MoeLayer::balance_by_bias(double speed, Communicator* group) {
+  at::Tensor loads = router_.take_loads();
+  if (!correction_bias_.defined() || !loads.defined()) return;
+  c10::NoGradGuard no_grad;
+  if (group != nullptr && group->world_size() > 1) group->all_reduce(loads);
+  correction_bias_.add_(at::sign(loads.mean() - loads) * speed);
 }
 
 RouterStatistics MoeLayer::take_statistics() {

@@ -65,6 +65,11 @@ void import_hf_weights(const HfCheckpoint& hf, torch::nn::Module& model, const H
     for (std::int64_t e = 0; e < num_experts; ++e) experts.push_back(weights.tensor(names.hf_expert_name(item.key(), e)));
     weights.copy_from(names.hf_expert_name(item.key(), 0), at::stack(experts), item.value(), false, shard, ranks);
   }
+  // Buffers the format holds as weights (a router's e_score_correction_bias): whole on every rank.
+  for (const auto& item : model.named_buffers()) {
+    const TensorShard shard = shard_in(plan, item.key());
+    weights.copy(names.hf_name(item.key()), item.value(), false, shard, ranks_of(shard, tp, ep));
+  }
   if (ignored) weights.ignore(ignored);
   weights.finish(partial);
 }

@@ -41,6 +41,9 @@ struct TransformerShape {
   std::int64_t experts = 0;
   std::int64_t experts_per_token = 0;
   std::int64_t expert_hidden = 0;  // an expert's inner width
+  // Shared experts beside the routed ones (DeepSeek-V3's): a dense MLP of this inner width in
+  // every MoE block, split over tensor-parallel ranks as a dense block's. 0: none.
+  std::int64_t shared_expert_hidden = 0;
   // Blocks that recompute their activations in backward (activation checkpointing), by index.
   std::vector<std::int64_t> checkpointed_blocks;
 };
@@ -81,6 +84,11 @@ class TESSERA_API Model : public torch::nn::Module {
   // trainer adds it to every micro-batch's objective, scaled by 1 / (micro-batches x ranks),
   // so the step optimises the mean over all micro-batches. Not part of the reported loss.
   virtual at::Tensor auxiliary_loss() { return {}; }
+  // Called on every rank once per training step, after the optimizer (`applied`: it updated the
+  // weights; false when the step was skipped). A model updates its non-gradient state here, as
+  // DeepSeek-V3's auxiliary-loss-free balancing moves its routing bias. Must not wait on the
+  // device.
+  virtual void after_optimizer_step(bool /*applied*/) {}
 
   // --- The output head apart (optional) ---------------------------------------------------------
   // A model that overrides compute_hidden() and output_head() says so here. Then a loss that

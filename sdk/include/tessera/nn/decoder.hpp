@@ -114,6 +114,8 @@ class TESSERA_API DecoderModel : public Model {
   TransformerShape decoder_shape() const;
   // The router statistics of this rank's mixture-of-experts layers (MoeRouting), by block.
   std::vector<RouterStatistics> router_statistics();
+  // This rank's mixture-of-experts layers, in block order.
+  const std::vector<MoeLayer*>& moe_layers() const { return moe_layers_; }
 
   at::Tensor compute(const at::Tensor& input_ids) override;
   at::Tensor compute_hidden(const at::Tensor& input_ids) override;

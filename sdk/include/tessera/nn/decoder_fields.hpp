@@ -10,6 +10,7 @@
 
 #include "tessera/config/config_fields.hpp"
 #include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/context.hpp"
 
 namespace tessera::nn {
 
@@ -33,6 +34,16 @@ struct DecoderDocs {
   const char* n_embd = "width of the residual stream (divisible by n_head)";
   const char* max_seq_len = "longest sequence";
   const char* dropout = "dropout";
+
+  // A decoder with rotary positions (the Llama lineage): its sequence length sizes the tables.
+  static DecoderDocs rotary(const char* heads, const char* attention_dropout) {
+    DecoderDocs docs;
+    docs.n_head = heads;
+    docs.n_embd = "width of the residual stream";
+    docs.max_seq_len = "longest sequence (rotary tables are built for it)";
+    docs.dropout = attention_dropout;
+    return docs;
+  }
 };
 
 // Declares the fields, and that the model splits over tensor-, context- and pipeline-parallel
@@ -55,6 +66,20 @@ void declare_decoder_fields(ConfigFields<Config>& f, const DecoderDocs& docs) {
   f.splits_over(MeshAxis::tp);
   f.splits_over(MeshAxis::cp);
   f.splits_over(MeshAxis::pp);
+}
+
+// The tail of a kit model's declaration: `init_from` (documented by `doc`), the record of the
+// fields the YAML gave, the config's own `check`, the sequence-parallel split, and the mesh rules
+// (`check_mesh(settled, run, yaml)`) on the sizes `settle` takes from init_from's config.json,
+// so that `tessera validate` refuses what the factory will. `Base` holds init_from and given.
+template <class Base, class Config, class Check, class Settle, class CheckMesh>
+void declare_init_from(ConfigFields<Config>& f, const std::string& doc, Check check, Settle settle,
+                       CheckMesh check_mesh) {
+  f.field("init_from", &Base::init_from, doc).existing_path();
+  f.record_given(&Base::given);
+  f.check(check);
+  f.splits_sequence();
+  f.check_in_run([=](const Base& c, const RunContext& run) { check_mesh(settle(c), run, c); });
 }
 
 }  // namespace tessera::nn

@@ -67,6 +67,10 @@ class TESSERA_API ExpertRouter {
 
   // The sums since the last take, and a fresh start (zeros on `options` when nothing was routed).
   RouterStatistics take_statistics(const at::TensorOptions& options);
+  // Each expert's assignments [E] (float32, before capacity drops) in the training forwards since
+  // the last take, apart from the statistics (a monitor's takes do not reset them); undefined
+  // when nothing was routed.
+  at::Tensor take_loads();
 
   const ExpertRouting& routing() const { return routing_; }
   const ExpertParallel& expert_parallel() const { return ep_; }
@@ -85,6 +89,7 @@ class TESSERA_API ExpertRouter {
   ExpertParallel ep_;
   at::Tensor aux_loss_, z_loss_;
   RouterStatistics sums_;
+  at::Tensor loads_;
 };
 
 }  // namespace tessera

@@ -120,6 +120,12 @@ class TESSERA_API MoeLayer : public FeedForward {
   const at::Tensor& last_aux_loss() const { return router_.last_aux_loss(); }
   const at::Tensor& last_z_loss() const { return router_.last_z_loss(); }
   RouterStatistics take_statistics();
+  // Auxiliary-loss-free balancing (DeepSeek-V3): the correction bias of each expert moves by
+  // `speed` towards balance, b_e += speed * sign(mean load - load_e), the loads being the
+  // assignments of the training forwards since the last call summed over `group` (the ranks that
+  // route different tokens: the data- and context-parallel ones; null: this rank's). No-op
+  // without a correction bias or when nothing was routed.
+  void balance_by_bias(double speed, Communicator* group);
 
   std::shared_ptr<Linear> router_linear;
 

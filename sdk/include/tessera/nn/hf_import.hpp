@@ -116,15 +116,16 @@ inline HfConfig read_config_json(const std::string& folder) {
 // The YAML's config with what init_from's config.json says settled in (a Hugging Face folder's
 // through `from_hf`, a Tessera export folder's through `from_export`; a safetensors file has
 // none: the YAML's sizes stand). Reads no weights: validate checks the mesh against the sizes
-// this settles, the same the model is then built with, so it refuses what train refuses.
+// this settles, the same the model is then built with, so it refuses what train refuses. What
+// either throws that is not a ConfigError already is one at init_from.
 template <class Config, class FromExport, class FromHf>
 Config settled_by_init_from(const Config& yaml, const std::string& variant, FromExport from_export, FromHf from_hf) {
   if (yaml.init_from.empty()) return yaml;
   if (!is_hf_checkpoint(yaml.init_from)) {
     const std::optional<HfConfig> exported = tessera_export_config(yaml.init_from, variant);
-    return exported ? from_export(yaml, *exported) : yaml;
+    return exported ? at_init_from([&] { return from_export(yaml, *exported); }) : yaml;
   }
-  return from_hf(yaml, at_init_from([&] { return read_config_json(yaml.init_from); }));
+  return at_init_from([&] { return from_hf(yaml, read_config_json(yaml.init_from)); });
 }
 
 // The YAML's `field` against the export's (under "config" in its config.json; a field the
@@ -192,6 +193,35 @@ void settle_exported(T& field, const std::string& key, const std::set<std::strin
   const bool written = value.has_value();
   if (!written) value = fallback;
   settle(field, key, given, value, key, config, written ? "" : "left out, so the default", at_least);
+}
+
+// Where a config.json keeps its RoPE settings (transformers 5 writes rope_parameters, older files
+// a top-level rope_theta and rope_scaling) and which rope_type it names (none: the plain one).
+struct HfRope {
+  std::string key;
+  std::optional<std::string> type;
+};
+// Settles c.rope_theta from `json` (10000 where it says none) and says where the rest is.
+template <class Config>
+HfRope settle_rope(Config& c, const HfConfig& json) {
+  HfRope rope;
+  rope.key = json.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  std::optional<double> theta = json.number("rope_parameters.rope_theta");
+  if (!theta) theta = json.number("rope_theta");
+  settle(c.rope_theta, "rope_theta", c.given, std::optional<double>(theta.value_or(10000.0)), "rope_theta", json);
+  rope.type = json.string(rope.key + ".rope_type");
+  if (!rope.type) rope.type = json.string(rope.key + ".type");
+  return rope;
+}
+
+// The decoder's own fields (nn::DecoderFields' vocab_size, n_layer, n_head, n_embd) settled from
+// a Tessera export, `defaults` standing for those its YAML left out: the same in every kit model.
+template <class Config>
+void settle_exported_decoder(Config& c, const HfConfig& exported, const Config& defaults) {
+  settle_exported(c.vocab_size, "vocab_size", c.given, exported, defaults.vocab_size);
+  settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
+  settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
+  settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
 }
 
 // The special token ids an imported config.json names (bos_token_id, eos_token_id, pad_token_id:

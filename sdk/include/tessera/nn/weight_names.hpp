@@ -48,7 +48,7 @@ struct HfWeightNames {
   TESSERA_API StateDict export_tensors(const StateDict& state) const;
 };
 
-// Copies a Hugging Face checkpoint's tensors into `model`'s parameters by `names` (each rank's part
+// Copies a Hugging Face checkpoint's tensors into `model`'s parameters and buffers by `names` (each rank's part
 // under tensor or expert parallelism, `plan`); every missing, misshapen or (unless `partial`: one
 // pipeline stage) unused tensor is one error at init_from. `ignored`: tensors that are not
 // weights (causal-mask buffers, rotary tables some converters store). `num_experts`: a stack's

@@ -33,13 +33,20 @@ struct TensorShard {
   std::int64_t dim = -1;    // the dimension split in equal parts; -1: replicated (whole on every rank)
   std::int64_t blocks = 1;  // that dimension holds `blocks` equal blocks split each (a fused q|k|v: 3)
   bool experts = false;     // split over the expert-parallel ranks rather than the tensor-parallel ones
+  // Replicated, but used on each rank's heads only (per-head norms, latent attention's down
+  // projections): its gradient is summed over the tensor-parallel ranks in every backward
+  // (TensorParallel::shared_by_heads), as `tessera plan` counts.
+  bool shared_by_heads = false;
 
   bool replicated() const { return dim < 0; }
-  bool operator==(const TensorShard& o) const { return dim == o.dim && blocks == o.blocks && experts == o.experts; }
+  bool operator==(const TensorShard& o) const {
+    return dim == o.dim && blocks == o.blocks && experts == o.experts && shared_by_heads == o.shared_by_heads;
+  }
   static TensorShard columns(std::int64_t blocks = 1) { return {0, blocks}; }  // output units of [out, in]
   static TensorShard rows() { return {1, 1}; }                                  // input units of [out, in]
   static TensorShard vocabulary() { return {0, 1}; }                            // rows of [vocab, hidden]
   static TensorShard expert_stack() { return {0, 1, true}; }                    // [experts, ...] over ep
+  static TensorShard whole_for_heads() { return {-1, 1, false, true}; }         // see shared_by_heads
 };
 
 // Parameter name -> its split; a parameter absent is replicated.

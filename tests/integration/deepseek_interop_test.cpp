@@ -1,0 +1,68 @@
+// model/deepseek_v3 against transformers itself: tiny random DeepseekV3ForCausalLM folders (latent
+// attention with a query latent and YaRN, or one q_proj and plain rotary; a dense first block;
+// shared and grouped routed experts; the routing correction bias, norms and biases perturbed; a
+// multi-token-prediction layer stored as the Hub's files do) are imported by `init_from`:
+// `tessera eval` gives transformers' loss; a short run's `hf` export loads in transformers
+// strictly with the loss Tessera gives (the trained correction bias with it) and one
+// expert-parallel run exports the model one rank trains.
+#include <gtest/gtest.h>
+
+#include <ATen/ops/allclose.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "cli_fixture.hpp"
+#include "hf_fixture.hpp"
+#include "tessera/formats/hugging_face.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace deepseek_interop_test {
+
+TEST_F(HfInterop, DeepseekV3ImportGivesTransformersLossAndExportsLoadStrictly) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 256");
+  const std::string latent = dir_.file("deepseek"), plain = dir_.file("deepseek_plain");
+  reference("make-deepseek-v3 " + latent + " --yarn --mtp");
+  reference("make-deepseek-v3 " + plain + " --q-lora-rank 0 --groups 2 --groups-kept 1 --seed 3");
+  for (const std::string& folder : {latent, plain}) {
+    SCOPED_TRACE(folder);
+    const double expected = reference_loss(folder, tokens);
+    EXPECT_LT(relative(tessera_eval(spec("import", model_yaml("deepseek_v3", folder), tokens)), expected),
+              kLossTolerance);
+  }
+
+  // bias_update_speed moves the correction bias after every step; the export carries it.
+  double exported_loss[2] = {NAN, NAN};
+  for (const int ranks : {1, 2}) {
+    const std::string name = "deepseek-ranks" + std::to_string(ranks);
+    const std::string path = spec(name, model_yaml("deepseek_v3", latent, ", bias_update_speed: 0.01"), tokens);
+    const std::string train = " train " + path + " --set checkpoint.export_format=hf";
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() +
+                              (ranks == 1 ? train + " --set trainer.grad_accum=2"
+                                          : " launch --nproc-per-node 2 --" + train + " --set parallelism.ep=2"),
+                          out),
+              0)
+        << out;
+    if (ranks == 1) EXPECT_NE(out.find("skipped"), std::string::npos) << "the MTP layer's skip is said: " << out;
+    const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
+    exported_loss[ranks - 1] = reference_loss(exported, tokens, "--strict");
+    EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[ranks - 1]), kLossTolerance);
+    if (ranks == 1) {
+      // No MTP layer is written; the correction bias moved from the imported one.
+      const HfCheckpoint out_files = read_hf_checkpoint(exported), in_files = read_hf_checkpoint(latent);
+      EXPECT_EQ(out_files.tensors.count("model.layers.3.eh_proj.weight"), 0u);
+      const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
+      ASSERT_EQ(out_files.tensors.count(bias), 1u);
+      EXPECT_FALSE(at::allclose(out_files.tensors.at(bias), in_files.tensors.at(bias))) << "the bias moved";
+    }
+  }
+  EXPECT_GT(relative(exported_loss[0], reference_loss(latent, tokens)), 1e-3) << "training changed nothing";
+  EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "ep 2 against one rank";
+}
+
+}  // namespace deepseek_interop_test
+}  // namespace tessera
