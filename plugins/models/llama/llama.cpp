@@ -5,7 +5,7 @@
 // Face's LlamaForCausalLM. With num_experts, Mixtral: every block's MLP is a mixture of SwiGLU
 // experts (the kit's SwiGluExperts), expert-parallel over parallelism.ep; imports and exports
 // MixtralForCausalLM, and reports its routing to monitors through tessera::MoeRouting. The config
-// and the Hugging Face mapping are in llama_config.hpp.
+// is in llama_config.hpp, the Hugging Face mapping in llama_hf_format.hpp.
 // The same class builds the family's other variants, each registered under its Hugging Face
 // model_type: model/qwen2 (q/k/v biases, a sliding window), model/qwen3 (per-head q/k norms,
 // attention_bias) and model/qwen3_moe (Qwen3's attention, experts under `mlp` in the routed
@@ -29,6 +29,7 @@
 #include "tessera/nn/rotary_decoder.hpp"
 #include "tessera/plugin.hpp"
 #include "llama_config.hpp"
+#include "llama_hf_format.hpp"
 
 namespace {
 
