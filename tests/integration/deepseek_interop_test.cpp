@@ -35,33 +35,17 @@ TEST_F(HfInterop, DeepseekV3ImportGivesTransformersLossAndExportsLoadStrictly) {
   }
 
   // bias_update_speed moves the correction bias after every step; the export carries it.
-  double exported_loss[2] = {NAN, NAN};
-  for (const int ranks : {1, 2}) {
-    const std::string name = "deepseek-ranks" + std::to_string(ranks);
-    const std::string path = spec(name, model_yaml("deepseek_v3", latent, ", bias_update_speed: 0.01"), tokens);
-    const std::string train = " train " + path + " --set checkpoint.export_format=hf";
-    std::string out;
-    ASSERT_EQ(run_command(testing::tessera_binary() +
-                              (ranks == 1 ? train + " --set trainer.grad_accum=2"
-                                          : " launch --nproc-per-node 2 --" + train + " --set parallelism.ep=2"),
-                          out),
-              0)
-        << out;
-    if (ranks == 1) EXPECT_NE(out.find("skipped"), std::string::npos) << "the MTP layer's skip is said: " << out;
-    const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
-    exported_loss[ranks - 1] = reference_loss(exported, tokens, "--strict");
-    EXPECT_LT(relative(tessera_eval(path, "--resume auto"), exported_loss[ranks - 1]), kLossTolerance);
-    if (ranks == 1) {
-      // No MTP layer is written; the correction bias moved from the imported one.
-      const HfCheckpoint out_files = read_hf_checkpoint(exported), in_files = read_hf_checkpoint(latent);
-      EXPECT_EQ(out_files.tensors.count("model.layers.3.eh_proj.weight"), 0u);
-      const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
-      ASSERT_EQ(out_files.tensors.count(bias), 1u);
-      EXPECT_FALSE(at::allclose(out_files.tensors.at(bias), in_files.tensors.at(bias))) << "the bias moved";
-    }
-  }
-  EXPECT_GT(relative(exported_loss[0], reference_loss(latent, tokens)), 1e-3) << "training changed nothing";
-  EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "ep 2 against one rank";
+  const auto runs = one_rank_and_ep2("deepseek", model_yaml("deepseek_v3", latent, ", bias_update_speed: 0.01"), tokens);
+  ASSERT_FALSE(runs[0].exported.empty());
+  EXPECT_NE(runs[0].output.find("skipped"), std::string::npos) << "the MTP layer's skip is said: " << runs[0].output;
+  // No MTP layer is written; the correction bias moved from the imported one.
+  const HfCheckpoint out_files = read_hf_checkpoint(runs[0].exported), in_files = read_hf_checkpoint(latent);
+  EXPECT_EQ(out_files.tensors.count("model.layers.3.eh_proj.weight"), 0u);
+  const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
+  ASSERT_EQ(out_files.tensors.count(bias), 1u);
+  EXPECT_FALSE(at::allclose(out_files.tensors.at(bias), in_files.tensors.at(bias))) << "the bias moved";
+  EXPECT_GT(relative(runs[0].exported_loss, reference_loss(latent, tokens)), 1e-3) << "training changed nothing";
+  EXPECT_LT(relative(runs[1].exported_loss, runs[0].exported_loss), 1e-4) << "ep 2 against one rank";
 }
 
 }  // namespace deepseek_interop_test

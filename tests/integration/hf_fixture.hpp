@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -85,6 +86,35 @@ class HfInterop : public ::testing::Test {
   }
 
   static double relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+  // The same 3 steps of `model` trained with an hf export on one rank accumulating two
+  // micro-batches and on 2 ranks with parallelism.ep 2 (the same steps, where the model has no
+  // balance loss: a micro-batch statistic): for each, its output, export folder, the export's
+  // loss in transformers (loaded --strict), and `tessera eval` of its checkpoint against it.
+  struct ExpertParallelRun {
+    std::string output, exported;
+    double exported_loss = NAN;
+  };
+  std::array<ExpertParallelRun, 2> one_rank_and_ep2(const std::string& name, const std::string& model,
+                                                    const std::string& tokens) {
+    std::array<ExpertParallelRun, 2> runs;
+    for (const int ranks : {1, 2}) {
+      ExpertParallelRun& run = runs[static_cast<std::size_t>(ranks - 1)];
+      const std::string run_name = name + "-ranks" + std::to_string(ranks);
+      const std::string path = spec(run_name, model, tokens);
+      const std::string train = " train " + path + " --set checkpoint.export_format=hf";
+      const int rc = run_command(testing::tessera_binary() +
+                                     (ranks == 1 ? train + " --set trainer.grad_accum=2"
+                                                 : " launch --nproc-per-node 2 --" + train + " --set parallelism.ep=2"),
+                                 run.output);
+      EXPECT_EQ(rc, 0) << run.output;
+      if (rc != 0) continue;
+      run.exported = dir_.file("runs/" + run_name + "/exports/step_00000003");
+      run.exported_loss = reference_loss(run.exported, tokens, "--strict");
+      EXPECT_LT(relative(tessera_eval(path, "--resume auto"), run.exported_loss), kLossTolerance) << run_name;
+    }
+    return runs;
+  }
 
   // Defined below with the tests that use it.
   void two_ranks_export_what_one_rank_does(const std::string& mesh, const std::string& eval_mesh = "",

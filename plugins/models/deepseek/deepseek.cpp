@@ -7,7 +7,7 @@
 // Hugging Face's DeepseekV3ForCausalLM (multi-token-prediction layers skipped and said so), and
 // with bias_update_speed balances its experts without an auxiliary loss (the correction bias moved
 // after each step from the step's loads over the data- and context-parallel ranks). The config
-// and the Hugging Face mapping are in deepseek_config.hpp.
+// is in deepseek_config.hpp, the Hugging Face mapping in deepseek_hf_format.hpp.
 
 #include <cmath>
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "deepseek_config.hpp"
+#include "deepseek_hf_format.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/components/moe_routing.hpp"
 #include "tessera/log.hpp"
