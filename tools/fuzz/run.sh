@@ -21,7 +21,7 @@ cd "$root"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(config_fuzzer safetensors_fuzzer checkpoint_metadata_fuzzer token_index_fuzzer tokenizer_json_fuzzer
-           vocab_merges_fuzzer)
+           vocab_merges_fuzzer jinja_fuzzer)
 fi
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
 export CCACHE_BASEDIR=$root

@@ -1,8 +1,9 @@
 // Dataset `sft_jsonl`: supervised fine-tuning examples from JSON lines, {"prompt", "response"}
-// or chat {"messages": [{"role", "content"}, ...]}, tokenised with the run's tokenizer. Only the
-// response (the assistant's messages, and the EOS after each) are targets: every other label is
-// kIgnoreIndex, so the loss and the trainer's global token normalisation count response tokens
-// only. Examples are packed into rows of seq_len (whole examples, greedily, in file order) or
+// or chat {"messages": [{"role", "content"}, ...]}, tokenised with the run's tokenizer. A chat is
+// written with the model's own chat template where the tokenizer's folder has one (chat_encoding.hpp),
+// else as 'ROLE: CONTENT' lines. Only the response (the assistant's turns) are targets: every other
+// label is kIgnoreIndex, so the loss and the trainer's global token normalisation count response
+// tokens only. Examples are packed into rows of seq_len (whole examples, greedily, in file order) or
 // given a row each; the rows are read in a seeded order per epoch, shared across ranks like
 // dataset/tokens. A tokenizer that adds BOS or EOS to every encode() (sentencepiece's add_bos,
 // add_eos) gives them once per example: its BOS first, its EOS where the dataset places one.
@@ -22,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "chat_encoding.hpp"
+#include "tessera/log.hpp"
 #include "tessera/run/batch.hpp"
 #include "tessera/config/config_fields.hpp"
 #include "tessera/formats/crc32c.hpp"
@@ -32,7 +35,7 @@
 
 namespace {
 
-struct SftConfig {
+struct SftConfig : tessera::chat::ChatFormatConfig {
   std::string path;
   std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
   std::int64_t seq_len = 1;
@@ -58,23 +61,15 @@ struct SftConfig {
     f.field("prompt_field", &C::prompt_field, "the prompt's field");
     f.field("response_field", &C::response_field, "the response's field (the target)");
     f.field("messages_field", &C::messages_field,
-            "the chat's field: messages rendered as 'ROLE: CONTENT\\n', the assistant's contents (and an EOS "
-            "after each) the targets");
+            "the chat's field: messages written by the chat template (see chat_template), the assistant's turns "
+            "the targets");
+    declare_chat_fields(f);
   }
 };
 
-// One example: its tokens and which of them are targets.
-struct Example {
-  std::vector<std::int64_t> tokens;
-  std::vector<bool> target;
+using tessera::chat::Example;
 
-  void add(const std::vector<std::int64_t>& ids, bool is_target) {
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-    target.insert(target.end(), ids.size(), is_target);
-  }
-};
-
-std::string string_field(const nlohmann::json& row, const std::string& name, const std::string& where) {
+std::string string_field(const nlohmann::ordered_json& row, const std::string& name, const std::string& where) {
   auto it = row.find(name);
   if (it == row.end()) throw tessera::ConfigError(where + ": no field '" + name + "'", "path");
   if (!it->is_string()) throw tessera::ConfigError(where + ": field '" + name + "' is not a string", "path");
@@ -87,10 +82,10 @@ class SftDataset final : public tessera::Dataset {
       : seq_len_(c.seq_len), document_mask_(c.document_mask), shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)) {
     if (!c.tokenizer) throw tessera::ConfigError("dataset/sft_jsonl needs the model's tokenizer", "tokenizer");
     const tessera::kinds::Tokenizer& tok = *c.tokenizer;
+    const tessera::chat::ChatEncoder chat(tok, c);
     eos_ = tok.eos_id();
     pad_ = eos_ >= 0 ? eos_ : 0;
-    find_added_specials(tok);
-    packs_added_specials_ = c.pack && !(prefix_.empty() && suffix_.empty());
+    packs_added_specials_ = c.pack && !(chat.prefix().empty() && chat.suffix().empty());
     std::ifstream in(c.path);
     if (!in) throw tessera::ConfigError("cannot read " + c.path, "path");
     std::size_t number = 0;
@@ -98,16 +93,19 @@ class SftDataset final : public tessera::Dataset {
       ++number;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const std::string where = c.path + ":" + std::to_string(number);
-      nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      // In the file's key order: templates print dicts (tools, arguments) as they come.
+      nlohmann::ordered_json row = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!row.is_object()) throw tessera::ConfigError(where + ": not a JSON object", "path");
       Example ex;
-      ex.add(prefix_, false);
       try {
         if (row.contains(c.messages_field)) {
-          render_chat(row[c.messages_field], tok, where, ex);
+          const auto tools = row.find(c.tools_field);
+          ex = chat.encode(row[c.messages_field], tools == row.end() ? nullptr : &*tools);
+          chats_ += 1;
         } else {
-          ex.add(encode(tok, string_field(row, c.prompt_field, where)), false);
-          ex.add(encode(tok, string_field(row, c.response_field, where)), true);
+          ex.add(chat.prefix(), false);
+          ex.add(chat.plain_ids(string_field(row, c.prompt_field, where)), false);
+          ex.add(chat.plain_ids(string_field(row, c.response_field, where)), true);
           if (eos_ >= 0) ex.add({eos_}, true);
         }
       } catch (const tessera::ConfigError&) {
@@ -119,6 +117,7 @@ class SftDataset final : public tessera::Dataset {
     }
     flush_row();
     if (rows_.empty()) throw tessera::ConfigError(c.path + " holds no examples", "path");
+    if (chats_ > 0) tessera::log::info("dataset/sft_jsonl: " + std::to_string(chats_) + " chats of " + c.path + " written with " + chat.describe());
     std::uint32_t crc = 0;
     for (const Row& r : rows_) {
       crc = tessera::crc32c(r.inputs.data(), r.inputs.size() * sizeof(std::int64_t), crc);
@@ -207,24 +206,6 @@ class SftDataset final : public tessera::Dataset {
     std::int64_t targets = 0;
   };
 
-  // ROLE: CONTENT\n for every message; the assistant's content and the EOS after it are targets.
-  void render_chat(const nlohmann::json& messages, const tessera::kinds::Tokenizer& tok, const std::string& where,
-                   Example& ex) const {
-    if (!messages.is_array() || messages.empty()) throw tessera::ConfigError(where + ": messages is not a non-empty list", "path");
-    for (const auto& m : messages) {
-      if (!m.is_object()) throw tessera::ConfigError(where + ": a message is not an object", "path");
-      const std::string role = string_field(m, "role", where), content = string_field(m, "content", where);
-      if (role == "assistant") {
-        ex.add(encode(tok, role + ": "), false);
-        ex.add(encode(tok, content), true);
-        if (eos_ >= 0) ex.add({eos_}, true);
-        ex.add(encode(tok, "\n"), false);
-      } else {
-        ex.add(encode(tok, role + ": " + content + "\n"), false);
-      }
-    }
-  }
-
   // The layout as words: {rows, seq_len, shuffle, seed, checksum of the rows' tokens and labels}.
   static std::string describe(const std::vector<std::int64_t>& v) {
     if (v.size() != 5) return "a layout of " + std::to_string(v.size()) + " values (not 5)";
@@ -232,30 +213,6 @@ class SftDataset final : public tessera::Dataset {
     std::snprintf(checksum_hex, sizeof checksum_hex, "%08x", static_cast<unsigned>(v[4]));
     return std::to_string(v[0]) + " rows of " + std::to_string(v[1]) + " tokens (checksum " + checksum_hex + "), " +
            (v[2] ? "shuffled with seed " + std::to_string(v[3]) : "in file order");
-  }
-
-  // What the tokenizer adds to every text, seen on the empty one: the leading BOS ids become the
-  // prefix of each example, and the rest (its EOS) is left to where this dataset places EOS.
-  void find_added_specials(const tessera::kinds::Tokenizer& tok) {
-    const std::vector<std::int64_t> added = tok.encode("");
-    std::size_t leading = 0;
-    while (leading < added.size() && tok.bos_id() >= 0 && added[leading] == tok.bos_id()) ++leading;
-    prefix_.assign(added.begin(), added.begin() + static_cast<std::ptrdiff_t>(leading));
-    suffix_.assign(added.begin() + static_cast<std::ptrdiff_t>(leading), added.end());
-  }
-
-  // One piece of an example, without what the tokenizer adds to every text: encoded alone,
-  // prompt and response would otherwise each carry a BOS and an EOS inside the example.
-  std::vector<std::int64_t> encode(const tessera::kinds::Tokenizer& tok, const std::string& text) const {
-    std::vector<std::int64_t> ids = tok.encode(text);
-    const auto ends_with_suffix = [&] {
-      return ids.size() >= suffix_.size() && std::equal(suffix_.begin(), suffix_.end(), ids.end() - static_cast<std::ptrdiff_t>(suffix_.size()));
-    };
-    if (!suffix_.empty() && ends_with_suffix()) ids.erase(ids.end() - static_cast<std::ptrdiff_t>(suffix_.size()), ids.end());
-    if (!prefix_.empty() && ids.size() >= prefix_.size() && std::equal(prefix_.begin(), prefix_.end(), ids.begin())) {
-      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(prefix_.size()));
-    }
-    return ids;
   }
 
   // Inputs are tokens[0..n-2]; label i is token i+1 where that token is a target.
@@ -307,8 +264,8 @@ class SftDataset final : public tessera::Dataset {
   std::uint64_t seed_;
   std::int64_t eos_ = -1, pad_ = 0;
   std::vector<std::int64_t> layout_;  // what a saved position is a position in (describe())
-  std::vector<std::int64_t> prefix_, suffix_;
-  bool packs_added_specials_ = false;  // rows of such examples changed when BOS/EOS came to be given once  // what the tokenizer adds to every encode(): BOS, and after
+  bool packs_added_specials_ = false;  // rows of such examples changed when BOS/EOS came to be given once
+  std::int64_t chats_ = 0;
   std::vector<Row> rows_;
   Row open_;
   std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0, order_epoch_ = -1;

@@ -48,7 +48,7 @@ std::string hex(std::uint32_t v) {
 
 class BpeTokenizer final : public tessera::kinds::Tokenizer {
  public:
-  explicit BpeTokenizer(const BpeConfig& c) : model_(load(c)) {
+  explicit BpeTokenizer(const BpeConfig& c) : model_(load(c)), folder_(folder_of(c.path)) {
     eos_ = pick(c.eos_token, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"}, "eos_token");
     bos_ = pick(c.bos_token, {"<|begin_of_text|>", "<s>", "<bos>"}, "bos_token");
   }
@@ -60,8 +60,14 @@ class BpeTokenizer final : public tessera::kinds::Tokenizer {
   std::int64_t eos_id() const override { return eos_; }
   std::int64_t bos_id() const override { return bos_; }
   std::string identity() const override { return identity_; }
+  std::string folder() const override { return folder_; }
 
  private:
+  static std::string folder_of(const std::string& path) {
+    const fs::path p(path);
+    return fs::is_directory(p) ? p.string() : p.parent_path().string();
+  }
+
   tessera::bpe::BpeModel load(const BpeConfig& c) {
     fs::path path(c.path);
     if (fs::is_directory(path)) path /= "tokenizer.json";
@@ -97,6 +103,7 @@ class BpeTokenizer final : public tessera::kinds::Tokenizer {
 
   std::string identity_;
   tessera::bpe::BpeModel model_;
+  std::string folder_;
   std::int64_t eos_ = -1, bos_ = -1;
 };
 

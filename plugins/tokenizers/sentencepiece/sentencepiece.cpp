@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,8 @@ class SentencePieceTokenizer final : public tessera::kinds::Tokenizer {
   std::int64_t eos_id() const override { return processor_.eos_id(); }
   std::int64_t bos_id() const override { return processor_.bos_id(); }
   std::string identity() const override { return identity_; }
+  // Where tokenizer_config.json (and a chat template) sit beside tokenizer.model.
+  std::string folder() const override { return std::filesystem::path(config_.path).parent_path().string(); }
 
  private:
   SentencePieceConfig config_;

@@ -1,0 +1,492 @@
+#include "jinja_value.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace tessera::text::jinja {
+
+const Value* Dict::find(const std::string& key) const {
+  for (const auto& [k, v] : items) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void Dict::set(const std::string& key, Value value) {
+  for (auto& [k, v] : items) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  items.emplace_back(key, std::move(value));
+}
+
+const Value* CallArgs::get(std::size_t index, const std::string& name) const {
+  if (index < positional.size()) return &positional[index];
+  for (const auto& [k, v] : keyword) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+Value Value::undefined(std::string name) {
+  Value v;
+  v.s_ = std::move(name);
+  return v;
+}
+Value Value::none() {
+  Value v;
+  v.type_ = Type::none;
+  return v;
+}
+Value Value::boolean(bool b) {
+  Value v;
+  v.type_ = Type::boolean;
+  v.b_ = b;
+  v.i_ = b ? 1 : 0;
+  return v;
+}
+Value Value::integer(std::int64_t i) {
+  Value v;
+  v.type_ = Type::integer;
+  v.i_ = i;
+  return v;
+}
+Value Value::real(double d) {
+  Value v;
+  v.type_ = Type::real;
+  v.d_ = d;
+  return v;
+}
+Value Value::string(std::string s) {
+  Value v;
+  v.type_ = Type::string;
+  v.s_ = std::move(s);
+  return v;
+}
+Value Value::list(ValueList items, bool tuple) {
+  Value v;
+  v.type_ = Type::list;
+  v.list_ = std::make_shared<ValueList>(std::move(items));
+  v.tuple_ = tuple;
+  return v;
+}
+Value Value::dict(std::shared_ptr<Dict> d, bool is_namespace) {
+  Value v;
+  v.type_ = Type::dict;
+  v.dict_ = std::move(d);
+  v.namespace_ = is_namespace;
+  return v;
+}
+Value Value::function(std::string name, std::function<Value(const CallArgs&)> call) {
+  Value v;
+  v.type_ = Type::callable;
+  v.fn_ = std::make_shared<const Callable>(Callable{std::move(name), std::move(call)});
+  return v;
+}
+
+std::int64_t Value::as_int() const {
+  switch (type_) {
+    case Type::boolean:
+    case Type::integer:
+      return i_;
+    case Type::real:
+      return static_cast<std::int64_t>(d_);
+    default:
+      throw ValueError{"expected a number, got " + repr()};
+  }
+}
+
+double Value::as_real() const {
+  if (type_ == Type::real) return d_;
+  return static_cast<double>(as_int());
+}
+
+bool Value::truthy() const {
+  switch (type_) {
+    case Type::undefined:
+    case Type::none:
+      return false;
+    case Type::boolean:
+      return b_;
+    case Type::integer:
+      return i_ != 0;
+    case Type::real:
+      return d_ != 0;
+    case Type::string:
+      return !s_.empty();
+    case Type::list:
+      return !list_->empty();
+    case Type::dict:
+      return namespace_ || !dict_->items.empty();
+    case Type::callable:
+      return true;
+  }
+  return false;
+}
+
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    n = std::min(n, s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::int64_t Value::length() const {
+  switch (type_) {
+    case Type::string:
+      return static_cast<std::int64_t>(code_points(s_).size());
+    case Type::list:
+      return static_cast<std::int64_t>(list_->size());
+    case Type::dict:
+      return static_cast<std::int64_t>(dict_->items.size());
+    case Type::undefined:
+      return 0;
+    default:
+      throw ValueError{"object of type " + repr() + " has no length"};
+  }
+}
+
+ValueList Value::iterate() const {
+  switch (type_) {
+    case Type::list:
+      return *list_;
+    case Type::dict: {
+      ValueList keys;
+      for (const auto& item : dict_->items) keys.push_back(Value::string(item.first));
+      return keys;
+    }
+    case Type::string: {
+      ValueList chars;
+      for (auto& c : code_points(s_)) chars.push_back(Value::string(std::move(c)));
+      return chars;
+    }
+    case Type::undefined:
+      return {};
+    default:
+      throw ValueError{repr() + " is not iterable"};
+  }
+}
+
+std::string python_float(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  if (d == 0) return std::signbit(d) ? "-0.0" : "0.0";
+  // The shortest %.Ne that reads back to d gives the digits and the exponent.
+  char buf[40];
+  int precision = 1;
+  for (; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*e", precision - 1, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string text(buf);
+  const std::size_t e = text.find('e');
+  const int exponent = std::atoi(text.c_str() + e + 1);
+  std::string digits;
+  const bool negative = text[0] == '-';
+  for (std::size_t i = negative ? 1 : 0; i < e; ++i) {
+    if (text[i] != '.') digits += text[i];
+  }
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  std::string out = negative ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char exp[8];
+    std::snprintf(exp, sizeof exp, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    return out + exp;
+  }
+  if (exponent < 0) return out + "0." + std::string(static_cast<std::size_t>(-exponent - 1), '0') + digits;
+  const auto whole = static_cast<std::size_t>(exponent + 1);
+  if (digits.size() <= whole) return out + digits + std::string(whole - digits.size(), '0') + ".0";
+  return out + digits.substr(0, whole) + "." + digits.substr(whole);
+}
+
+namespace {
+
+// Python's repr of a str: single quotes unless the text has ' and no ".
+std::string string_repr(const std::string& s) {
+  const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : s) {
+    if (c == static_cast<unsigned char>(quote) || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + quote;
+}
+
+}  // namespace
+
+std::string Value::repr() const {
+  switch (type_) {
+    case Type::string:
+      return string_repr(s_);
+    case Type::list: {
+      std::string out = tuple_ ? "(" : "[";
+      for (std::size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
+      if (tuple_ && list_->size() == 1) out += ",";
+      return out + (tuple_ ? ")" : "]");
+    }
+    case Type::dict: {
+      if (namespace_) return "<Namespace>";
+      std::string out = "{";
+      for (std::size_t i = 0; i < dict_->items.size(); ++i) {
+        out += (i ? ", " : "") + string_repr(dict_->items[i].first) + ": " + dict_->items[i].second.repr();
+      }
+      return out + "}";
+    }
+    default:
+      return str();
+  }
+}
+
+std::string Value::str() const {
+  switch (type_) {
+    case Type::undefined:
+      return "";
+    case Type::none:
+      return "None";
+    case Type::boolean:
+      return b_ ? "True" : "False";
+    case Type::integer:
+      return std::to_string(i_);
+    case Type::real:
+      return python_float(d_);
+    case Type::string:
+      return s_;
+    case Type::callable:
+      return "<function " + fn_->name + ">";
+    default:
+      return repr();
+  }
+}
+
+bool equal(const Value& a, const Value& b) {
+  using T = Value::Type;
+  if (a.is_number() && b.is_number()) {
+    if (a.type() == T::real || b.type() == T::real) return a.as_real() == b.as_real();
+    return a.as_int() == b.as_int();
+  }
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case T::undefined:
+    case T::none:
+      return true;
+    case T::string:
+      return a.as_string() == b.as_string();
+    case T::list: {
+      const ValueList &x = a.as_list(), &y = b.as_list();
+      if (x.size() != y.size()) return false;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        if (!equal(x[i], y[i])) return false;
+      }
+      return true;
+    }
+    case T::dict: {
+      if (a.is_namespace() || b.is_namespace()) return &a.as_dict() == &b.as_dict();
+      const Dict &x = a.as_dict(), &y = b.as_dict();
+      if (x.items.size() != y.items.size()) return false;
+      for (const auto& [k, v] : x.items) {
+        const Value* other = y.find(k);
+        if (!other || !equal(v, *other)) return false;
+      }
+      return true;
+    }
+    case T::callable:
+      return &a.as_callable() == &b.as_callable();
+    default:
+      return false;
+  }
+}
+
+bool less(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) return a.as_real() < b.as_real();
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+  if (a.is_list() && b.is_list()) {
+    const ValueList &x = a.as_list(), &y = b.as_list();
+    for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (!equal(x[i], y[i])) return less(x[i], y[i]);
+    }
+    return x.size() < y.size();
+  }
+  throw ValueError{"cannot order " + a.repr() + " and " + b.repr()};
+}
+
+namespace {
+
+void json_string(const std::string& s, bool ensure_ascii, std::string& out) {
+  out += '"';
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "\\u%04x", c);
+          out += hex;
+        } else if (ensure_ascii && c >= 0x80) {
+          // Decode the code point; above the BMP as a surrogate pair, as Python writes it.
+          std::uint32_t cp = 0;
+          int extra = (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : 3;
+          cp = c & (0x3f >> extra);
+          for (int k = 0; k < extra && i + 1 < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[++i]) & 0x3f);
+          char hex[16];
+          if (cp >= 0x10000) {
+            cp -= 0x10000;
+            std::snprintf(hex, sizeof hex, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+          } else {
+            std::snprintf(hex, sizeof hex, "\\u%04x", cp);
+          }
+          out += hex;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+void json_value(const Value& v, const JsonStyle& style, int depth, std::string& out) {
+  using T = Value::Type;
+  const auto newline = [&](int level) {
+    if (style.indent >= 0) out += "\n" + std::string(static_cast<std::size_t>(style.indent * level), ' ');
+  };
+  switch (v.type()) {
+    case T::none:
+      out += "null";
+      return;
+    case T::boolean:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case T::integer:
+      out += std::to_string(v.as_int());
+      return;
+    case T::real: {
+      const double d = v.as_real();
+      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : python_float(d);
+      return;
+    }
+    case T::string:
+      json_string(v.as_string(), style.ensure_ascii, out);
+      return;
+    case T::list: {
+      const ValueList& items = v.as_list();
+      if (items.empty()) {
+        out += "[]";
+        return;
+      }
+      out += '[';
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += style.item_separator;
+        newline(depth + 1);
+        json_value(items[i], style, depth + 1, out);
+      }
+      newline(depth);
+      out += ']';
+      return;
+    }
+    case T::dict: {
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& item : v.as_dict().items) items.push_back(&item);
+      if (style.sort_keys) {
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      }
+      if (items.empty()) {
+        out += "{}";
+        return;
+      }
+      out += '{';
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += style.item_separator;
+        newline(depth + 1);
+        json_string(items[i]->first, style.ensure_ascii, out);
+        out += style.key_separator;
+        json_value(items[i]->second, style, depth + 1, out);
+      }
+      newline(depth);
+      out += '}';
+      return;
+    }
+    default:
+      throw ValueError{"Object of type " + std::string(v.is_undefined() ? "Undefined" : "function") +
+                       " is not JSON serializable"};
+  }
+}
+
+Value from_nlohmann(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value::integer(j.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value::integer(static_cast<std::int64_t>(j.get<std::uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      ValueList items;
+      for (const auto& item : j) items.push_back(from_nlohmann(item));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      auto d = std::make_shared<Dict>();
+      for (auto it = j.begin(); it != j.end(); ++it) d->set(it.key(), from_nlohmann(it.value()));
+      return Value::dict(std::move(d));
+    }
+    default:
+      throw ValueError{"unsupported JSON value"};
+  }
+}
+
+}  // namespace
+
+std::string to_json(const Value& value, const JsonStyle& style) {
+  std::string out;
+  json_value(value, style, 0, out);
+  return out;
+}
+
+Value from_json(const std::string& text) {
+  const auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ValueError{"the template's variables are not valid JSON"};
+  return from_nlohmann(j);
+}
+
+}  // namespace tessera::text::jinja
