@@ -149,6 +149,11 @@ std::vector<std::int64_t> ChatEncoder::render_ids(const nlohmann::ordered_json& 
   return encode_text(text, spans);
 }
 
+std::vector<std::int64_t> ChatEncoder::template_text_ids(const std::string& text) const {
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  return encode_text(text, spans);
+}
+
 // ROLE: CONTENT\n for every message; the assistant's content and the EOS after it are targets.
 Example ChatEncoder::encode_plain(const nlohmann::ordered_json& messages) const {
   Example ex;

@@ -83,6 +83,9 @@ class ChatEncoder {
   std::vector<std::int64_t> render_ids(const nlohmann::ordered_json& messages, const nlohmann::ordered_json* row_tools,
                                        bool add_generation_prompt, std::string* text = nullptr) const;
 
+  // The ids of text a template wrote (a part of a rendering), without what the tokenizer adds.
+  std::vector<std::int64_t> template_text_ids(const std::string& text) const;
+
   const kinds::Tokenizer& tokenizer() const { return tok_; }
 
  private:

@@ -18,12 +18,12 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chat_encoding.hpp"
+#include "seeded_order.hpp"
 #include "tessera/log.hpp"
 #include "tessera/run/batch.hpp"
 #include "tessera/config/config_fields.hpp"
@@ -79,7 +79,11 @@ std::string string_field(const nlohmann::ordered_json& row, const std::string& n
 class SftDataset final : public tessera::Dataset {
  public:
   SftDataset(const SftConfig& c, std::uint64_t run_seed)
-      : seq_len_(c.seq_len), document_mask_(c.document_mask), shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)) {
+      : seq_len_(c.seq_len),
+        document_mask_(c.document_mask),
+        shuffle_(c.shuffle),
+        seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)),
+        order_(shuffle_, seed_) {
     if (!c.tokenizer) throw tessera::ConfigError("dataset/sft_jsonl needs the model's tokenizer", "tokenizer");
     const tessera::kinds::Tokenizer& tok = *c.tokenizer;
     const tessera::chat::ChatEncoder chat(tok, c);
@@ -147,7 +151,7 @@ class SftDataset final : public tessera::Dataset {
     if (document_mask_) documents = at::empty({batch_size, seq_len_}, at::kLong);
     std::int64_t targets = 0;
     for (std::int64_t b = 0; b < batch_size; ++b) {
-      const Row& row = rows_[row_at(cursor_ + rank_)];
+      const Row& row = rows_[order_.at(cursor_ + rank_, num_samples())];
       cursor_ += world_size_;
       std::copy(row.inputs.begin(), row.inputs.end(), in + b * seq_len_);
       std::copy(row.labels.begin(), row.labels.end(), out + b * seq_len_);
@@ -241,23 +245,6 @@ class SftDataset final : public tessera::Dataset {
     open_ = Row{};
   }
 
-  // The row at a global position: epoch `global / rows` in that epoch's seeded order.
-  std::size_t row_at(std::int64_t global) {
-    const std::int64_t n = num_samples(), epoch = global / n;
-    if (epoch != order_epoch_) {
-      order_.resize(static_cast<std::size_t>(n));
-      for (std::int64_t i = 0; i < n; ++i) order_[static_cast<std::size_t>(i)] = static_cast<std::size_t>(i);
-      if (shuffle_) {
-        std::seed_seq seq{static_cast<std::uint32_t>(seed_), static_cast<std::uint32_t>(seed_ >> 32),
-                          static_cast<std::uint32_t>(epoch)};
-        std::mt19937_64 rng(seq);
-        for (std::size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[rng() % (i + 1)]);
-      }
-      order_epoch_ = epoch;
-    }
-    return order_[static_cast<std::size_t>(global % n)];
-  }
-
   std::int64_t seq_len_;
   bool document_mask_;
   bool shuffle_;
@@ -268,8 +255,8 @@ class SftDataset final : public tessera::Dataset {
   std::int64_t chats_ = 0;
   std::vector<Row> rows_;
   Row open_;
-  std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0, order_epoch_ = -1;
-  std::vector<std::size_t> order_;
+  std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0;
+  tessera::chat::SeededOrder order_;
 };
 
 void register_components(tessera::Registrar& registrar) {
