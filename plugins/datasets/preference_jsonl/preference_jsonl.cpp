@@ -25,7 +25,6 @@
 #include "tessera/components/dataset.hpp"
 #include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/formats/crc32c.hpp"
 #include "tessera/kinds/tokenizer.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
@@ -126,24 +125,13 @@ class PreferenceDataset final : public tessera::Dataset {
       tessera::log::info("dataset/preference_jsonl: ", chats, " pairs of messages of ", c.path, " written with ",
                          chat.describe());
     }
-    std::uint32_t crc = 0;
-    for (const auto& rows : pairs_) {
-      for (const Row& r : rows) {
-        crc = tessera::crc32c(r.inputs.data(), r.inputs.size() * sizeof(std::int64_t), crc);
-        crc = tessera::crc32c(r.labels.data(), r.labels.size() * sizeof(std::int64_t), crc);
-      }
-    }
-    layout_ = {num_samples(), seq_len_, shuffle_ ? 1 : 0, shuffle_ ? static_cast<std::int64_t>(seed_) : 0,
-               static_cast<std::int64_t>(crc)};
+    std::vector<Row> rows;
+    for (const auto& pair : pairs_) rows.insert(rows.end(), pair.begin(), pair.end());
+    layout_ = tessera::chat::layout_of(rows, num_samples(), seq_len_, shuffle_, seed_);
   }
 
   void set_shard(std::int64_t rank, std::int64_t world_size) override {
-    if (world_size < 1 || rank < 0 || rank >= world_size) {
-      throw tessera::Error("dataset/preference_jsonl: invalid shard rank " + std::to_string(rank) + " of " +
-                           std::to_string(world_size));
-    }
-    rank_ = rank;
-    world_size_ = world_size;
+    shard_.set(rank, world_size, "dataset/preference_jsonl");
   }
 
   // `batch_size` rows: batch_size / 2 pairs, each its chosen row then its rejected row.
@@ -157,8 +145,8 @@ class PreferenceDataset final : public tessera::Dataset {
     std::int64_t* in = input.mutable_data_ptr<std::int64_t>();
     std::int64_t* out = labels.mutable_data_ptr<std::int64_t>();
     for (std::int64_t p = 0; p < batch_size / 2; ++p) {
-      const auto& rows = pairs_[order_.at(cursor_ + rank_, static_cast<std::int64_t>(pairs_.size()))];
-      cursor_ += world_size_;
+      const auto& rows = pairs_[order_.at(cursor_ + shard_.rank, static_cast<std::int64_t>(pairs_.size()))];
+      cursor_ += shard_.world;
       for (std::int64_t k = 0; k < 2; ++k) {
         const Row& row = rows[static_cast<std::size_t>(k)];
         std::copy(row.inputs.begin(), row.inputs.end(), in + (2 * p + k) * seq_len_);
@@ -307,7 +295,8 @@ class PreferenceDataset final : public tessera::Dataset {
   std::int64_t eos_ = -1, pad_ = 0;
   std::vector<std::int64_t> layout_;
   std::vector<std::array<Row, 2>> pairs_;
-  std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0;
+  std::int64_t cursor_ = 0;
+  tessera::chat::Shard shard_;
   tessera::chat::SeededOrder order_;
 };
 

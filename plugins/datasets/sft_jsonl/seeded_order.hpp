@@ -1,11 +1,16 @@
-// The order a dataset reads its examples in: epoch by epoch, each epoch a seeded shuffle of all
-// of them (or file order), the same on every rank, so a global position names one example.
+// How the JSON-lines datasets read their rows: the order (epoch by epoch, each a seeded shuffle
+// of all of them or file order, the same on every rank, so a global position names one example),
+// the rank's share, and the layout a saved position is a position in.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "tessera/error.hpp"
+#include "tessera/formats/crc32c.hpp"
 
 namespace tessera::chat {
 
@@ -36,5 +41,30 @@ class SeededOrder {
   std::int64_t epoch_ = -1;
   std::vector<std::size_t> order_;
 };
+
+// This rank's share: examples rank, rank + world, ... of the global order.
+struct Shard {
+  std::int64_t rank = 0, world = 1;
+  void set(std::int64_t r, std::int64_t w, const std::string& dataset) {
+    if (w < 1 || r < 0 || r >= w) {
+      throw tessera::Error(dataset + ": invalid shard rank " + std::to_string(r) + " of " + std::to_string(w));
+    }
+    rank = r;
+    world = w;
+  }
+};
+
+// What a saved position is a position in: {rows, seq_len, shuffle, seed (only when it orders the
+// rows), CRC-32C of every row's inputs and labels}; `Row` has `inputs` and `labels` vectors.
+template <class Rows>
+std::vector<std::int64_t> layout_of(const Rows& rows, std::int64_t count, std::int64_t seq_len, bool shuffle,
+                                    std::uint64_t seed) {
+  std::uint32_t crc = 0;
+  for (const auto& r : rows) {
+    crc = tessera::crc32c(r.inputs.data(), r.inputs.size() * sizeof(std::int64_t), crc);
+    crc = tessera::crc32c(r.labels.data(), r.labels.size() * sizeof(std::int64_t), crc);
+  }
+  return {count, seq_len, shuffle ? 1 : 0, shuffle ? static_cast<std::int64_t>(seed) : 0, static_cast<std::int64_t>(crc)};
+}
 
 }  // namespace tessera::chat

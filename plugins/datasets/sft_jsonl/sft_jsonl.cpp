@@ -27,7 +27,6 @@
 #include "tessera/log.hpp"
 #include "tessera/run/batch.hpp"
 #include "tessera/config/config_fields.hpp"
-#include "tessera/formats/crc32c.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
@@ -122,24 +121,10 @@ class SftDataset final : public tessera::Dataset {
     flush_row();
     if (rows_.empty()) throw tessera::ConfigError(c.path + " holds no examples", "path");
     if (chats_ > 0) tessera::log::info("dataset/sft_jsonl: " + std::to_string(chats_) + " chats of " + c.path + " written with " + chat.describe());
-    std::uint32_t crc = 0;
-    for (const Row& r : rows_) {
-      crc = tessera::crc32c(r.inputs.data(), r.inputs.size() * sizeof(std::int64_t), crc);
-      crc = tessera::crc32c(r.labels.data(), r.labels.size() * sizeof(std::int64_t), crc);
-    }
-    // The seed only when it orders the rows: file order is the same under any seed.
-    layout_ = {num_samples(), seq_len_, shuffle_ ? 1 : 0, shuffle_ ? static_cast<std::int64_t>(seed_) : 0,
-               static_cast<std::int64_t>(crc)};
+    layout_ = tessera::chat::layout_of(rows_, num_samples(), seq_len_, shuffle_, seed_);
   }
 
-  void set_shard(std::int64_t rank, std::int64_t world_size) override {
-    if (world_size < 1 || rank < 0 || rank >= world_size) {
-      throw tessera::Error("dataset/sft_jsonl: invalid shard rank " + std::to_string(rank) + " of " +
-                           std::to_string(world_size));
-    }
-    rank_ = rank;
-    world_size_ = world_size;
-  }
+  void set_shard(std::int64_t rank, std::int64_t world_size) override { shard_.set(rank, world_size, "dataset/sft_jsonl"); }
 
   tessera::Batch next_batch(std::int64_t batch_size) override {
     if (batch_size < 1) throw tessera::Error("dataset/sft_jsonl: batch size must be >= 1");
@@ -151,8 +136,8 @@ class SftDataset final : public tessera::Dataset {
     if (document_mask_) documents = at::empty({batch_size, seq_len_}, at::kLong);
     std::int64_t targets = 0;
     for (std::int64_t b = 0; b < batch_size; ++b) {
-      const Row& row = rows_[order_.at(cursor_ + rank_, num_samples())];
-      cursor_ += world_size_;
+      const Row& row = rows_[order_.at(cursor_ + shard_.rank, num_samples())];
+      cursor_ += shard_.world;
       std::copy(row.inputs.begin(), row.inputs.end(), in + b * seq_len_);
       std::copy(row.labels.begin(), row.labels.end(), out + b * seq_len_);
       if (document_mask_) {
@@ -255,7 +240,8 @@ class SftDataset final : public tessera::Dataset {
   std::int64_t chats_ = 0;
   std::vector<Row> rows_;
   Row open_;
-  std::int64_t rank_ = 0, world_size_ = 1, cursor_ = 0;
+  std::int64_t cursor_ = 0;
+  tessera::chat::Shard shard_;
   tessera::chat::SeededOrder order_;
 };
 
