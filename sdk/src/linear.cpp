@@ -17,8 +17,17 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bi
   }
 }
 
+namespace {
+thread_local int adapters_off_depth = 0;
+}  // namespace
+
+AdaptersOff::AdaptersOff() { ++adapters_off_depth; }
+AdaptersOff::~AdaptersOff() { --adapters_off_depth; }
+bool AdaptersOff::active() { return adapters_off_depth > 0; }
+
 at::Tensor Linear::forward(const at::Tensor& x) const {
   at::Tensor y = at::linear(x, weight, bias);
+  if (AdaptersOff::active()) return y;
   for (const Term& term : terms_) y = y + term(x);
   return y;
 }

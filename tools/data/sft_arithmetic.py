@@ -5,6 +5,9 @@ shares no example with the training file).
 
     tools/data/sft_arithmetic.py --out data/sft-arithmetic [--train 20000] [--val 500]
 
+It also writes preferences.jsonl, the training additions as preference pairs for
+configs/dpo-tiny.yaml: {"prompt", "chosen": the sum, "rejected": a sum off by a few}.
+
 Only the response is a target in dataset/sft_jsonl, so the model is trained to answer, not to
 reproduce the questions; the evaluation loss is the loss on answers alone.
 """
@@ -34,7 +37,12 @@ def main():
         with open(out / f"{name}.jsonl", "w") as f:
             for ex in part:
                 f.write(json.dumps(ex) + "\n")
-    print(f"{out}: {args.train} training and {args.val} held-out additions")
+    with open(out / "preferences.jsonl", "w") as f:
+        for ex in examples[args.val:]:
+            right = int(ex["response"])
+            wrong = right + rng.choice([-10, -2, -1, 1, 2, 10])
+            f.write(json.dumps({"prompt": ex["prompt"], "chosen": ex["response"], "rejected": f" {wrong}\n"}) + "\n")
+    print(f"{out}: {args.train} training and {args.val} held-out additions, and the training ones as preference pairs")
 
 
 if __name__ == "__main__":

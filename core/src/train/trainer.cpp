@@ -93,6 +93,16 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   // stage's output (only that stage holds the head).
   hidden_loss_ = parts_.loss->takes_hidden_states() || pp_.has_value() ||
                  (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || cp_.size() > 1));
+  needs_reference_ = parts_.loss->needs_reference();
+  if (needs_reference_ && parts_.adapters.empty()) {
+    throw Error("trainer: " + parts_.names.loss + " takes its reference model from the base with the adapters switched "
+                "off: give components.adapters (an adapter/lora); a frozen copy of the whole model as the reference "
+                "(full fine-tuning) is not built yet");
+  }
+  if (needs_reference_ && (pp_ || cp_.size() > 1)) {
+    throw Error("trainer: " + parts_.names.loss + " sums each sequence's log-probabilities, which parallelism.pp and "
+                "parallelism.cp split over ranks: set them to 1");
+  }
   if (cp_.size() > 1 && !parts_.model->has_output_head()) {
     throw Error("trainer: parallelism.cp needs a model that exposes its hidden states and output head");
   }

@@ -15,6 +15,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/components/optimizer.hpp"
+#include "tessera/nn/linear.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -50,6 +51,27 @@ at::Tensor ids() { return at::arange(24, at::kLong).remainder(64).view({2, 12});
 
 std::shared_ptr<Adapter> adapter_of(Adapted& a) {
   return std::static_pointer_cast<Adapter>(a.components.lists.at("adapters").at(0).object);
+}
+
+// loss/dpo's reference: while AdaptersOff lives, the adapted model computes the base's logits.
+TEST(LoraAdapter, AdaptersOffGivesTheBasesLogits) {
+  Adapted base = build(kLlama);
+  Adapted adapted = build(kLlama + lora("{rank: 4, alpha: 8, target_modules: [q_proj, v_proj, down_proj]}"));
+  {
+    at::NoGradGuard no_grad;
+    for (auto& item : adapted.model->named_parameters()) {
+      if (item.key().find(".lora_B") != std::string::npos) item.value().normal_();
+    }
+  }
+  const at::Tensor with_adapters = adapted.model->forward(ids());
+  EXPECT_FALSE(at::allclose(with_adapters, base.model->forward(ids()))) << "B mattered";
+  {
+    AdaptersOff reference;
+    EXPECT_TRUE(AdaptersOff::active());
+    EXPECT_TRUE(at::equal(adapted.model->forward(ids()), base.model->forward(ids())));
+  }
+  EXPECT_FALSE(AdaptersOff::active());
+  EXPECT_TRUE(at::equal(adapted.model->forward(ids()), with_adapters));
 }
 
 TEST(LoraAdapter, StartsAsTheBaseAndOnlyItsMatricesGetGradients) {

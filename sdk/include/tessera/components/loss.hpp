@@ -4,6 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+#include <vector>
+
 #include "tessera/export.hpp"
 #include "tessera/components/output_head.hpp"
 
@@ -35,6 +38,21 @@ class TESSERA_API Loss {
   // (Loss::compute_from_hidden, which gathers the logits) for such heads, so a loss written for
   // whole logits stays right.
   virtual bool handles_vocab_parallel_head() const { return false; }
+
+  // --- Preference optimisation: the reference model ------------------------------------------
+  // Whether compute() compares the policy with a reference model (loss/dpo). The trainer then
+  // runs the model first for each micro-batch, without gradients and with the adapters switched
+  // off (tessera::AdaptersOff: the base, which is the policy's starting point), and passes those
+  // whole logits to take_reference() before compute() gets the policy's.
+  virtual bool needs_reference() const { return false; }
+  virtual void take_reference(const at::Tensor& /*logits*/, const at::Tensor& /*labels*/) {}
+
+  // Named metrics of a step (DPO's rewards and log-probabilities). After each step the trainer
+  // takes the sums the loss kept over its micro-batches: a tensor of metric_names().size() + 1
+  // values, the last the count they are means over; it sums them over the data-parallel ranks and
+  // reports each sum / count in StepMetrics::extra. Taking them starts new sums.
+  virtual std::vector<std::string> metric_names() const { return {}; }
+  virtual at::Tensor take_metric_sums() { return {}; }
 };
 
 // loss.compute_from_hidden(hidden, head, labels), or the SDK's default (whole logits gathered)

@@ -50,4 +50,15 @@ class TESSERA_API Linear : public torch::nn::Module {
   std::vector<Term> terms_;
 };
 
+// While one lives on this thread, every Linear computes x·Wᵀ + b without its adapters' terms:
+// the base model, as preference optimisation's reference (loss/dpo) reads it with no second copy.
+class TESSERA_API AdaptersOff {
+ public:
+  AdaptersOff();
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+  static bool active();
+};
+
 }  // namespace tessera

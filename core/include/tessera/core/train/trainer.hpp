@@ -155,6 +155,8 @@ class Trainer : private CallbackEvents {
   // Forward, loss and backward of one micro-batch; its summed loss, detached.
   at::Tensor micro_batch(const MicroBatchInputs& inputs, double aux_weight);
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
+  void reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
+  void add_loss_metrics(StepMetrics& m);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   struct SkipDecision {
     bool skip = false;       // the optimizer step is not applied (a request, a known non-finite step)
@@ -247,6 +249,7 @@ class Trainer : private CallbackEvents {
   void log_pipeline_summary() const;
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
+  bool needs_reference_ = false;  // the loss compares with the reference model (Loss::needs_reference)
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
   std::int64_t vocab_size_ = 0;   // the model's: every batch's token ids are checked against it
   bool warned_unmasked_documents_ = false;

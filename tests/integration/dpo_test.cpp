@@ -1,0 +1,132 @@
+// loss/dpo against plain PyTorch + PEFT (tools/interop/dpo_reference.py): a Llama made in Python,
+// LoRA adapters, dataset/preference_jsonl's pairs; every step's loss (and TRL's reward metrics) of
+// `tessera train` equals the reference's AdamW steps on the same pairs with TRL's formula for the
+// sigmoid (with label smoothing), ipo and hinge losses, on one rank accumulating two micro-batches
+// and on two Gloo ranks with ddp and with fsdp; the reference is the base with the adapters off.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cli_fixture.hpp"
+#include "hf_fixture.hpp"
+#include "test_support.hpp"
+
+namespace tessera {
+namespace dpo_test {
+
+constexpr double kTolerance = 1e-4;
+
+class Dpo : public HfInterop {
+ protected:
+  void SetUp() override {
+    HfInterop::SetUp();
+    if (IsSkipped()) return;
+    std::string out;
+    if (run_command(python_ + " -c 'import peft'", out) != 0) GTEST_SKIP() << "peft is not installed in .venv: " << out;
+    base_ = dir_.file("llama");
+    reference("make-llama " + base_ + " --kv-heads 2");
+    std::string lines;
+    const char* const prompts[] = {"2+2=", "capital of France?", "say hi", "sky colour", "1,2,3,", "opposite of up",
+                                   "cats say", "water is", "3*3=", "first letter", "sun rises in", "ice is"};
+    const char* const chosen[] = {"4", "Paris", "hi!", "blue", "4", "down", "meow", "wet", "9", "a", "the east", "cold"};
+    const char* const rejected[] = {"5", "Lyon", "no", "green", "7", "left", "woof", "dry", "6", "z", "the west", "hot"};
+    for (int i = 0; i < 12; ++i) {
+      lines += nlohmann::json{{"prompt", prompts[i]}, {"chosen", chosen[i]}, {"rejected", rejected[i]}}.dump() + "\n";
+    }
+    pairs_ = dir_.write("pairs.jsonl", lines);
+  }
+
+  std::string dpo_spec(const std::string& name, const std::string& loss, bool adapters = true) {
+    return dir_.write(
+        name + ".yaml",
+        "name: " + name + "\nplugins: {paths: [" + testing::plugin_dir() + "]}\n" + "settings: {seed: 1, run_dir: " +
+            dir_.file("runs/" + name) + ", device: cpu}\n" + "components:\n  model: " + model_yaml("llama", base_) +
+            "\n" +
+            (adapters ? "  adapters: [{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, "
+                        "dropout: 0, target_modules: [q_proj, v_proj]}}]\n"
+                      : "") +
+            "  train_data: {component_key: dataset, variant_key: preference_jsonl, config: {path: " + pairs_ +
+            ", tokenizer: {component_key: tokenizer, variant_key: bytes}, seq_len: 40, shuffle: false}}\n" +
+            "  loss: {component_key: loss, variant_key: dpo, config: " + loss + "}\n" +
+            "  optimizer: {component_key: optimizer, variant_key: adamw, config: {lr: 1.0e-2, beta1: 0.9, beta2: "
+            "0.999, eps: 1.0e-8, weight_decay: 0, implementation: loop, model: {instance_key: model, pass_type: "
+            "BY_REFERENCE}}}\n" +
+            "trainer: {max_steps: 3, micro_batch_size: 4, clip_grad_norm: 0}\n" +
+            (adapters ? "checkpoint: {export_format: peft, export_every_steps: 1}\n" : ""));
+  }
+
+  // The reference's losses and metrics for the adapter of `run`'s first export (its lora_A is
+  // the starting one: with lora_B zero, the first step leaves A as it was).
+  nlohmann::json python(const std::string& run, const std::string& args) {
+    std::string out;
+    const int rc = run_command("(" + python_ + " " + testing::source_dir() + "/tools/interop/dpo_reference.py " + base_ +
+                                   " " + dir_.file("runs/" + run + "/exports/step_00000001") + " " + pairs_ +
+                                   " --steps 3 --pairs-per-step 4 --lr 1e-2 " + args + " 2>&1)",
+                               out);
+    EXPECT_EQ(rc, 0) << out;
+    return nlohmann::json::parse(last_line(out), nullptr, false);
+  }
+
+  static void expect_steps_equal(const std::vector<nlohmann::json>& metrics, const nlohmann::json& reference,
+                                 const std::string& what) {
+    ASSERT_EQ(metrics.size(), 3u) << what;
+    ASSERT_TRUE(reference.is_object()) << what;
+    for (std::size_t s = 0; s < 3; ++s) {
+      SCOPED_TRACE(what + " step " + std::to_string(s + 1));
+      EXPECT_NEAR(metrics[s]["loss"].get<double>(), reference["losses"][s].get<double>(), kTolerance);
+      for (const char* name : {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+                               "logps/chosen", "logps/rejected"}) {
+        ASSERT_TRUE(metrics[s].contains(name)) << name;
+        EXPECT_NEAR(metrics[s][name].get<double>(), reference["metrics"][s][name].get<double>(), kTolerance) << name;
+      }
+    }
+  }
+
+  std::string base_, pairs_;
+};
+
+TEST_F(Dpo, EveryLossTypesStepsEqualPyTorchsWithTheBaseAsReference) {
+  for (const auto& [name, loss, args] :
+       {std::tuple<std::string, std::string, std::string>{"sigmoid", "{beta: 0.1, label_smoothing: 0.1}",
+                                                          "--beta 0.1 --label-smoothing 0.1"},
+        {"ipo", "{beta: 0.5, loss_type: ipo}", "--beta 0.5 --loss-type ipo"},
+        {"hinge", "{beta: 0.1, loss_type: hinge}", "--beta 0.1 --loss-type hinge"}}) {
+    SCOPED_TRACE(name);
+    std::string out;
+    // One rank accumulating two micro-batches of 2 pairs: the step's 4 pairs.
+    ASSERT_EQ(run_command(testing::tessera_binary() + " train " + dpo_spec(name, loss) + " --set trainer.grad_accum=2", out),
+              0)
+        << out;
+    const auto metrics = read_metrics(dir_.file("runs/" + name + "/metrics.jsonl"));
+    expect_steps_equal(metrics, python(name, args), name);
+    EXPECT_NE(metrics[0]["loss"].get<double>(), metrics[2]["loss"].get<double>()) << "training changed nothing";
+  }
+}
+
+TEST_F(Dpo, TwoRanksWithDdpAndFsdpTakeTheMeanOverAllPairsOfTheStep) {
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    SCOPED_TRACE(strategy);
+    const std::string name = "ranks2-" + strategy;
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " +
+                              dpo_spec(name, "{beta: 0.1}") +
+                              " --set components.parallel.component_key=parallel --set components.parallel.variant_key=" +
+                              strategy,
+                          out),
+              0)
+        << out;
+    expect_steps_equal(read_metrics(dir_.file("runs/" + name + "/metrics.jsonl")), python(name, "--beta 0.1"), name);
+  }
+}
+
+TEST_F(Dpo, WithoutAdaptersTheMissingReferenceIsOneClearError) {
+  std::string out;
+  EXPECT_NE(run_command(testing::tessera_binary() + " train " + dpo_spec("full", "{beta: 0.1}", /*adapters=*/false), out), 0);
+  EXPECT_NE(out.find("takes its reference model from the base with the adapters switched off"), std::string::npos) << out;
+}
+
+}  // namespace dpo_test
+}  // namespace tessera
