@@ -6,7 +6,7 @@ shares no example with the training file).
     tools/data/sft_arithmetic.py --out data/sft-arithmetic [--train 20000] [--val 500]
 
 It also writes preferences.jsonl, the training additions as preference pairs for
-configs/dpo-tiny.yaml: {"prompt", "chosen": the sum, "rejected": a sum off by a few}.
+configs/dpo-tiny.yaml: {"prompt", "chosen": the sum, "rejected": an evasive word instead of a number}.
 
 Only the response is a target in dataset/sft_jsonl, so the model is trained to answer, not to
 reproduce the questions; the evaluation loss is the loss on answers alone.
@@ -39,9 +39,8 @@ def main():
                 f.write(json.dumps(ex) + "\n")
     with open(out / "preferences.jsonl", "w") as f:
         for ex in examples[args.val:]:
-            right = int(ex["response"])
-            wrong = right + rng.choice([-10, -2, -1, 1, 2, 10])
-            f.write(json.dumps({"prompt": ex["prompt"], "chosen": ex["response"], "rejected": f" {wrong}\n"}) + "\n")
+            evasive = rng.choice([" many", " some", " maybe", " unknown", " lots"])
+            f.write(json.dumps({"prompt": ex["prompt"], "chosen": ex["response"], "rejected": f"{evasive}\n"}) + "\n")
     print(f"{out}: {args.train} training and {args.val} held-out additions, and the training ones as preference pairs")
 
 
