@@ -1,7 +1,6 @@
 // Rendering a parsed template: scopes as Jinja keeps them (a for loop's body and a macro's call
 // have their own; `namespace` objects carry values out), Python's operators, and the spans of
 // `{% generation %}` blocks.
-#include <cmath>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "jinja_builtins.hpp"
+#include "jinja_operators.hpp"
 #include "jinja_syntax.hpp"
 #include "tessera/error.hpp"
 #include "tessera/text/jinja.hpp"
@@ -382,7 +382,7 @@ class Renderer {
         return v.type() == Value::Type::real ? Value::real(-v.as_real()) : Value::integer(-v.as_int());
       }
       case K::binary:
-        return charge(binary(n.name, evaluate(*n.operands[0]), evaluate(*n.operands[1])));
+        return charge(binary_operation(n.name, evaluate(*n.operands[0]), evaluate(*n.operands[1]), kMaxText));
       case K::concat:
         return charge(Value::string(evaluate(*n.operands[0]).str() + evaluate(*n.operands[1]).str()));
       case K::compare:
@@ -422,65 +422,6 @@ class Renderer {
       left = std::move(right);
     }
     return Value::boolean(true);
-  }
-
-  Value binary(const std::string& op, const Value& a, const Value& b) {
-    if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
-      if (a.is_list() && b.is_list()) {
-        ValueList items = a.as_list();
-        items.insert(items.end(), b.as_list().begin(), b.as_list().end());
-        return Value::list(std::move(items), a.is_tuple());
-      }
-    }
-    if (op == "*" && (a.is_string() || a.is_list()) && b.is_number() && b.type() != Value::Type::real) {
-      const std::int64_t unit = a.is_string() ? static_cast<std::int64_t>(a.as_string().size()) : a.length();
-      if (b.as_int() > 0 && unit > 0 && b.as_int() > static_cast<std::int64_t>(kMaxText) / unit) {
-        throw ValueError{"repetition past " + std::to_string(kMaxText >> 20) + " MiB"};
-      }
-      ValueList items;
-      std::string text;
-      for (std::int64_t i = 0; i < b.as_int(); ++i) {
-        if (a.is_string()) text += a.as_string();
-        else items.insert(items.end(), a.as_list().begin(), a.as_list().end());
-      }
-      return a.is_string() ? Value::string(text) : Value::list(std::move(items));
-    }
-    if (op == "%" && a.is_string()) return apply_filter("format", a, CallArgs{b.is_tuple() ? b.as_list() : ValueList{b}, {}});
-    if (!a.is_number() || !b.is_number()) {
-      throw ValueError{"unsupported operand types for " + op + ": " + a.repr() + " and " + b.repr()};
-    }
-    const bool real = a.type() == Value::Type::real || b.type() == Value::Type::real;
-    if (op == "/") {
-      if (b.as_real() == 0) throw ValueError{"division by zero"};
-      return Value::real(a.as_real() / b.as_real());
-    }
-    if (op == "**") {
-      if (!real && b.as_int() >= 0) {
-        std::int64_t r = 1;
-        for (std::int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
-        return Value::integer(r);
-      }
-      return Value::real(std::pow(a.as_real(), b.as_real()));
-    }
-    if (real) {
-      const double x = a.as_real(), y = b.as_real();
-      if (op == "+") return Value::real(x + y);
-      if (op == "-") return Value::real(x - y);
-      if (op == "*") return Value::real(x * y);
-      if (y == 0) throw ValueError{"division by zero"};
-      if (op == "//") return Value::real(std::floor(x / y));
-      return Value::real(x - y * std::floor(x / y));  // %
-    }
-    const std::int64_t x = a.as_int(), y = b.as_int();
-    if (op == "+") return Value::integer(x + y);
-    if (op == "-") return Value::integer(x - y);
-    if (op == "*") return Value::integer(x * y);
-    if (y == 0) throw ValueError{"division by zero"};
-    std::int64_t q = x / y;
-    if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
-    if (op == "//") return Value::integer(q);
-    return Value::integer(x - q * y);
   }
 
   const Parsed& parsed_;

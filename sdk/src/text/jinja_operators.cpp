@@ -1,0 +1,71 @@
+// Python's arithmetic operators on template values (+ - * / // % **), with its rules: int or
+// float results, floor division and modulo toward -inf, string and list concatenation and
+// repetition, and `%` formatting of a string.
+#include <cmath>
+#include <string>
+
+#include "jinja_builtins.hpp"
+#include "jinja_operators.hpp"
+
+namespace tessera::text::jinja {
+
+Value binary_operation(const std::string& op, const Value& a, const Value& b, std::size_t max_text) {
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+    if (a.is_list() && b.is_list()) {
+      ValueList items = a.as_list();
+      items.insert(items.end(), b.as_list().begin(), b.as_list().end());
+      return Value::list(std::move(items), a.is_tuple());
+    }
+  }
+  if (op == "*" && (a.is_string() || a.is_list()) && b.is_number() && b.type() != Value::Type::real) {
+    const std::int64_t unit = a.is_string() ? static_cast<std::int64_t>(a.as_string().size()) : a.length();
+    if (b.as_int() > 0 && unit > 0 && b.as_int() > static_cast<std::int64_t>(max_text) / unit) {
+      throw ValueError{"repetition past " + std::to_string(max_text >> 20) + " MiB"};
+    }
+    ValueList items;
+    std::string text;
+    for (std::int64_t i = 0; i < b.as_int(); ++i) {
+      if (a.is_string()) text += a.as_string();
+      else items.insert(items.end(), a.as_list().begin(), a.as_list().end());
+    }
+    return a.is_string() ? Value::string(text) : Value::list(std::move(items));
+  }
+  if (op == "%" && a.is_string()) return apply_filter("format", a, CallArgs{b.is_tuple() ? b.as_list() : ValueList{b}, {}});
+  if (!a.is_number() || !b.is_number()) {
+    throw ValueError{"unsupported operand types for " + op + ": " + a.repr() + " and " + b.repr()};
+  }
+  const bool real = a.type() == Value::Type::real || b.type() == Value::Type::real;
+  if (op == "/") {
+    if (b.as_real() == 0) throw ValueError{"division by zero"};
+    return Value::real(a.as_real() / b.as_real());
+  }
+  if (op == "**") {
+    if (!real && b.as_int() >= 0) {
+      std::int64_t r = 1;
+      for (std::int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
+      return Value::integer(r);
+    }
+    return Value::real(std::pow(a.as_real(), b.as_real()));
+  }
+  if (real) {
+    const double x = a.as_real(), y = b.as_real();
+    if (op == "+") return Value::real(x + y);
+    if (op == "-") return Value::real(x - y);
+    if (op == "*") return Value::real(x * y);
+    if (y == 0) throw ValueError{"division by zero"};
+    if (op == "//") return Value::real(std::floor(x / y));
+    return Value::real(x - y * std::floor(x / y));  // %
+  }
+  const std::int64_t x = a.as_int(), y = b.as_int();
+  if (op == "+") return Value::integer(x + y);
+  if (op == "-") return Value::integer(x - y);
+  if (op == "*") return Value::integer(x * y);
+  if (y == 0) throw ValueError{"division by zero"};
+  std::int64_t q = x / y;
+  if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
+  if (op == "//") return Value::integer(q);
+  return Value::integer(x - q * y);
+}
+
+}  // namespace tessera::text::jinja
