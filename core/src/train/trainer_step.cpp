@@ -181,10 +181,17 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
 }
 
 // The reference model's logits for the loss (loss/dpo): the same forward without gradients and
-// with the adapters switched off, so the reference is the frozen base with no second copy.
+// with the adapters switched off, so the reference is the frozen base with no second copy. In
+// evaluation mode, as a reference model is held: no dropout, and a routed model's training
+// statistics (expert loads for the bias update, the MoE monitor's sums) count the policy alone.
 void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents) {
   at::NoGradGuard no_grad;
   AdaptersOff base_only;
+  struct EvalMode {
+    Model& model;
+    explicit EvalMode(Model& m) : model(m) { model.eval(); }
+    ~EvalMode() { model.train(); }
+  } eval_mode(*parts_.model);
   const std::int64_t step = progress_.step + 1;
   at::Tensor logits;
   if (hidden_loss_) {
