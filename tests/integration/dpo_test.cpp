@@ -3,10 +3,12 @@
 // `tessera train` equals the reference's AdamW steps on the same pairs with TRL's formula for the
 // sigmoid (with label smoothing), ipo and hinge losses, on one rank accumulating two micro-batches
 // and on two Gloo ranks with ddp and with fsdp; the reference is the base with the adapters off.
+// With full fine-tuning the reference is a frozen copy of the starting weights (TRL's ref_model).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@
 
 namespace tessera {
 namespace dpo_test {
+
+namespace fs = std::filesystem;
 
 constexpr double kTolerance = 1e-4;
 
@@ -59,11 +63,13 @@ class Dpo : public HfInterop {
   }
 
   // The reference's losses and metrics for the adapter of `run`'s first export (its lora_A is
-  // the starting one: with lora_B zero, the first step leaves A as it was).
+  // the starting one: with lora_B zero, the first step leaves A as it was); run "-": full
+  // fine-tuning.
   nlohmann::json python(const std::string& run, const std::string& args) {
+    const std::string adapter = run == "-" ? "-" : dir_.file("runs/" + run + "/exports/step_00000001");
     std::string out;
     const int rc = run_command("(" + python_ + " " + testing::source_dir() + "/tools/interop/dpo_reference.py " + base_ +
-                                   " " + dir_.file("runs/" + run + "/exports/step_00000001") + " " + pairs_ +
+                                   " " + adapter + " " + pairs_ +
                                    " --steps 3 --pairs-per-step 4 --lr 1e-2 " + args + " 2>&1)",
                                out);
     EXPECT_EQ(rc, 0) << out;
@@ -122,10 +128,101 @@ TEST_F(Dpo, TwoRanksWithDdpAndFsdpTakeTheMeanOverAllPairsOfTheStep) {
   }
 }
 
-TEST_F(Dpo, WithoutAdaptersTheMissingReferenceIsOneClearError) {
+// Full fine-tuning: every weight trained, the reference a frozen copy of the starting weights
+// that the strategy holds as it holds the parameters (each rank its shard under fsdp); the Python
+// reference is TRL's separate ref_model. One rank accumulating two micro-batches, then two ranks
+// with fsdp saving every step; its step-1 checkpoint resumed on one rank goes on comparing with
+// the same reference (not with the weights it resumed from).
+TEST_F(Dpo, FullFineTuningComparesWithAFrozenCopyOfTheStartingWeights) {
+  const nlohmann::json expected = python("-", "--beta 0.1");
+  ASSERT_TRUE(expected.is_object());
   std::string out;
-  EXPECT_NE(run_command(testing::tessera_binary() + " train " + dpo_spec("full", "{beta: 0.1}", /*adapters=*/false), out), 0);
-  EXPECT_NE(out.find("takes its reference model from the base with the adapters switched off"), std::string::npos) << out;
+  ASSERT_EQ(run_command(testing::tessera_binary() + " train " + dpo_spec("full1", "{beta: 0.1}", false) +
+                            " --set trainer.grad_accum=2",
+                        out),
+            0)
+      << out;
+  const auto one = read_metrics(dir_.file("runs/full1/metrics.jsonl"));
+  expect_steps_equal(one, expected, "full fine-tuning, 1 rank");
+  // The copy is held beside the parameters: twice the model's fp32 bytes on one rank.
+  const double model_bytes = 4 * one[0]["parameters"].get<double>();
+  EXPECT_EQ(one[0]["parameter_bytes"].get<double>(), 2 * model_bytes);
+
+  // In bf16 the reference forward's weight casts must not be reused by the policy's forward
+  // (autocast caches them per weight): the rewards then move away from zero as in fp32.
+  ASSERT_EQ(run_command(testing::tessera_binary() + " train " + dpo_spec("full1-bf16", "{beta: 0.1}", false) +
+                            " --set trainer.grad_accum=2 --set settings.precision=bf16",
+                        out),
+            0)
+      << out;
+  const auto bf16 = read_metrics(dir_.file("runs/full1-bf16/metrics.jsonl"));
+  ASSERT_EQ(bf16.size(), 3u);
+  // Step 1: the policy is the reference, computed alike.
+  EXPECT_EQ(bf16[0]["rewards/chosen"].get<double>(), 0.0);
+  EXPECT_EQ(bf16[0]["rewards/rejected"].get<double>(), 0.0);
+  for (std::size_t s = 1; s < 3; ++s) {
+    SCOPED_TRACE("bf16 step " + std::to_string(s + 1));
+    // bf16's rounding of summed log-probabilities (about -25) moves a margin by a few hundredths.
+    EXPECT_NEAR(bf16[s]["rewards/margins"].get<double>(), expected["metrics"][s]["rewards/margins"].get<double>(),
+                0.05);
+    EXPECT_GT(std::abs(bf16[s]["rewards/chosen"].get<double>()), 0.01);
+  }
+
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    ASSERT_EQ(run_command(testing::tessera_binary() + " launch --nproc-per-node 2 -- train " +
+                              dpo_spec("full2-" + strategy, "{beta: 0.1}", false) +
+                              " --set components.parallel.component_key=parallel"
+                              " --set components.parallel.variant_key=" + strategy +
+                              " --set checkpoint.every_steps=1 --set checkpoint.export_at_end=false",
+                          out),
+              0)
+        << out;
+    const auto two = read_metrics(dir_.file("runs/full2-" + strategy + "/metrics.jsonl"));
+    expect_steps_equal(two, expected, "full fine-tuning, 2 ranks, " + strategy);
+    if (strategy == "fsdp") {
+      // Sharded: each rank holds half of the parameters and half of the copy (and unit padding).
+      EXPECT_LT(two[0]["parameter_bytes"].get<double>(), 1.05 * model_bytes);
+    } else {
+      EXPECT_EQ(two[0]["parameter_bytes"].get<double>(), 2 * model_bytes);
+    }
+  }
+  const std::string checkpoint = dir_.file("runs/full2-fsdp/checkpoints/step_00000001");
+  EXPECT_TRUE(fs::exists(checkpoint + "/reference.safetensors")) << out;
+
+  ASSERT_EQ(run_command(testing::tessera_binary() + " train " + dpo_spec("resumed", "{beta: 0.1}", false) +
+                            " --set trainer.grad_accum=2 --resume " + checkpoint,
+                        out),
+            0)
+      << out;
+  const auto resumed = read_metrics(dir_.file("runs/resumed/metrics.jsonl"));
+  ASSERT_EQ(resumed.size(), 2u) << out;
+  for (std::size_t s = 0; s < 2; ++s) {
+    SCOPED_TRACE("resumed on 1 rank, step " + std::to_string(s + 2));
+    EXPECT_NEAR(resumed[s]["loss"].get<double>(), expected["losses"][s + 1].get<double>(), kTolerance);
+    EXPECT_NEAR(resumed[s]["rewards/margins"].get<double>(), expected["metrics"][s + 1]["rewards/margins"].get<double>(),
+                kTolerance);
+  }
+}
+
+TEST_F(Dpo, ResumingFullFineTuningFromACheckpointWithoutAReferenceIsOneClearError) {
+  // A cross-entropy run over the same pairs writes a checkpoint with no reference model in it.
+  std::string out;
+  const std::string spec = dpo_spec("sft", "{beta: 0.1}", false);
+  ASSERT_EQ(run_command(testing::tessera_binary() + " train " + spec +
+                            " --set components.loss.variant_key=cross_entropy --set components.loss.config={}"
+                            " --set trainer.max_steps=1 --set checkpoint.export_at_end=false",
+                        out),
+            0)
+      << out;
+  const std::string checkpoint = dir_.file("runs/sft/checkpoints/step_00000001");
+  ASSERT_TRUE(fs::exists(checkpoint + "/metadata.json")) << out;
+  EXPECT_FALSE(fs::exists(checkpoint + "/reference.safetensors"));
+  EXPECT_NE(run_command(testing::tessera_binary() + " train " + dpo_spec("dpo-on-sft", "{beta: 0.1}", false) +
+                            " --resume " + checkpoint,
+                        out),
+            0);
+  EXPECT_NE(out.find("holds no reference model"), std::string::npos) << out;
+  EXPECT_NE(out.find("init_from"), std::string::npos) << out;
 }
 
 }  // namespace dpo_test

@@ -6,7 +6,9 @@
                      [--beta B] [--loss-type sigmoid|ipo|hinge] [--label-smoothing E]
 
 BASE_DIR: a Hugging Face causal LM folder; ADAPTER_DIR: a PEFT LoRA folder whose lora_A matrices
-are the run's starting ones (lora_B is set to zero, PEFT's and Tessera's start). PAIRS: JSON lines
+are the run's starting ones (lora_B is set to zero, PEFT's and Tessera's start), or `-` for full
+fine-tuning: every weight trained, the reference a frozen copy of the starting model (TRL's
+ref_model). PAIRS: JSON lines
 {prompt, chosen, rejected} as texts, tokenised as bytes (Tessera's tokenizer/bytes: no BOS/EOS).
 Each step takes the next P pairs in file order; a sequence's log-probability sums log p(token)
 over its completion (ipo: their mean), the reference's with the adapter disabled, and the loss is
@@ -15,6 +17,8 @@ TRL's DPOTrainer formula averaged over the step's pairs, then one torch.optim.Ad
 {"losses": [...], "metrics": [{rewards/..., logps/...}, ...]} per step.
 """
 import argparse
+import contextlib
+import copy
 import json
 
 import torch
@@ -52,11 +56,16 @@ def main():
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, a.adapter, is_trainable=True)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.zero_()
+    frozen = None
+    if a.adapter == "-":
+        model = base
+        frozen = copy.deepcopy(base).eval().requires_grad_(False)
+    else:
+        model = PeftModel.from_pretrained(base, a.adapter, is_trainable=True)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.zero_()
     model.train()
     params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=False)
@@ -70,8 +79,8 @@ def main():
             prompt = pair["prompt"].encode("utf-8")
             rows += [(prompt, pair["chosen"].encode("utf-8")), (prompt, pair["rejected"].encode("utf-8"))]
         policy, counts = sequence_logps(model, rows)
-        with torch.no_grad(), model.disable_adapter():
-            reference, _ = sequence_logps(model, rows)
+        with torch.no_grad(), (contextlib.nullcontext() if frozen is not None else model.disable_adapter()):
+            reference, _ = sequence_logps(frozen if frozen is not None else model, rows)
         if a.loss_type == "ipo":
             policy, reference = policy / counts, reference / counts
         chosen, rejected = policy[0::2], policy[1::2]

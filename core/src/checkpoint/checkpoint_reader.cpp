@@ -140,6 +140,9 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, Che
   const CheckpointFolder folder{fs::path(path)};
   out.model = read_safetensors(folder.file(CheckpointFolder::kModel).string()).tensors;
   if (parts == CheckpointParts::model) return out;
+  if (out.metadata.files.count(CheckpointFolder::kReference)) {
+    out.reference = read_safetensors(folder.file(CheckpointFolder::kReference).string()).tensors;
+  }
   // Every rank that holds optimizer state of its own wrote it: all with sharded state, else
   // rank 0, or with tensor parallelism one rank per tensor-parallel rank, and for stacked experts
   // under expert parallelism one per expert-parallel rank (a file may then hold some parameters

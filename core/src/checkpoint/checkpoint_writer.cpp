@@ -40,6 +40,7 @@ std::map<std::string, WrittenFile> write_rank_files(const CheckpointFolder& fold
     files[CheckpointFolder::kModel] =
         write_safetensors(folder.file(CheckpointFolder::kModel).string(), state.model, model_file_metadata(state.step));
     failpoint("checkpoint.after_model");
+    if (!state.reference.empty()) write(CheckpointFolder::kReference, state.reference);
     files[CheckpointFolder::kConfig] = write_file_durably(folder.file(CheckpointFolder::kConfig).string(), state.config_yaml);
   }
   if (state.write_optimizer) {

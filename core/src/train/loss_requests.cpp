@@ -10,16 +10,24 @@
 #include "tessera/nn/linear.hpp"
 #include "tessera/parallel/collectives.hpp"
 #include "tessera/run/communicator.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera::core {
 
-// The reference model's logits for the loss (loss/dpo): the same forward without gradients and
-// with the adapters switched off, so the reference is the frozen base with no second copy. In
-// evaluation mode, as a reference model is held: no dropout, and a routed model's training
-// statistics (expert loads for the bias update, the MoE monitor's sums) count the policy alone.
+// The frozen copy of the starting weights that a full fine-tuning run's reference is: taken once,
+// before the first update (the weights are then init_from's, or the model's initialisation).
+void Trainer::keep_reference_copy() {
+  if (keeps_reference_copy_ && !strategy_.keeps_reference_weights()) strategy_.keep_reference_weights(*parts_.model);
+}
+
+// The reference model's logits for the loss (loss/dpo): the same forward without gradients, from
+// the base with the adapters switched off (no second copy) or, without adapters, from the frozen
+// copy the strategy swaps in. In evaluation mode, as a reference model is held: no dropout, and a
+// routed model's training statistics (expert loads for the bias update, the MoE monitor's sums)
+// count the policy alone. Under an autocast region of its own, whose cached weight casts end
+// with it.
 void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents) {
   at::NoGradGuard no_grad;
-  AdaptersOff base_only;
   struct EvalMode {
     Model& model;
     explicit EvalMode(Model& m) : model(m) { model.eval(); }
@@ -27,15 +35,25 @@ void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labe
   } eval_mode(*parts_.model);
   const std::int64_t step = progress_.step + 1;
   at::Tensor logits;
-  if (hidden_loss_) {
-    const at::Tensor hidden = in_component(parts_.names.model, "reference forward", step,
-                                           [&] { return parts_.model->forward_hidden(input_ids, documents); });
-    const OutputHead& head = parts_.model->output_head();
-    logits = at::linear(hidden, head.weight, head.bias);
-    if (head.vocab_parallel()) logits = collectives::gather_from(logits, -1, head.vocab_group);
+  auto forward = [&] {
+    AutocastGuard autocast(device_, compute_dtype_);
+    if (hidden_loss_) {
+      const at::Tensor hidden = in_component(parts_.names.model, "reference forward", step,
+                                             [&] { return parts_.model->forward_hidden(input_ids, documents); });
+      const OutputHead& head = parts_.model->output_head();
+      logits = at::linear(hidden, head.weight, head.bias);
+      if (head.vocab_parallel()) logits = collectives::gather_from(logits, -1, head.vocab_group);
+    } else {
+      logits = in_component(parts_.names.model, "reference forward", step,
+                            [&] { return parts_.model->forward(input_ids, documents); });
+    }
+  };
+  if (keeps_reference_copy_) {
+    keep_reference_copy();
+    strategy_.with_reference_weights(forward);
   } else {
-    logits = in_component(parts_.names.model, "reference forward", step,
-                          [&] { return parts_.model->forward(input_ids, documents); });
+    AdaptersOff base_only;
+    forward();
   }
   in_component(parts_.names.loss, "take_reference", step, [&] { parts_.loss->take_reference(logits, labels); });
 }

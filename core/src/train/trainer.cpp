@@ -94,11 +94,9 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   hidden_loss_ = parts_.loss->takes_hidden_states() || pp_.has_value() ||
                  (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || cp_.size() > 1));
   needs_reference_ = parts_.loss->needs_reference();
-  if (needs_reference_ && parts_.adapters.empty()) {
-    throw Error("trainer: " + parts_.names.loss + " takes its reference model from the base with the adapters switched "
-                "off: give components.adapters (an adapter/lora); a frozen copy of the whole model as the reference "
-                "(full fine-tuning) is not built yet");
-  }
+  // With adapters the reference is the base with them switched off; without, a frozen copy of
+  // the starting weights that the parallel strategy holds as it holds the parameters.
+  keeps_reference_copy_ = needs_reference_ && parts_.adapters.empty();
   if (needs_reference_ && (pp_ || cp_.size() > 1)) {
     throw Error("trainer: " + parts_.names.loss + " sums each sequence's log-probabilities, which parallelism.pp and "
                 "parallelism.cp split over ranks: set them to 1");
@@ -138,6 +136,10 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     if (!is_local_strategy(strategy_) || pp_) {
       throw Error("trainer.cuda_graph: captures the step of a single process without a parallel strategy; set "
                   "trainer.cuda_graph: false");
+    }
+    if (needs_reference_) {
+      throw Error("trainer.cuda_graph: " + parts_.names.loss + " runs a reference forward each micro-batch, which "
+                  "the captured step does not hold; set trainer.cuda_graph: false");
     }
     graph_ = std::make_unique<MicroBatchGraph>(device_, kCudaGraphWarmupSteps);
   }

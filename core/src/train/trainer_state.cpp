@@ -51,16 +51,28 @@ CheckpointState Trainer::capture() {
   // tensor-parallel ranks, then the expert-parallel ones, then (with their buffers) over the
   // pipeline's stages, kept by rank 0 as host copies. A group's ranks all hold parts or none do,
   // so every join is a collective of all its ranks or of none.
-  StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
-  const TensorParallelPlan plan = model.tensor_parallel_plan();
-  if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, plan, tp_);
-  if (ep_.size() > 1 && !whole.empty()) whole = join_expert_parallel(whole, plan, ep_);
-  if (!whole.empty()) {
-    for (const auto& item : model.named_buffers()) whole[item.key()] = item.value().detach().to(at::kCPU, false, true);
+  auto gather_whole = [&](bool with_buffers) {
+    StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
+    const TensorParallelPlan plan = model.tensor_parallel_plan();
+    if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, plan, tp_);
+    if (ep_.size() > 1 && !whole.empty()) whole = join_expert_parallel(whole, plan, ep_);
+    if (with_buffers && !whole.empty()) {
+      for (const auto& item : model.named_buffers()) whole[item.key()] = item.value().detach().to(at::kCPU, false, true);
+    }
+    if (pp_ && !whole.empty()) whole = gather_state_dicts(whole, *pp_->group());
+    return whole;
+  };
+  StateDict whole = gather_whole(/*with_buffers=*/true);
+  // A full fine-tuning run's reference model (its starting weights), gathered the same way: a
+  // resume under any mesh goes on comparing with the same reference.
+  StateDict reference;
+  if (keeps_reference_copy_) {
+    keep_reference_copy();
+    strategy_.with_reference_weights([&] { reference = gather_whole(/*with_buffers=*/false); });
   }
-  if (pp_ && !whole.empty()) whole = gather_state_dicts(whole, *pp_->group());
   if (context_.rank == 0) {
     st.model = std::move(whole);
+    st.reference = std::move(reference);
     st.config_yaml = checkpoint_.config_yaml;
     st.model_config_json = checkpoint_.model_config_json;
   }
@@ -131,6 +143,27 @@ void Trainer::load_model_state(const LoadedCheckpoint& ck, const std::string& ch
   }
 }
 
+void Trainer::load_reference_copy(const LoadedCheckpoint& ck, const std::string& checkpoint_path) {
+  if (!keeps_reference_copy_) return;
+  if (ck.reference.empty()) {
+    throw CheckpointError("checkpoint " + checkpoint_path + " holds no reference model, which " + parts_.names.loss +
+                          " without adapters compares with (it was written by a run without one): start this run "
+                          "from its weights with init_from instead of resuming it");
+  }
+  c10::NoGradGuard no_grad;
+  keep_reference_copy();
+  Model& model = *parts_.model;
+  try {
+    strategy_.with_reference_weights([&] {
+      strategy_.load_full_parameters(model, cut_tensor_parallel(ck.reference, model.tensor_parallel_plan(), tp_, ep_));
+    });
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError("checkpoint " + checkpoint_path + ": the reference model: " + e.what());
+  }
+}
+
 void Trainer::restore_model(const std::string& checkpoint_path) {
   load_model_state(read_checkpoint(checkpoint_path, context_.rank, CheckpointParts::model), checkpoint_path);
 }
@@ -138,6 +171,7 @@ void Trainer::restore_model(const std::string& checkpoint_path) {
 void Trainer::restore(const std::string& checkpoint_path) {
   LoadedCheckpoint ck = read_checkpoint(checkpoint_path, context_.rank);
   load_model_state(ck, checkpoint_path);
+  load_reference_copy(ck, checkpoint_path);
   c10::NoGradGuard no_grad;
   const auto params = parts_.optimizer->parameters();
   // By name where the checkpoint has them (another pipeline split numbers parameters otherwise).

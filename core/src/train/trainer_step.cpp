@@ -160,9 +160,11 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
               "document boundaries");
     warned_unmasked_documents_ = true;
   }
+  // Before the policy's autocast region: a cast of a weight cached there must not outlive a
+  // reference pass that swapped the weights' memory (reference_pass has its own region).
+  if (needs_reference_) reference_pass(input_ids, labels, documents);
   AutocastGuard autocast(device_, compute_dtype_);
   const std::int64_t step = progress_.step + 1;
-  if (needs_reference_) reference_pass(input_ids, labels, documents);
   if (hidden_loss_) {
     const at::Tensor hidden =
         in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward_hidden(input_ids, documents); });
@@ -405,7 +407,8 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
 MemoryReport Trainer::measure_memory() const {
   const ParallelMemory held = strategy_.memory();
   MemoryReport report;
-  report.parameters = held.parameters;
+  // A full fine-tuning run's frozen reference copy is held beside the parameters.
+  report.parameters = held.parameters + strategy_.reference_bytes();
   report.gradients = held.gradients;
   report.optimizer_state = parts_.optimizer->state_bytes();
   return report;

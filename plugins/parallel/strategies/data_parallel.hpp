@@ -98,6 +98,11 @@ class DataParallel final : public tessera::ParallelStrategy,
   std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override;
   void with_owned_parameters(const std::function<void()>& fn) override;
 
+  // fsdp: the reference copy (keep_reference_weights) is of each unit's shard, and the gathered
+  // parameters are released around the swap.
+  std::vector<at::Tensor> held_parameter_storages(tessera::Model& model) override;
+  void release_derived_parameters() override;
+
   // fsdp: called by the model around its units (ForwardHooks).
   void before_forward(std::size_t unit) override;
   at::Tensor after_forward(std::size_t unit, const at::Tensor& output) override;

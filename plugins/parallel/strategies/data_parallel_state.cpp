@@ -89,6 +89,20 @@ void DataParallel::load_full_parameters(tessera::Model& model, const tessera::St
   }
 }
 
+std::vector<at::Tensor> DataParallel::held_parameter_storages(tessera::Model& model) {
+  check_setup("keep_reference_weights");
+  // ddp and zero keep whole parameters (views of their units' flat buffers): the default.
+  if (!options_.shard_parameters) return ParallelStrategy::held_parameter_storages(model);
+  std::vector<at::Tensor> shards;
+  for (FlatUnit* u : all_units()) shards.push_back(u->shard());
+  return shards;
+}
+
+void DataParallel::release_derived_parameters() {
+  if (!options_.shard_parameters) return;
+  for (FlatUnit* u : all_units()) release(*u);
+}
+
 std::vector<std::pair<std::int64_t, std::int64_t>> DataParallel::owned_ranges() const {
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
   for (const auto& p : optimized_) {

@@ -78,6 +78,8 @@ class FlatUnit {
 
   // --- Parameters ------------------------------------------------------------------------------
   bool gathered() const { return gathered_; }
+  // This rank's shard of the parameters (fsdp: its own storage, the master weights at rest).
+  const at::Tensor& shard() const { return param_shard_; }
   // Brings every rank's shard into the whole buffer (allocating it again if freed).
   std::shared_ptr<tessera::PendingCollective> start_gather();
   void gather() { start_gather()->wait(); }

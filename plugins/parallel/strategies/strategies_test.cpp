@@ -78,6 +78,11 @@ struct RankRun {
   double eval_loss_from_logits = 0, eval_loss_from_hidden = 0;
   // Loading other full parameters changed the forward's logits, and loading these back restored them.
   bool load_changes_the_model = false, load_restores_the_model = false;
+  // keep_reference_weights after training, then other weights loaded: within with_reference_weights
+  // the forward and full_parameters are the kept ones', and after it the loaded ones' again.
+  bool reference_computes_as_kept = false, trained_weights_back = false;
+  StateDict reference_weights;
+  std::int64_t reference_bytes = 0;
   std::string error;
 };
 
@@ -123,10 +128,19 @@ void train_rank(const std::string& yaml, std::shared_ptr<Communicator> comm, std
     out.eval_loss_from_hidden = loss->compute_from_hidden(trainer.model().forward_hidden(ids),
                                                           trainer.model().output_head(), labels).sum.item<double>();
     if (strategy) {  // what resuming from a checkpoint does: every parameter, trained or frozen
+      // A frozen copy of these weights (loss/dpo's reference without adapters) outlives a change.
+      strategy->keep_reference_weights(trainer.model());
+      out.reference_bytes = strategy->reference_bytes();
       StateDict halved;
       for (const auto& [name, w] : out.weights) halved[name] = w * 0.5;
       strategy->load_full_parameters(trainer.model(), halved);
-      out.load_changes_the_model = !trainer.model().forward(at::ones({1, 8}, at::kLong)).equal(out.eval_logits);
+      const at::Tensor halved_logits = trainer.model().forward(at::ones({1, 8}, at::kLong));
+      out.load_changes_the_model = !halved_logits.equal(out.eval_logits);
+      strategy->with_reference_weights([&] {
+        out.reference_computes_as_kept = trainer.model().forward(at::ones({1, 8}, at::kLong)).equal(out.eval_logits);
+        out.reference_weights = strategy->full_parameters(trainer.model());
+      });
+      out.trained_weights_back = trainer.model().forward(at::ones({1, 8}, at::kLong)).equal(halved_logits);
       strategy->load_full_parameters(trainer.model(), out.weights);
       out.load_restores_the_model = trainer.model().forward(at::ones({1, 8}, at::kLong)).equal(out.eval_logits);
     }
@@ -235,6 +249,12 @@ TEST_P(Strategies, MatchOneRankWithAsMuchAccumulation) {
     const double grads = sharded_grads ? full_bytes / n : c.strategy == "zero1" ? full_bytes * (1 + 1 / n) : full_bytes;
     expect_about(run.memory.gradients, grads, "gradients");
     EXPECT_EQ(run.blocks_freed_between_steps, sharded_params);
+    // The reference copy is held as the parameters are (fsdp: each rank its shard).
+    expect_about(run.reference_bytes, sharded_params ? full_bytes / n : full_bytes, "reference copy");
+    EXPECT_TRUE(run.reference_computes_as_kept);
+    EXPECT_TRUE(run.trained_weights_back);
+    ASSERT_EQ(run.reference_weights.size(), run.weights.size());
+    for (const auto& [name, w] : run.weights) EXPECT_TRUE(run.reference_weights.at(name).equal(w)) << name;
   }
 }
 

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,34 @@ class TESSERA_API ParallelStrategy {
   // Runs `fn` while the optimizer's parameters are this rank's parts (1-D, owned_ranges() long),
   // as during optimizer_step: the view under which its state_dict is loaded.
   virtual void with_owned_parameters(const std::function<void()>& fn) = 0;
+
+  // --- A frozen copy of the weights: a loss's reference model without adapters (loss/dpo) ------
+  // Copies the parameters as they are now into memory held as this strategy holds them between
+  // steps: whole on every rank, or (fsdp) each rank its shard. A collective-free copy; every rank
+  // calls it at the same point (the trainer: before the first step, or loading a checkpoint).
+  void keep_reference_weights(Model& model);
+  bool keeps_reference_weights() const;
+  // Runs `fn` with the model's parameters holding the kept copy: a forward in it computes the
+  // reference model, and full_parameters() / load_full_parameters() read and write the copy. The
+  // trained weights are back when it returns or throws. The swap exchanges the memory under each
+  // held storage (no copy); autocast's cache of weight casts must not span it (the trainer runs
+  // the reference forward under an autocast guard of its own).
+  void with_reference_weights(const std::function<void()>& fn);
+  // Bytes of the kept copy on this rank (0 when none).
+  std::int64_t reference_bytes() const;
+
+ protected:
+  // The tensors whose storages hold the parameters' values between steps, each storage once:
+  // what keep_reference_weights copies and with_reference_weights swaps. The default, the
+  // model's parameters, is right for a strategy that keeps them whole; fsdp gives its shards.
+  virtual std::vector<at::Tensor> held_parameter_storages(Model& model);
+  // Drops what the strategy derived from those storages (fsdp: the gathered parameters), around
+  // the swap, so nothing computes from the other copy's values.
+  virtual void release_derived_parameters() {}
+
+ private:
+  struct ReferenceWeights;
+  std::shared_ptr<ReferenceWeights> reference_;
 };
 
 }  // namespace tessera

@@ -29,6 +29,9 @@ struct CheckpointState {
   std::int64_t rank = 0, world_size = 1;
   std::string strategy = "none";
   StateDict model;                 // rank 0: every parameter and buffer, whole, by name
+  // Rank 0: a loss's reference model when the run holds it as a frozen copy (loss/dpo without
+  // adapters): every parameter, whole, by name. Empty otherwise.
+  StateDict reference;
   bool write_optimizer = false;    // whether this rank writes optimizer state
   bool optimizer_sharded = false;  // whether each rank's optimizer state covers only its part
   // The optimizer's state_dict on this rank: the per-parameter entries of the parameters it
@@ -73,6 +76,7 @@ struct CheckpointMetadata {
 struct LoadedCheckpoint {
   CheckpointMetadata metadata;
   StateDict model;
+  StateDict reference;  // reference.safetensors where the checkpoint has one
   // The optimizer state as one rank would hold it with no sharding: per-parameter tensors
   // ("param.<i>.<field>") whole but flattened; others as saved.
   StateDict optimizer;

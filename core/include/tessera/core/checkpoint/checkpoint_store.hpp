@@ -40,6 +40,7 @@ class CheckpointFolder {
   static constexpr const char* kMetadata = "metadata.json";
   static constexpr const char* kConfig = "config.yaml";
   static constexpr const char* kModel = "model.safetensors";
+  static constexpr const char* kReference = "reference.safetensors";  // a loss's frozen reference model
   static constexpr const char* kOptimizer = "optimizer.safetensors";
   static constexpr const char* kData = "data.safetensors";
   static constexpr const char* kRng = "rng.safetensors";

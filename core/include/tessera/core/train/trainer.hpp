@@ -250,6 +250,12 @@ class Trainer : private CallbackEvents {
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool needs_reference_ = false;  // the loss compares with the reference model (Loss::needs_reference)
+  // ... and without adapters that reference is a frozen copy of the starting weights, held by the
+  // strategy (ParallelStrategy::keep_reference_weights), taken before the first step's forward
+  // or loaded from the checkpoint a run resumes.
+  bool keeps_reference_copy_ = false;
+  void keep_reference_copy();
+  void load_reference_copy(const LoadedCheckpoint& ck, const std::string& checkpoint_path);
   bool hidden_loss_ = false;      // the loss takes hidden states and the model has an output head
   std::int64_t vocab_size_ = 0;   // the model's: every batch's token ids are checked against it
   bool warned_unmasked_documents_ = false;
