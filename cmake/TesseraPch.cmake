@@ -2,11 +2,11 @@
 #
 # Parsing <ATen/ATen.h> and <torch/nn/module.h> is 7-10 s of every translation unit that reaches
 # them, most of the ~20 s such a unit takes here; precompiled once, a unit loads them in well
-# under a second. Three carrier targets hold the precompiled header, because a compiler refuses
-# one made with other code-generation flags: tessera_pch_library for libraries (-fPIC),
-# tessera_pch_hidden for libraries and plugins compiled with -fvisibility=hidden (clang refuses a
-# header precompiled with another visibility; GCC accepts it), tessera_pch_executable for
-# programs (-fPIE). Every other target reuses one of them (REUSE_FROM), which works because the
+# under a second. Carrier targets hold the precompiled header, because a compiler refuses one
+# made with other code-generation flags: tessera_pch_library for libraries (-fPIC),
+# tessera_pch_hidden (clang only) for libraries and plugins compiled with -fvisibility=hidden
+# (clang refuses a header precompiled with another visibility; GCC accepts it, and they take the
+# library carrier), tessera_pch_executable for programs (-fPIE). Every other target reuses one of them (REUSE_FROM), which works because the
 # whole build shares its other code-generation flags (optimisation, debug info, sanitizers);
 # definitions may differ as long as LibTorch's headers don't read them. The SDK, the engine and
 # the host binary use them too, in every preset (the fuzz preset's clang included): a build from
@@ -18,8 +18,16 @@
 # Plugins built out of tree through find_package(Tessera) never see these targets.
 set(TESSERA_PCH_HEADERS <ATen/ATen.h> <torch/nn/module.h>)
 
+# GCC accepts a header precompiled without hidden visibility in units compiled with it (clang
+# refuses), so under GCC the plugins share the libraries' carrier: parsing the headers costs
+# about 55 s a carrier in a cold build here. -fPIC against -fPIE it refuses too.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set(_tessera_pch_kinds library executable)
+else()
+  set(_tessera_pch_kinds library hidden executable)
+endif()
 if(TESSERA_PCH)
-  foreach(_kind library hidden executable)
+  foreach(_kind IN LISTS _tessera_pch_kinds)
     add_library(tessera_pch_${_kind} OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch/carrier.cpp)
     target_link_libraries(tessera_pch_${_kind} PRIVATE ${TORCH_LIBRARIES})
     target_precompile_headers(tessera_pch_${_kind} PRIVATE ${TESSERA_PCH_HEADERS})
@@ -27,10 +35,14 @@ if(TESSERA_PCH)
       target_compile_options(tessera_pch_${_kind} PRIVATE -Xclang -fno-pch-timestamp)
     endif()
   endforeach()
-  set_target_properties(tessera_pch_hidden PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-  # Programs are compiled as position-independent executables (CMAKE_POSITION_INDEPENDENT_CODE).
-  set_target_properties(tessera_pch_executable PROPERTIES POSITION_INDEPENDENT_CODE OFF)
-  target_compile_options(tessera_pch_executable PRIVATE ${CMAKE_CXX_COMPILE_OPTIONS_PIE})
+  if(TARGET tessera_pch_hidden)
+    set_target_properties(tessera_pch_hidden PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  endif()
+  if(TARGET tessera_pch_executable)
+    # Programs are compiled as position-independent executables (CMAKE_POSITION_INDEPENDENT_CODE).
+    set_target_properties(tessera_pch_executable PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(tessera_pch_executable PRIVATE ${CMAKE_CXX_COMPILE_OPTIONS_PIE})
+  endif()
 endif()
 
 # The units that reach no LibTorch header (cmake/torch_free_units.py) skip the precompiled one:
@@ -62,9 +74,13 @@ function(tessera_use_pch)
   foreach(_target IN LISTS ARGN)
     get_target_property(_type ${_target} TYPE)
     get_target_property(_visibility ${_target} CXX_VISIBILITY_PRESET)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      # GCC skips a precompiled header it finds unusable in silence: say so instead.
+      target_compile_options(${_target} PRIVATE -Winvalid-pch)
+    endif()
     if(_type STREQUAL "EXECUTABLE")
       target_precompile_headers(${_target} REUSE_FROM tessera_pch_executable)
-    elseif(_visibility STREQUAL "hidden")
+    elseif(_visibility STREQUAL "hidden" AND TARGET tessera_pch_hidden)
       target_precompile_headers(${_target} REUSE_FROM tessera_pch_hidden)
     else()
       target_precompile_headers(${_target} REUSE_FROM tessera_pch_library)

@@ -14,11 +14,36 @@ cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 bin=$tmp/prefix/bin/tessera
 before=$(sha256sum "$bin" | cut -d' ' -f1)
 
-for example in step_decay stop_at_loss; do
+# Each plugin's configure, one-unit build and tests are mostly one process at a time: they run
+# two at a time (this machine's cores), each failure reported with its log.
+pids=() names=()
+in_parallel() {  # in_parallel NAME COMMAND...: starts it, waiting first for one of two running
+  if [ ${#pids[@]} -ge 2 ]; then finish_one; fi
+  "${@:2}" &
+  pids+=($!) names+=("$1")
+}
+finish_one() {  # waits for whichever ends first
+  local done_pid rc=0 i
+  wait -n -p done_pid "${pids[@]}" || rc=$?
+  for i in "${!pids[@]}"; do
+    if [ "${pids[$i]}" = "$done_pid" ]; then
+      [ "$rc" -eq 0 ] || fail "${names[$i]} (log above)"
+      unset 'pids[i]' 'names[i]'
+    fi
+  done
+  pids=("${pids[@]}") names=("${names[@]}")
+}
+finish_all() { while [ ${#pids[@]} -gt 0 ]; do finish_one; done; }
+
+build_example() {
+  local example=$1
   cmake -S "$src/examples/plugins/$example" -B "$tmp/$example" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" \
-    >"$tmp/$example.configure.log" 2>&1 || { cat "$tmp/$example.configure.log"; fail "configure $example"; }
-  cmake --build "$tmp/$example" >"$tmp/$example.build.log" 2>&1 || { cat "$tmp/$example.build.log"; fail "build $example"; }
-done
+    >"$tmp/$example.configure.log" 2>&1 || { cat "$tmp/$example.configure.log"; echo "FAIL: configure $example" >&2; return 1; }
+  cmake --build "$tmp/$example" -j 1 >"$tmp/$example.build.log" 2>&1 \
+    || { cat "$tmp/$example.build.log"; echo "FAIL: build $example" >&2; return 1; }
+}
+for example in step_decay stop_at_loss; do in_parallel "example $example" build_example "$example"; done
+finish_all
 paths="--plugin-path $tmp/step_decay/plugins --plugin-path $tmp/stop_at_loss/plugins"
 
 # The installed host lists the bundled plugins from its prefix and the examples from their builds.
@@ -47,16 +72,22 @@ grep -q '"lr":0.01,' <(sed -n 2p "$tmp/run/metrics.jsonl") || fail "step 2 lr: $
 grep -q '"lr":0.005,' <(sed -n 3p "$tmp/run/metrics.jsonl") || fail "step 3 lr: $(sed -n 3p "$tmp/run/metrics.jsonl")"
 
 # A scaffolded plugin of every kind builds and passes its generated tests as generated.
-for kind in model adapter dataset loss optimizer scheduler callback; do
-  name=my_$kind
-  "$bin" new-plugin "$kind" "$name" --dir "$tmp" >/dev/null
+build_scaffold() {
+  local kind=$1 name=my_$1
   cmake -S "$tmp/$name" -B "$tmp/$name/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null 2>&1 \
-    || fail "configure scaffold $kind"
-  cmake --build "$tmp/$name/build" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "build scaffold $kind"; }
+    || { echo "FAIL: configure scaffold $kind" >&2; return 1; }
+  cmake --build "$tmp/$name/build" -j 1 >"$tmp/$name.log" 2>&1 \
+    || { cat "$tmp/$name.log"; echo "FAIL: build scaffold $kind" >&2; return 1; }
   (cd "$tmp/$name/build" && ctest --output-on-failure >"$tmp/$name.ctest.log" 2>&1) \
-    || { cat "$tmp/$name.ctest.log"; fail "scaffold $kind tests"; }
-  grep -q "2 tests passed\|100% tests passed" "$tmp/$name.ctest.log" || fail "scaffold $kind ran no tests"
+    || { cat "$tmp/$name.ctest.log"; echo "FAIL: scaffold $kind tests" >&2; return 1; }
+  grep -q "2 tests passed\|100% tests passed" "$tmp/$name.ctest.log" || { echo "FAIL: scaffold $kind ran no tests" >&2; return 1; }
+}
+# The model's first: its tests (one rank against two under three meshes) take longest.
+for kind in model adapter dataset loss optimizer scheduler callback; do
+  "$bin" new-plugin "$kind" "my_$kind" --dir "$tmp" >/dev/null
+  in_parallel "scaffold $kind" build_scaffold "$kind"
 done
+finish_all
 
 after=$(sha256sum "$bin" | cut -d' ' -f1)
 [ "$before" = "$after" ] || fail "the tessera binary changed"
