@@ -43,6 +43,14 @@ if ! .venv/bin/python3 -c "import torch, sys; sys.exit(torch.__version__.split('
   fi
 fi
 
+# pyarrow's wheel carries Apache Arrow C++ (libarrow, libparquet and their headers), which
+# `tessera prepare-data` links for Parquet files and datasets folders (cmake/TesseraArrow.cmake),
+# as LibTorch comes from the torch wheel; `datasets` makes the save_to_disk folders its tests read.
+# Without them Tessera builds without Parquet input, and says so when given one.
+if ! .venv/bin/python3 -c "import pyarrow, datasets, sys; sys.exit(pyarrow.__version__ != '26.0.1')" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "pyarrow==26.0.1" "datasets==5.2.0" ||
+    echo "setup: NOTE: pyarrow/datasets could not be installed; prepare-data will not read Parquet or datasets folders"
+fi
 # Python's safetensors reads Tessera's model exports back in the interop test (skipped without it).
 if ! .venv/bin/python3 -c "import safetensors" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "safetensors==0.4.5" ||

@@ -52,3 +52,26 @@ gpt2_json = json.loads((tk / "gpt2_style.json").read_text())
 merges = [" ".join(m) if isinstance(m, list) else m for m in gpt2_json["model"]["merges"]]
 (vm / "gpt2_style.txt").write_text(json.dumps(gpt2_json["model"]["vocab"], ensure_ascii=False) +
                                    "\n#merges\n#version: 0.2\n" + "\n".join(merges) + "\n")
+
+# Parquet and Arrow IPC files written by pyarrow (parquet_fuzzer): plain, dictionary-encoded,
+# large-string and nested text columns, several row groups and codecs, and the IPC stream and
+# file formats that `datasets` folders hold.
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+pf = here / "parquet_fuzzer"
+pf.mkdir(exist_ok=True)
+texts = ["Hello, world!", "café naïve 日本語", "", "line\nbreak"]
+plain = pa.table({"id": pa.array(range(4), pa.int64()), "text": pa.array(texts, pa.string())})
+pq.write_table(plain, str(pf / "snappy.parquet"), row_group_size=2)
+pq.write_table(plain, str(pf / "plain_uncompressed.parquet"), compression="none", use_dictionary=False)
+pq.write_table(pa.table({"text": pa.array(texts, pa.string()).dictionary_encode()}), str(pf / "dictionary.parquet"),
+               compression="zstd")
+pq.write_table(pa.table({"text": pa.array(texts, pa.large_string())}), str(pf / "large.parquet"), compression="gzip")
+pq.write_table(pa.table({"meta": pa.StructArray.from_arrays([pa.array(texts, pa.string())], names=["text"])}),
+               str(pf / "nested.parquet"))
+with ipc.new_stream(str(pf / "stream.arrow"), plain.schema) as w:
+    w.write_table(plain, max_chunksize=2)
+with ipc.new_file(str(pf / "file.arrow"), plain.schema) as w:
+    w.write_table(plain)

@@ -21,7 +21,7 @@ cd "$root"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(config_fuzzer safetensors_fuzzer checkpoint_metadata_fuzzer token_index_fuzzer tokenizer_json_fuzzer
-           vocab_merges_fuzzer jinja_fuzzer)
+           vocab_merges_fuzzer jinja_fuzzer parquet_fuzzer)
 fi
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/tessera-ccache}
 export CCACHE_BASEDIR=$root
@@ -64,6 +64,16 @@ fuzz_one() {
   fi
 }
 
+# parquet_fuzzer exists where the build found Apache Arrow (the pyarrow wheel; tools/setup.sh).
+kept=()
+for t in "${targets[@]}"; do
+  if [ "$t" = parquet_fuzzer ] && [ ! -x "build-sanitize/fuzz/$t" ]; then
+    echo "run.sh: parquet_fuzzer skipped: this build has no Apache Arrow (pyarrow in .venv)"
+    continue
+  fi
+  kept+=("$t")
+done
+targets=("${kept[@]}")
 mkdir -p "$out"
 rm -f "$out"/*.result "$out"/*.failure
 running=0

@@ -1,4 +1,5 @@
-// `tessera prepare-data INPUT... --tokenizer SPEC --out FILE`: text or JSON lines to a token file
+// `tessera prepare-data INPUT... --tokenizer SPEC --out FILE`: text, JSON lines, Parquet or a
+// `datasets` folder to a token file
 // (core/src/data/prepare_data.cpp does the work; this parses the command line, loads the
 // plugins, builds the tokenizer and shows progress).
 #include <boost/program_options.hpp>
@@ -40,16 +41,19 @@ int prepare_data_command(const Args& args) {
   std::vector<std::string> plugin_paths;
   po::options_description visible(
       "usage: tessera prepare-data INPUT... --tokenizer SPEC --out FILE [options]\n\n"
-      "Tokenises text files (one document per file, or per blank-line-separated block) or JSON lines\n"
-      "into FILE (the token file dataset/tokens reads) and FILE.json (its index).\n\noptions");
+      "Tokenises text files (one document per file, or per blank-line-separated block), JSON lines,\n"
+      "Parquet files or Hugging Face datasets folders (save_to_disk) into FILE (the token file\n"
+      "dataset/tokens reads) and FILE.json (its index). INPUT may be a quoted glob ('data/*.parquet').\n\noptions");
   visible.add_options()
       ("tokenizer", po::value<std::string>(&options.tokenizer_spec),
        "the tokenizer: a variant name (bytes), inline YAML ({variant_key: bpe, config: {path: tokenizer.json}}) "
        "or a YAML file holding one")
       ("out", po::value<std::string>(&options.out), "the token file to write (its index goes to FILE.json)")
       ("format", po::value<std::string>(&options.format)->default_value("auto"),
-       "auto (.jsonl and .ndjson are JSON lines, anything else text), text or jsonl")
-      ("field", po::value<std::string>(&options.field)->default_value("text"), "jsonl: the field holding the text")
+       "auto (.jsonl and .ndjson are JSON lines, .parquet Parquet, .arrow Arrow IPC, a folder a datasets "
+       "folder, anything else text), text, jsonl, parquet or arrow")
+      ("field", po::value<std::string>(&options.field)->default_value("text"),
+       "jsonl, parquet, arrow: the field holding the text (a nested one as a.b)")
       ("documents", po::value<std::string>(&options.documents)->default_value("file"),
        "text: one document per file, or per blank-lines block")
       ("eos", po::value<std::string>(&options.eos)->default_value("auto"),
@@ -62,11 +66,12 @@ int prepare_data_command(const Args& args) {
   po::positional_options_description positional;
   positional.add("input", -1);
   if (!parse_command_line(args, visible, hidden, positional)) return 0;
-  if (options.inputs.empty()) throw UsageError("missing INPUT (text or JSONL files)");
+  if (options.inputs.empty()) throw UsageError("missing INPUT (text, JSONL or Parquet files, or a datasets folder)");
   if (options.tokenizer_spec.empty()) throw UsageError("missing --tokenizer");
   if (options.out.empty()) throw UsageError("missing --out FILE");
-  if (options.format != "auto" && options.format != "text" && options.format != "jsonl") {
-    throw UsageError("--format must be auto, text or jsonl");
+  if (options.format != "auto" && options.format != "text" && options.format != "jsonl" && options.format != "parquet" &&
+      options.format != "arrow") {
+    throw UsageError("--format must be auto, text, jsonl, parquet or arrow");
   }
   if (options.documents != "file" && options.documents != "blank-lines") {
     throw UsageError("--documents must be file or blank-lines");

@@ -1,5 +1,6 @@
 #include "tessera/core/data/prepare_data.hpp"
 
+#include <glob.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tessera/core/data/arrow_documents.hpp"
 #include "tessera/formats/crc32c.hpp"
 #include "tessera/formats/durable_file.hpp"
 #include "tessera/error.hpp"
@@ -56,16 +58,73 @@ std::string read_file(const std::string& path) {
   return buffer.str();
 }
 
-bool is_jsonl(const PrepareOptions& o, const std::string& path) {
-  if (o.format != "auto") return o.format == "jsonl";
+enum class InputKind { text, jsonl, parquet, arrow };
+
+struct Input {
+  std::string path;
+  InputKind kind;
+};
+
+InputKind kind_of(const PrepareOptions& o, const std::string& path) {
+  if (o.format == "text") return InputKind::text;
+  if (o.format == "jsonl") return InputKind::jsonl;
+  if (o.format == "parquet") return InputKind::parquet;
+  if (o.format == "arrow") return InputKind::arrow;
   const std::string ext = fs::path(path).extension().string();
-  return ext == ".jsonl" || ext == ".ndjson";
+  if (ext == ".jsonl" || ext == ".ndjson") return InputKind::jsonl;
+  if (ext == ".parquet") return InputKind::parquet;
+  if (ext == ".arrow") return InputKind::arrow;
+  return InputKind::text;
+}
+
+bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// The files named on the command line: a quoted glob's matches (sorted, as the shell sorts them),
+// a `datasets` folder's Arrow files, and plain files as they are.
+std::vector<Input> expand_inputs(const PrepareOptions& o) {
+  std::vector<Input> inputs;
+  auto add = [&](const std::string& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      for (const auto& file : datasets_folder_files(path)) inputs.push_back({file, InputKind::arrow});
+    } else {
+      inputs.push_back({path, kind_of(o, path)});
+    }
+  };
+  for (const auto& input : o.inputs) {
+    if (!is_glob(input) || fs::exists(input)) {
+      add(input);
+      continue;
+    }
+    glob_t matches{};
+    const int rc = ::glob(input.c_str(), 0, nullptr, &matches);
+    std::vector<std::string> paths(matches.gl_pathv, matches.gl_pathv + (rc == 0 ? matches.gl_pathc : 0));
+    ::globfree(&matches);
+    if (paths.empty()) throw ConfigError(input + ": the pattern matches no file", "");
+    for (const auto& path : paths) add(path);
+  }
+  return inputs;
+}
+
+// `field` of a JSON row: the key itself, else a nested path a.b through objects.
+const nlohmann::json* field_of(const nlohmann::json& row, const std::string& field) {
+  if (auto it = row.find(field); it != row.end()) return &*it;
+  const nlohmann::json* at = &row;
+  std::stringstream parts(field);
+  for (std::string part; std::getline(parts, part, '.');) {
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(part);
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at == &row ? nullptr : at;
 }
 
 // The documents of one input file, in order.
-std::vector<Document> documents_of(const PrepareOptions& o, const std::string& path, const std::string& bytes) {
+std::vector<Document> documents_of(const PrepareOptions& o, const Input& input, const std::string& bytes) {
+  const std::string& path = input.path;
   std::vector<Document> docs;
-  if (is_jsonl(o, path)) {
+  if (input.kind == InputKind::jsonl) {
     std::istringstream lines(bytes);
     std::size_t number = 0;
     for (std::string line; std::getline(lines, line);) {
@@ -82,8 +141,8 @@ std::vector<Document> documents_of(const PrepareOptions& o, const std::string& p
         throw ConfigError(where + ": not a JSON object (" + std::string(e.what()) + ")", "");
       }
       if (!row.is_object()) throw ConfigError(where + ": not a JSON object", "");
-      auto field = row.find(o.field);
-      if (field == row.end()) throw ConfigError(where + ": no field '" + o.field + "' (choose it with --field)", "");
+      const nlohmann::json* field = field_of(row, o.field);
+      if (!field) throw ConfigError(where + ": no field '" + o.field + "' (choose it with --field, a nested one as a.b)", "");
       if (!field->is_string()) throw ConfigError(where + ": field '" + o.field + "' is not a string", "");
       docs.push_back({field->get<std::string>(), where});
     }
@@ -164,6 +223,41 @@ std::string hex(std::uint32_t v) {
 
 }  // namespace
 
+std::vector<std::string> datasets_folder_files(const std::string& folder) {
+  const fs::path dir(folder);
+  if (fs::exists(dir / "dataset_dict.json")) {
+    std::string splits;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.is_directory()) splits += (splits.empty() ? "" : ", ") + entry.path().filename().string();
+    }
+    throw ConfigError(folder + ": a DatasetDict folder (splits: " + splits + "); give one split's folder, such as " +
+                          (dir / "train").string(),
+                      "");
+  }
+  if (!fs::exists(dir / "dataset_info.json") && !fs::exists(dir / "state.json")) {
+    throw ConfigError(folder + ": a folder that is not a datasets folder (no dataset_info.json or state.json); give files "
+                               "or a quoted glob",
+                      "");
+  }
+  std::vector<std::string> files;
+  if (fs::exists(dir / "state.json")) {
+    try {
+      const nlohmann::json state = nlohmann::json::parse(read_file((dir / "state.json").string()));
+      for (const auto& f : state.at("_data_files")) files.push_back((dir / f.at("filename").get<std::string>()).string());
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError((dir / "state.json").string() + ": not the state.json datasets writes (" + e.what() + ")", "");
+    }
+  } else {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("data-", 0) == 0 && entry.path().extension() == ".arrow") files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  }
+  if (files.empty()) throw ConfigError(folder + ": the datasets folder lists no data files", "");
+  return files;
+}
+
 PrepareResult prepare_data(const PrepareOptions& o, const kinds::Tokenizer& tokenizer,
                            const std::function<void(std::int64_t, std::int64_t)>& progress) {
   const auto start = std::chrono::steady_clock::now();
@@ -179,11 +273,12 @@ PrepareResult prepare_data(const PrepareOptions& o, const kinds::Tokenizer& toke
   PrepareResult result;
   result.dtype = dtype_for(vocab);
   const std::size_t width = result.dtype == "uint8" ? 1 : result.dtype == "uint16" ? 2 : 4;
+  const std::vector<Input> inputs = expand_inputs(o);
   std::int64_t total_bytes = 0;
-  for (const auto& path : o.inputs) {
+  for (const auto& input : inputs) {
     std::error_code ec;
-    const auto size = fs::file_size(path, ec);
-    if (ec) throw ConfigError(path + ": cannot read it (" + ec.message() + ")", "");
+    const auto size = fs::file_size(input.path, ec);
+    if (ec) throw ConfigError(input.path + ": cannot read it (" + ec.message() + ")", "");
     total_bytes += static_cast<std::int64_t>(size);
   }
   const std::size_t threads =
@@ -212,10 +307,32 @@ PrepareResult prepare_data(const PrepareOptions& o, const kinds::Tokenizer& toke
       file.append(bytes_out.data(), bytes_out.size());
       batch.clear();
     };
-    for (const auto& path : o.inputs) {
+    for (const auto& input : inputs) {
+      const std::string& path = input.path;
+      if (input.kind == InputKind::parquet || input.kind == InputKind::arrow) {
+        // Streamed: a batch of one column at a time, documents handed on as they come.
+        const auto size = static_cast<std::int64_t>(fs::file_size(path));
+        sources.push_back({{"path", path}, {"bytes", size}, {"crc32c", hex(file_crc32c(path))}});
+        const DocumentSink take = [&](std::string text, const std::string& where) {
+          if (const auto at = invalid_utf8_at(text); at != std::string::npos) {
+            throw ConfigError(where + ": invalid UTF-8 at byte " + std::to_string(at) + " of the text", "");
+          }
+          batch.push_back({std::move(text), where});
+          if (batch.size() == kBatchDocuments) write_batch();
+        };
+        if (input.kind == InputKind::parquet) {
+          read_parquet_documents(path, o.field, take);
+        } else {
+          read_arrow_documents(path, o.field, take);
+        }
+        if (!batch.empty()) write_batch();
+        result.input_bytes += size;
+        if (progress) progress(result.input_bytes, total_bytes);
+        continue;
+      }
       const std::string bytes = read_file(path);
       sources.push_back({{"path", path}, {"bytes", bytes.size()}, {"crc32c", hex(crc32c(bytes.data(), bytes.size()))}});
-      for (auto& doc : documents_of(o, path, bytes)) {
+      for (auto& doc : documents_of(o, input, bytes)) {
         batch.push_back(std::move(doc));
         if (batch.size() == kBatchDocuments) write_batch();
       }

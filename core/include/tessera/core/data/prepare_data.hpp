@@ -1,4 +1,5 @@
-// `tessera prepare-data`: text files or JSON lines, through a tokenizer, into the flat token file
+// `tessera prepare-data`: text files, JSON lines, Parquet files or Hugging Face `datasets` folders
+// (Arrow IPC; tessera/core/data/arrow_documents.hpp), through a tokenizer, into the flat token file
 // dataset/tokens reads (the smallest dtype that holds the vocabulary) and a JSON index beside it
 // (FILE.json: documents, tokens, the tokenizer's identity and vocabulary size, every source with
 // its size and CRC-32C). Documents are separated by the tokenizer's EOS. The work is spread over
@@ -16,10 +17,13 @@
 namespace tessera::core {
 
 struct PrepareOptions {
+  // Files; a quoted glob (sorted matches); a `datasets` folder (its data-*.arrow files in order).
   std::vector<std::string> inputs;
   std::string out;                   // the token file; its index is out + ".json"
-  std::string format = "auto";       // auto (by extension: .jsonl/.json lines, else text), text, jsonl
-  std::string field = "text";        // jsonl: the field holding a document's text
+  // auto (by extension: .jsonl/.ndjson JSON lines, .parquet, .arrow, else text), text, jsonl,
+  // parquet, arrow
+  std::string format = "auto";
+  std::string field = "text";        // jsonl, parquet, arrow: the text's field (nested: a.b)
   std::string documents = "file";    // text: file (one document per file) or blank-lines
   std::string eos = "auto";          // auto (the tokenizer's EOS, none if it has none), none, or a token
   std::int64_t threads = 0;          // 0: every core
@@ -36,7 +40,8 @@ struct PrepareResult {
 
 // Throws tessera::ConfigError (exit 2) for input it cannot take: a JSONL line that is not an
 // object with the field as a string (FILE:LINE), invalid UTF-8 (FILE:LINE or FILE, byte offset),
-// a missing file, no documents at all. Nothing is left at `out` then. `progress` is called with
+// a missing file, a glob matching nothing, a Parquet or Arrow file that is corrupt, truncated,
+// lacks the column or holds no text in it (FILE: row group G), no documents at all. Nothing is left at `out` then. `progress` is called with
 // (input bytes done, input bytes in all) now and then.
 PrepareResult prepare_data(const PrepareOptions& options, const kinds::Tokenizer& tokenizer,
                            const std::function<void(std::int64_t, std::int64_t)>& progress = {});
