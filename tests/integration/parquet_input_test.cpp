@@ -128,6 +128,7 @@ TEST_F(ParquetInput, BadFilesAreOneLineNamingTheFileExitTwoAndLeaveNothing) {
       {"nested.parquet", " --field meta.body", "nested.parquet: no column 'meta.body' (it has text;"},
       {"numbers.parquet", "", "numbers.parquet: column 'text' is int64, not text"},
       {"nulls.parquet", "", "nulls.parquet: row group 1, row 1: the text is null"},
+      {"utf8.parquet", "", "utf8.parquet: row group 0: invalid UTF-8"},
       {"missing.parquet", "", "missing.parquet: cannot read it"},
       {"nothing-*.parquet", "", "nothing-*.parquet: the pattern matches no file"},
   };

@@ -14,7 +14,7 @@ pyarrow and datasets themselves (tests/integration/parquet_input_test.cpp, tools
         DIR.jsonl: the same dataset's to_json export.
     parquet_reference.py bad DIR
         DIR/nulls.parquet (a null text in row group 1), DIR/numbers.parquet (an int64 column
-        `text`), DIR/empty.parquet (zero bytes), DIR/truncated.parquet (the first half of
+        `text`), DIR/utf8.parquet (invalid UTF-8 in the text), DIR/empty.parquet (zero bytes), DIR/truncated.parquet (the first half of
         snappy.parquet's bytes; run `corpus DIR` first).
     parquet_reference.py shard OUT --megabytes M
         OUT: a FineWeb-like shard (columns text, id, dump, url, language_score; snappy, row groups
@@ -85,6 +85,8 @@ def bad(args):
     pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), os.path.join(args.dir, "nulls.parquet"),
                    row_group_size=4)
     pq.write_table(pa.table({"text": pa.array([1, 2, 3], pa.int64())}), os.path.join(args.dir, "numbers.parquet"))
+    invalid = pa.array([b"fine", b"caf\xe9"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": invalid}), os.path.join(args.dir, "utf8.parquet"))
     open(os.path.join(args.dir, "empty.parquet"), "wb").close()
     data = open(os.path.join(args.dir, "snappy.parquet"), "rb").read()
     with open(os.path.join(args.dir, "truncated.parquet"), "wb") as f:

@@ -123,11 +123,18 @@ void take_rows(const arrow::Array& column, const std::string& where_prefix, std:
 }
 
 // The array at `path` inside a batch whose first column is path[0] (nulls of enclosing structs
-// count as nulls of the field).
+// count as nulls of the field). The column is validated in full first: a corrupt file's offsets
+// could otherwise point outside its data (the readers check the layout, not every offset).
 std::shared_ptr<arrow::Array> column_at(const arrow::RecordBatch& batch, const std::vector<std::string>& path,
                                         const std::string& where) {
   std::shared_ptr<arrow::Array> array = batch.GetColumnByName(path[0]);
   if (!array) throw ConfigError(where + ": no column '" + path[0] + "' in this batch", "");
+  if (const arrow::Status valid = array->ValidateFull(); !valid.ok()) {
+    if (valid.message().find("UTF8") != std::string::npos || valid.message().find("UTF-8") != std::string::npos) {
+      throw ConfigError(where + ": invalid UTF-8 in the text (" + valid.message() + ")", "");
+    }
+    throw ConfigError(where + ": unreadable, the file is truncated or corrupt (" + valid.message() + ")", "");
+  }
   for (std::size_t i = 1; i < path.size(); ++i) {
     const auto& parent = static_cast<const arrow::StructArray&>(*array);
     const int child = parent.struct_type()->GetFieldIndex(path[i]);
