@@ -149,6 +149,19 @@ TEST_F(ParquetInput, BadFilesAreOneLineNamingTheFileExitTwoAndLeaveNothing) {
     EXPECT_FALSE(fs::exists(target + ".tmp"));
     EXPECT_FALSE(fs::exists(target + ".json"));
   }
+  // A host without the Arrow reader module beside it (as a build without pyarrow): one line.
+  fs::create_directories(dir_.file("bare/bin"));
+  fs::copy_file(testing::tessera_binary(), dir_.file("bare/bin/tessera"));
+  {
+    std::string out;
+    EXPECT_EQ(run_command(dir_.file("bare/bin/tessera") + " prepare-data " + corpus_ + "/snappy.parquet --tokenizer bytes"
+                          " --plugin-path " + testing::plugin_dir() + " --out " + dir_.file("bare.bin"),
+                          out),
+              2)
+        << out;
+    EXPECT_NE(out.find("snappy.parquet: this Tessera was built without Apache Arrow"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dir_.file("bare.bin")));
+  }
   // A DatasetDict's top folder names its splits.
   fs::create_directories(dir_.file("dict/train"));
   std::ofstream(dir_.file("dict/dataset_dict.json")) << "{\"splits\": [\"train\"]}";

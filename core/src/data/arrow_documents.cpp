@@ -1,5 +1,7 @@
-// Parquet and Arrow IPC documents through Apache Arrow C++ (tessera/core/data/arrow_documents.hpp).
-// Compiled as C++20, which Arrow's headers need; nothing from it crosses the interface.
+// Parquet and Arrow IPC documents through Apache Arrow C++ (tessera/core/data/arrow_documents.hpp):
+// the module lib/tessera/libtessera_arrow_reader.so, which the host loads on first use
+// (arrow_documents_loader.cpp). Compiled as C++20, which Arrow's headers need; nothing from
+// Arrow crosses the interface.
 #include "tessera/core/data/arrow_documents.hpp"
 
 #include <arrow/array.h>
@@ -168,11 +170,7 @@ void check(const arrow::Status& status, const std::string& where) {
   if (!status.ok()) throw ConfigError(where + ": unreadable, the file is truncated or corrupt (" + status.message() + ")", "");
 }
 
-}  // namespace
-
-bool arrow_inputs_available() { return true; }
-
-void read_parquet_documents(const std::string& path, const std::string& field, const DocumentSink& take) {
+void parquet_documents(const std::string& path, const std::string& field, const DocumentSink& take) {
   const std::vector<std::string> parts = split_path(field);
   std::unique_ptr<parquet::arrow::FileReader> reader;
   reporting(path, [&] {
@@ -230,7 +228,7 @@ void read_parquet_documents(const std::string& path, const std::string& field, c
   }
 }
 
-void read_arrow_documents(const std::string& path, const std::string& field, const DocumentSink& take) {
+void arrow_ipc_documents(const std::string& path, const std::string& field, const DocumentSink& take) {
   const std::vector<std::string> parts = split_path(field);
   auto file = open_file(path);
   // The file format begins with the magic ARROW1; `datasets` writes the stream format.
@@ -281,4 +279,12 @@ void read_arrow_documents(const std::string& path, const std::string& field, con
   }
 }
 
+}  // namespace
+
 }  // namespace tessera::core
+
+extern "C" __attribute__((visibility("default"))) const tessera::core::ArrowReaders* tessera_arrow_readers() {
+  static const tessera::core::ArrowReaders readers{&tessera::core::parquet_documents,
+                                                   &tessera::core::arrow_ipc_documents};
+  return &readers;
+}

@@ -2,8 +2,11 @@
 // most Hugging Face dataset repositories) and the Arrow IPC files of a Hugging Face `datasets`
 // folder (save_to_disk). Read through the Arrow C++ library from the pyarrow wheel
 // (cmake/TesseraArrow.cmake), one record batch of one column at a time: memory holds a batch,
-// never a whole file. Where this build has no Arrow, the readers throw a ConfigError saying how
-// to get it. The interface is C++17; only the implementation includes Arrow's (C++20) headers.
+// never a whole file. The reading lives in a module of its own, lib/tessera/
+// libtessera_arrow_reader.so beside the binary's lib folder, loaded on first use: the host
+// never loads Arrow's 60 MB for anything else (a training run, a GPU bundle). Where it is
+// missing (built without pyarrow) or cannot load, the readers throw a ConfigError saying so. The
+// interface is C++17; only the module includes Arrow's (C++20) headers.
 #pragma once
 
 #include <functional>
@@ -34,5 +37,12 @@ void read_arrow_documents(const std::string& path, const std::string& field, con
 // state.json lists them (else by name). Throws ConfigError for a folder that is not one (a
 // DatasetDict's top folder: name one split's folder).
 std::vector<std::string> datasets_folder_files(const std::string& folder);
+
+// What the module exports, through `extern "C" const ArrowReaders* tessera_arrow_readers()`.
+struct ArrowReaders {
+  void (*read_parquet)(const std::string& path, const std::string& field, const DocumentSink& take);
+  void (*read_arrow)(const std::string& path, const std::string& field, const DocumentSink& take);
+};
+inline constexpr const char* kArrowReaderModule = "libtessera_arrow_reader.so";
 
 }  // namespace tessera::core
