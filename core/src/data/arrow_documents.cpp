@@ -85,19 +85,23 @@ std::shared_ptr<arrow::Field> find_field(const std::string& file, const arrow::F
   return found;
 }
 
-// Each row's text of `column` (a text array) to `take`, rows numbered from `first_row`; a null is
-// an error at its row.
+// Each row's text of `column` to `take`, rows numbered from `first_row`; a null is an error at
+// its row. The array's own type decides (a corrupt file's data need not match its schema), and
+// every cast is to the class that type has.
 void take_rows(const arrow::Array& column, const std::string& where_prefix, std::int64_t first_row,
                const DocumentSink& take) {
   const arrow::Array* values = &column;
-  std::shared_ptr<arrow::Array> indices;
+  const arrow::DictionaryArray* dictionary = nullptr;
   if (column.type_id() == arrow::Type::DICTIONARY) {
-    const auto& dict = static_cast<const arrow::DictionaryArray&>(column);
-    values = dict.dictionary().get();
-    indices = dict.indices();
+    dictionary = &static_cast<const arrow::DictionaryArray&>(column);
+    values = dictionary->dictionary().get();
+  }
+  const arrow::Type::type kind = values->type_id();
+  if (kind != arrow::Type::STRING && kind != arrow::Type::LARGE_STRING && kind != arrow::Type::STRING_VIEW) {
+    throw ConfigError(where_prefix + ": the column holds " + column.type()->ToString() + ", not text", "");
   }
   auto text_at = [&](std::int64_t i) -> std::string_view {
-    switch (values->type_id()) {
+    switch (kind) {
       case arrow::Type::STRING:
         return static_cast<const arrow::StringArray&>(*values).GetView(i);
       case arrow::Type::LARGE_STRING:
@@ -110,13 +114,9 @@ void take_rows(const arrow::Array& column, const std::string& where_prefix, std:
     const std::string where = where_prefix + ", row " + std::to_string(first_row + row);
     if (column.IsNull(row)) throw ConfigError(where + ": the text is null", "");
     std::int64_t at = row;
-    if (indices) {
-      switch (indices->type_id()) {
-        case arrow::Type::INT8: at = static_cast<const arrow::Int8Array&>(*indices).Value(row); break;
-        case arrow::Type::INT16: at = static_cast<const arrow::Int16Array&>(*indices).Value(row); break;
-        case arrow::Type::INT32: at = static_cast<const arrow::Int32Array&>(*indices).Value(row); break;
-        default: at = static_cast<const arrow::Int64Array&>(*indices).Value(row); break;
-      }
+    if (dictionary) {
+      at = dictionary->GetValueIndex(row);  // any index type
+      if (at < 0 || at >= values->length()) throw ConfigError(where + ": a dictionary index out of range", "");
       if (values->IsNull(at)) throw ConfigError(where + ": the text is null", "");
     }
     const std::string_view text = text_at(at);
@@ -138,8 +138,12 @@ std::shared_ptr<arrow::Array> column_at(const arrow::RecordBatch& batch, const s
     throw ConfigError(where + ": unreadable, the file is truncated or corrupt (" + valid.message() + ")", "");
   }
   for (std::size_t i = 1; i < path.size(); ++i) {
+    if (array->type_id() != arrow::Type::STRUCT) {
+      throw ConfigError(where + ": '" + path[i - 1] + "' holds " + array->type()->ToString() + ", not a struct", "");
+    }
     const auto& parent = static_cast<const arrow::StructArray&>(*array);
     const int child = parent.struct_type()->GetFieldIndex(path[i]);
+    if (child < 0) throw ConfigError(where + ": no field '" + path[i] + "' in '" + path[i - 1] + "'", "");
     auto flattened = parent.GetFlattenedField(child);
     if (!flattened.ok()) throw ConfigError(where + ": " + flattened.status().ToString(), "");
     array = *flattened;
