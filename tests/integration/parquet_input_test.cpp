@@ -4,6 +4,10 @@
 // columns; four shards through a quoted glob) give byte-identical token files and the same index
 // but for its sources, whatever the thread count; a save_to_disk folder gives the tokens of its
 // own JSON lines export; bad files are one line naming the file, exit 2, nothing at --out.
+// dataset/sft_jsonl and dataset/preference_jsonl read the same examples from Parquet files, an
+// Arrow file, a quoted glob of shards and a `datasets` folder as from JSON lines: every row, its
+// tokens, targets and example boundaries equal.
+#include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +17,11 @@
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "tessera/components/dataset.hpp"
+#include "tessera/error.hpp"
+#include "tessera/formats/arrow_tables.hpp"
+#include "tessera/run/batch.hpp"
+#include "test_support.hpp"
 
 namespace tessera {
 namespace parquet_input_test {
@@ -149,12 +158,16 @@ TEST_F(ParquetInput, BadFilesAreOneLineNamingTheFileExitTwoAndLeaveNothing) {
     EXPECT_FALSE(fs::exists(target + ".tmp"));
     EXPECT_FALSE(fs::exists(target + ".json"));
   }
-  // A host without the Arrow reader module beside it (as a build without pyarrow): one line.
+  // An SDK without the Arrow reader module beside it (as a build without pyarrow): one line. The
+  // copy of the SDK library is the one loaded (LD_LIBRARY_PATH comes before the binary's RUNPATH).
   fs::create_directories(dir_.file("bare/bin"));
+  fs::create_directories(dir_.file("bare/lib"));
   fs::copy_file(testing::tessera_binary(), dir_.file("bare/bin/tessera"));
+  fs::copy_file(fs::path(testing::tessera_binary()).parent_path().parent_path() / "lib" / "libtessera_sdk.so",
+                dir_.file("bare/lib/libtessera_sdk.so"));
   {
     std::string out;
-    EXPECT_EQ(run_command(dir_.file("bare/bin/tessera") + " prepare-data " + corpus_ + "/snappy.parquet --tokenizer bytes"
+    EXPECT_EQ(run_command("LD_LIBRARY_PATH=" + dir_.file("bare/lib") + " " + dir_.file("bare/bin/tessera") + " prepare-data " + corpus_ + "/snappy.parquet --tokenizer bytes"
                           " --plugin-path " + testing::plugin_dir() + " --out " + dir_.file("bare.bin"),
                           out),
               2)
@@ -168,6 +181,144 @@ TEST_F(ParquetInput, BadFilesAreOneLineNamingTheFileExitTwoAndLeaveNothing) {
   std::string out;
   EXPECT_EQ(run_command(tessera("prepare-data " + dir_.file("dict") + " --tokenizer bytes --out " + dir_.file("dict.bin")), out), 2);
   EXPECT_NE(out.find("a DatasetDict folder (splits: train)"), std::string::npos) << out;
+}
+
+// Fine-tuning examples as tables (tools/interop/parquet_reference.py examples).
+class ParquetExamples : public Cli {
+ protected:
+  void SetUp() override {
+    Cli::SetUp();
+    std::string out;
+    if (run_command(python_ + " -c 'import pyarrow, datasets'", out) != 0) {
+      GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them): " << out;
+    }
+    examples_ = dir_.file("examples");
+    ASSERT_EQ(run_command(python_ + " " + testing::source_dir() + "/tools/interop/parquet_reference.py examples " +
+                              examples_ + " 2>&1",
+                          out),
+              0)
+        << out;
+    // A template that prints a message's name where it has one: the tables' rows hold name: null
+    // where the JSON lines have no key, as `datasets` gives them to transformers.
+    template_ = dir_.write("chat.jinja",
+                           "{% for m in messages %}<|{{ m['role'] }}|>{% if m.name %}({{ m.name }}){% endif %}"
+                           "{{ m['content'] }}<|end|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}");
+  }
+
+  std::shared_ptr<Dataset> make(const std::string& variant, const std::string& path, const std::string& extra) {
+    auto built = testing::build_components("data: {component_key: dataset, variant_key: " + variant + ", config: {path: '" +
+                                           path + "', tokenizer: {component_key: tokenizer, variant_key: bytes}, "
+                                           "shuffle: false" + extra + "}}\n");
+    auto data = testing::built<Dataset>(built, "data");
+    data->set_shard(0, 1);
+    return data;
+  }
+
+  // Every row of an epoch: inputs, labels and example ids, `per` rows a batch.
+  static std::vector<std::vector<std::int64_t>> rows_of(Dataset& data, std::int64_t per) {
+    std::vector<std::vector<std::int64_t>> rows;
+    for (std::int64_t b = 0; b < data.num_samples() / per; ++b) {
+      const Batch batch = data.next_batch(per);
+      for (const at::Tensor* t : {&batch.input_ids, &batch.labels, &batch.document_ids}) {
+        if (!t->defined()) continue;
+        const at::Tensor c = t->contiguous();
+        rows.emplace_back(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
+      }
+      rows.push_back({batch.num_target_tokens});
+    }
+    return rows;
+  }
+
+  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
+  std::string examples_, template_;
+};
+
+TEST_F(ParquetExamples, SftAndPreferenceRowsFromTablesEqualTheirJsonLines) {
+  struct Case {
+    std::string variant, jsonl;
+    std::vector<std::string> tables;
+    std::string extra;
+    std::int64_t per_batch;
+  };
+  const std::string e = examples_ + "/";
+  const std::vector<Case> cases = {
+      {"sft_jsonl", e + "chats.jsonl",
+       {e + "chats.parquet", e + "chats-shards/part-*.parquet", e + "chats-folder"},
+       ", seq_len: 160, chat_template: " + template_, 1},
+      {"sft_jsonl", e + "chats.jsonl", {e + "chats.parquet"}, ", seq_len: 96, pack: false, chat_template: none", 1},
+      {"sft_jsonl", e + "pairs.jsonl", {e + "pairs.parquet"}, ", seq_len: 64", 1},
+      {"preference_jsonl", e + "preferences.jsonl", {e + "preferences.parquet", e + "preferences.arrow"},
+       ", seq_len: 200, chat_template: " + template_, 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.variant + c.extra);
+    auto from_lines = make(c.variant, c.jsonl, c.extra);
+    const auto expected = rows_of(*from_lines, c.per_batch);
+    ASSERT_GT(from_lines->num_samples(), 4);
+    for (const std::string& table : c.tables) {
+      SCOPED_TRACE(table);
+      auto from_table = make(c.variant, table, c.extra);
+      ASSERT_EQ(from_table->num_samples(), from_lines->num_samples());
+      EXPECT_TRUE(rows_of(*from_table, c.per_batch) == expected);
+      EXPECT_TRUE(from_table->state_dict().at("layout").equal(from_lines->state_dict().at("layout")))
+          << "the same rows, so the same layout checksum";
+    }
+  }
+}
+
+TEST_F(ParquetExamples, RowsHoldWhatPyarrowsToPylistHolds) {
+  std::vector<std::string> lines;
+  for (std::ifstream in(examples_ + "/types.jsonl"); std::getline(in, lines.emplace_back());) {
+  }
+  lines.pop_back();
+  ASSERT_EQ(lines.size(), 3u);
+  std::vector<nlohmann::ordered_json> rows;
+  std::vector<std::string> wheres;
+  read_parquet_rows(examples_ + "/types.parquet", {}, [&](const std::string& row, const std::string& where) {
+    rows.push_back(nlohmann::ordered_json::parse(row));
+    wheres.push_back(where);
+  });
+  ASSERT_EQ(rows.size(), lines.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i], nlohmann::ordered_json::parse(lines[i])) << "row " << i;
+  EXPECT_NE(wheres[2].find("types.parquet: row group 1, row 0"), std::string::npos) << wheres[2];
+  // Only the columns asked for are read: the others are absent, not null.
+  std::vector<std::string> kept;
+  read_parquet_rows(examples_ + "/types.parquet", {"ok", "missing"}, [&](const std::string& row, const std::string&) {
+    kept.push_back(row);
+  });
+  EXPECT_EQ(kept, (std::vector<std::string>{R"({"ok":true})", R"({"ok":null})", R"({"ok":false})"}));
+  // A binary column asked for is refused in one line (JSON holds no bytes).
+  try {
+    read_parquet_rows(examples_ + "/chats.parquet", {"image"}, [](const std::string&, const std::string&) {});
+    ADD_FAILURE() << "bytes were taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("chats.parquet: row group 0, row 0: a value is bytes (binary)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(ParquetExamples, TablesWithoutTheColumnsOrFilesAreClearErrors) {
+  try {
+    make("sft_jsonl", examples_ + "/other.parquet", ", seq_len: 16");
+    ADD_FAILURE() << "a table without the dataset's columns was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("other.parquet: none of the columns messages, prompt, response, tools (it has a, b"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    make("preference_jsonl", examples_ + "/nothing-*.parquet", ", seq_len: 16");
+    ADD_FAILURE() << "a glob matching nothing was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no file or folder matches"), std::string::npos) << e.what();
+  }
+  // A JSON lines file read as Parquet: the reader's one line names it.
+  try {
+    make("sft_jsonl", examples_ + "/pairs.jsonl", ", seq_len: 16, format: parquet");
+    ADD_FAILURE() << "JSON lines read as Parquet";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pairs.jsonl: not a Parquet file"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace parquet_input_test

@@ -75,3 +75,18 @@ with ipc.new_stream(str(pf / "stream.arrow"), plain.schema) as w:
     w.write_table(plain, max_chunksize=2)
 with ipc.new_file(str(pf / "file.arrow"), plain.schema) as w:
     w.write_table(plain)
+# Rows as the fine-tuning datasets read them: chats (list<struct>), a map, a fixed-size list, a
+# dictionary column, floats, booleans, nulls and a date (read as text), in Parquet and Arrow IPC.
+chats = [[{"role": "user", "content": t, "name": None}, {"role": "assistant", "content": t[::-1], "name": "ada"}]
+         for t in texts]
+rows = pa.table({
+    "messages": pa.array(chats),
+    "text": pa.array(texts, pa.string()).dictionary_encode(),
+    "tags": pa.array([[("k", 1)], [], None, [("a", 2), ("b", 3)]], pa.map_(pa.string(), pa.int64())),
+    "xy": pa.array([[1.5, 2.0], [0.0, -1.0], None, [3.0, 4.0]], pa.list_(pa.float32(), 2)),
+    "ok": pa.array([True, False, None, True]),
+    "day": pa.array([0, 1, 2, None], pa.date32()),
+})
+pq.write_table(rows, str(pf / "rows.parquet"), row_group_size=3)
+with ipc.new_stream(str(pf / "rows.arrow"), rows.schema) as w:
+    w.write_table(rows, max_chunksize=3)

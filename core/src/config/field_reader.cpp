@@ -1,5 +1,6 @@
 #include "tessera/core/config/field_reader.hpp"
 
+#include <glob.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "tessera/core/config/suggest.hpp"
 
@@ -26,6 +28,18 @@ std::atomic<bool> path_checks{true};
 std::string unreadable(const std::string& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
+  if ((ec || !std::filesystem::exists(status)) && path.find_first_of("*?[") != std::string::npos) {
+    // A glob (of Parquet shards, say): its matches must be readable, and there must be some.
+    glob_t matches{};
+    const int rc = ::glob(path.c_str(), 0, nullptr, &matches);
+    const std::vector<std::string> paths(matches.gl_pathv, matches.gl_pathv + (rc == 0 ? matches.gl_pathc : 0));
+    ::globfree(&matches);
+    if (paths.empty()) return "no file or folder matches " + path;
+    for (const auto& p : paths) {
+      if (std::string why = unreadable(p); !why.empty()) return why;
+    }
+    return {};
+  }
   if (ec || !std::filesystem::exists(status)) return "no such file or folder: " + path;
   const int mode = std::filesystem::is_directory(status) ? (R_OK | X_OK) : R_OK;
   if (::access(path.c_str(), mode) != 0) {

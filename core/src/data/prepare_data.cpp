@@ -1,6 +1,5 @@
 #include "tessera/core/data/prepare_data.hpp"
 
-#include <glob.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -11,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tessera/core/data/arrow_documents.hpp"
+#include "tessera/formats/arrow_tables.hpp"
 #include "tessera/formats/crc32c.hpp"
 #include "tessera/formats/durable_file.hpp"
 #include "tessera/error.hpp"
@@ -77,31 +76,14 @@ InputKind kind_of(const PrepareOptions& o, const std::string& path) {
   return InputKind::text;
 }
 
-bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
-// The files named on the command line: a quoted glob's matches (sorted, as the shell sorts them),
-// a `datasets` folder's Arrow files, and plain files as they are.
+// The files named on the command line (tessera::table_files): a quoted glob's matches in name
+// order, a `datasets` folder's Arrow files, and plain files as they are.
 std::vector<Input> expand_inputs(const PrepareOptions& o) {
   std::vector<Input> inputs;
-  auto add = [&](const std::string& path) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
-      for (const auto& file : datasets_folder_files(path)) inputs.push_back({file, InputKind::arrow});
-    } else {
-      inputs.push_back({path, kind_of(o, path)});
-    }
-  };
   for (const auto& input : o.inputs) {
-    if (!is_glob(input) || fs::exists(input)) {
-      add(input);
-      continue;
-    }
-    glob_t matches{};
-    const int rc = ::glob(input.c_str(), 0, nullptr, &matches);
-    std::vector<std::string> paths(matches.gl_pathv, matches.gl_pathv + (rc == 0 ? matches.gl_pathc : 0));
-    ::globfree(&matches);
-    if (paths.empty()) throw ConfigError(input + ": the pattern matches no file", "");
-    for (const auto& path : paths) add(path);
+    std::error_code ec;
+    const bool folder = fs::is_directory(input, ec);
+    for (const auto& path : table_files(input)) inputs.push_back({path, folder ? InputKind::arrow : kind_of(o, path)});
   }
   return inputs;
 }
@@ -223,40 +205,6 @@ std::string hex(std::uint32_t v) {
 
 }  // namespace
 
-std::vector<std::string> datasets_folder_files(const std::string& folder) {
-  const fs::path dir(folder);
-  if (fs::exists(dir / "dataset_dict.json")) {
-    std::string splits;
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.is_directory()) splits += (splits.empty() ? "" : ", ") + entry.path().filename().string();
-    }
-    throw ConfigError(folder + ": a DatasetDict folder (splits: " + splits + "); give one split's folder, such as " +
-                          (dir / "train").string(),
-                      "");
-  }
-  if (!fs::exists(dir / "dataset_info.json") && !fs::exists(dir / "state.json")) {
-    throw ConfigError(folder + ": a folder that is not a datasets folder (no dataset_info.json or state.json); give files "
-                               "or a quoted glob",
-                      "");
-  }
-  std::vector<std::string> files;
-  if (fs::exists(dir / "state.json")) {
-    try {
-      const nlohmann::json state = nlohmann::json::parse(read_file((dir / "state.json").string()));
-      for (const auto& f : state.at("_data_files")) files.push_back((dir / f.at("filename").get<std::string>()).string());
-    } catch (const nlohmann::json::exception& e) {
-      throw ConfigError((dir / "state.json").string() + ": not the state.json datasets writes (" + e.what() + ")", "");
-    }
-  } else {
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("data-", 0) == 0 && entry.path().extension() == ".arrow") files.push_back(entry.path().string());
-    }
-    std::sort(files.begin(), files.end());
-  }
-  if (files.empty()) throw ConfigError(folder + ": the datasets folder lists no data files", "");
-  return files;
-}
 
 PrepareResult prepare_data(const PrepareOptions& o, const kinds::Tokenizer& tokenizer,
                            const std::function<void(std::int64_t, std::int64_t)>& progress) {

@@ -1,5 +1,6 @@
 // Dataset `preference_jsonl`: pairs for preference optimisation (loss/dpo) from JSON lines
-// {"prompt", "chosen", "rejected"}, as text or as messages (the prompt the conversation so far, the
+// {"prompt", "chosen", "rejected"} or the same columns of Parquet files, Arrow files or a
+// `datasets` folder (example_rows.hpp), as text or as messages (the prompt the conversation so far, the
 // chosen and rejected the assistant's turn), written with the model's chat template like
 // dataset/sft_jsonl (chat_encoding.hpp). A pair is two rows, chosen then rejected, sharing the
 // prompt's tokens; only the completion's tokens are targets. A batch of n rows holds n / 2 pairs
@@ -14,13 +15,13 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chat_encoding.hpp"
+#include "example_rows.hpp"
 #include "seeded_order.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/config/config_fields.hpp"
@@ -34,8 +35,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-struct PreferenceConfig : tessera::chat::ChatFormatConfig {
-  std::string path;
+struct PreferenceConfig : tessera::chat::ChatFormatConfig, tessera::chat::ExampleFilesConfig {
   std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
   std::int64_t seq_len = 1;
   std::int64_t max_prompt_length = 0;
@@ -45,11 +45,9 @@ struct PreferenceConfig : tessera::chat::ChatFormatConfig {
 
   static void declare(tessera::ConfigFields<PreferenceConfig>& f) {
     using C = PreferenceConfig;
-    f.field("path", &C::path,
-            "JSON lines {prompt, chosen, rejected}: texts, or messages (prompt: the conversation so far; chosen, "
-            "rejected: the assistant's turn, a message or its content)")
-        .required()
-        .existing_path();
+    declare_file_fields(f,
+                        "JSON lines {prompt, chosen, rejected}: texts, or messages (prompt: the conversation so far; "
+                        "chosen, rejected: the assistant's turn, a message or its content)");
     f.field("tokenizer", &C::tokenizer, "the tokenizer of the model");
     f.field("seq_len", &C::seq_len, "tokens per row (a prompt and one completion)").required().at_least(2);
     f.field("max_prompt_length", &C::max_prompt_length,
@@ -87,15 +85,9 @@ class PreferenceDataset final : public tessera::Dataset {
     const tessera::chat::ChatEncoder chat(*c.tokenizer, c);
     eos_ = c.tokenizer->eos_id();
     pad_ = eos_ >= 0 ? eos_ : 0;
-    std::ifstream in(c.path);
-    if (!in) throw tessera::ConfigError("cannot read " + c.path, "path");
-    std::size_t number = 0, cut = 0, chats = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++number;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = c.path + ":" + std::to_string(number);
-      const Json row = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!row.is_object()) throw tessera::ConfigError(where + ": not a JSON object", "path");
+    std::size_t cut = 0, chats = 0;
+    const std::vector<std::string> columns{"prompt", "chosen", "rejected", c.tools_field};
+    tessera::chat::for_each_row(c, columns, [&](const Json& row, const std::string& where) {
       for (const char* field : {"prompt", "chosen", "rejected"}) {
         if (!row.contains(field)) throw tessera::ConfigError(where + ": no field '" + field + "'", "path");
       }
@@ -103,7 +95,7 @@ class PreferenceDataset final : public tessera::Dataset {
       try {
         const auto tools = row.find(c.tools_field);
         const bool text = row["prompt"].is_string() && row["chosen"].is_string() && row["rejected"].is_string();
-        pair = text ? text_pair(chat, row) : chat_pair(chat, row, tools == row.end() ? nullptr : &*tools);
+        pair = text ? text_pair(chat, row) : chat_pair(chat, row, tools == row.end() || tools->is_null() ? nullptr : &*tools);
         chats += text ? 0 : 1;
       } catch (const tessera::ConfigError&) {
         throw;
@@ -115,7 +107,7 @@ class PreferenceDataset final : public tessera::Dataset {
       }
       cut += fit(pair, c) ? 1 : 0;
       add(pair);
-    }
+    });
     if (pairs_.empty()) throw tessera::ConfigError(c.path + " holds no pairs", "path");
     if (cut > 0) {
       tessera::log::info("dataset/preference_jsonl: ", cut, " of ", pairs_.size(), " pairs of ", c.path,

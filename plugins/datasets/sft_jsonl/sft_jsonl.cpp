@@ -1,5 +1,6 @@
 // Dataset `sft_jsonl`: supervised fine-tuning examples from JSON lines, {"prompt", "response"}
-// or chat {"messages": [{"role", "content"}, ...]}, tokenised with the run's tokenizer. A chat is
+// or chat {"messages": [{"role", "content"}, ...]}, or the same columns of Parquet files, Arrow
+// files or a `datasets` folder (example_rows.hpp), tokenised with the run's tokenizer. A chat is
 // written with the model's own chat template where the tokenizer's folder has one (chat_encoding.hpp),
 // else as 'ROLE: CONTENT' lines. Only the response (the assistant's turns) are targets: every other
 // label is kIgnoreIndex, so the loss and the trainer's global token normalisation count response
@@ -16,13 +17,13 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chat_encoding.hpp"
+#include "example_rows.hpp"
 #include "seeded_order.hpp"
 #include "tessera/log.hpp"
 #include "tessera/run/batch.hpp"
@@ -34,8 +35,7 @@
 
 namespace {
 
-struct SftConfig : tessera::chat::ChatFormatConfig {
-  std::string path;
+struct SftConfig : tessera::chat::ChatFormatConfig, tessera::chat::ExampleFilesConfig {
   std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
   std::int64_t seq_len = 1;
   bool pack = true;
@@ -48,7 +48,7 @@ struct SftConfig : tessera::chat::ChatFormatConfig {
 
   static void declare(tessera::ConfigFields<SftConfig>& f) {
     using C = SftConfig;
-    f.field("path", &C::path, "JSON lines: {prompt, response} or {messages: [{role, content}, ...]}").required().existing_path();
+    declare_file_fields(f, "JSON lines: {prompt, response} or {messages: [{role, content}, ...]}");
     f.field("tokenizer", &C::tokenizer, "the tokenizer of the model (its EOS ends every response)");
     f.field("seq_len", &C::seq_len, "tokens per row").required().at_least(1);
     f.field("pack", &C::pack, "pack whole examples into rows (else one example a row, padded)");
@@ -89,21 +89,14 @@ class SftDataset final : public tessera::Dataset {
     eos_ = tok.eos_id();
     pad_ = eos_ >= 0 ? eos_ : 0;
     packs_added_specials_ = c.pack && !(chat.prefix().empty() && chat.suffix().empty());
-    std::ifstream in(c.path);
-    if (!in) throw tessera::ConfigError("cannot read " + c.path, "path");
-    std::size_t number = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++number;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = c.path + ":" + std::to_string(number);
-      // In the file's key order: templates print dicts (tools, arguments) as they come.
-      nlohmann::ordered_json row = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!row.is_object()) throw tessera::ConfigError(where + ": not a JSON object", "path");
+    const std::vector<std::string> columns{c.messages_field, c.prompt_field, c.response_field, c.tools_field};
+    tessera::chat::for_each_row(c, columns, [&](const nlohmann::ordered_json& row, const std::string& where) {
       Example ex;
       try {
-        if (row.contains(c.messages_field)) {
+        const auto messages = row.find(c.messages_field);
+        if (messages != row.end() && !messages->is_null()) {  // a table's row may hold both kinds
           const auto tools = row.find(c.tools_field);
-          ex = chat.encode(row[c.messages_field], tools == row.end() ? nullptr : &*tools);
+          ex = chat.encode(*messages, tools == row.end() || tools->is_null() ? nullptr : &*tools);
           chats_ += 1;
         } else {
           ex.add(chat.prefix(), false);
@@ -117,7 +110,7 @@ class SftDataset final : public tessera::Dataset {
         throw tessera::ConfigError(where + ": " + e.what(), "path");
       }
       add_example(ex, c.pack);
-    }
+    });
     flush_row();
     if (rows_.empty()) throw tessera::ConfigError(c.path + " holds no examples", "path");
     if (chats_ > 0) tessera::log::info("dataset/sft_jsonl: " + std::to_string(chats_) + " chats of " + c.path + " written with " + chat.describe());
@@ -247,7 +240,7 @@ class SftDataset final : public tessera::Dataset {
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Dataset, SftConfig>(
-      "sft_jsonl", "supervised fine-tuning examples from JSON lines; only the responses are targets",
+      "sft_jsonl", "supervised fine-tuning examples from JSON lines, Parquet or datasets folders; only the responses are targets",
       [](const SftConfig& c, const tessera::RunContext& run) { return std::make_shared<SftDataset>(c, run.seed); });
 }
 

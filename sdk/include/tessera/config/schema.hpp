@@ -27,7 +27,8 @@ struct TESSERA_API FieldSpec {
   bool min_exclusive = false, max_exclusive = false;
   std::vector<std::string> choices;  // for strings: the allowed values
   // For strings and lists of strings: a file or folder the component reads. Validation (`tessera
-  // validate` as well as train) checks that each non-empty value exists and can be read.
+  // validate` as well as train) checks that each non-empty value exists and can be read; a glob
+  // (data/*.parquet) that no file has as its name must match some, all readable.
   bool must_exist = false;
 
   // Fluent setters; the default is converted to the field's type (an int for a number is fine).

@@ -1,5 +1,5 @@
 // `tessera prepare-data`: text files, JSON lines, Parquet files or Hugging Face `datasets` folders
-// (Arrow IPC; tessera/core/data/arrow_documents.hpp), through a tokenizer, into the flat token file
+// (Arrow IPC; tessera/formats/arrow_tables.hpp), through a tokenizer, into the flat token file
 // dataset/tokens reads (the smallest dtype that holds the vocabulary) and a JSON index beside it
 // (FILE.json: documents, tokens, the tokenizer's identity and vocabulary size, every source with
 // its size and CRC-32C). Documents are separated by the tokenizer's EOS. The work is spread over

@@ -1,30 +1,14 @@
-// Parquet and Arrow IPC documents through Apache Arrow C++ (tessera/core/data/arrow_documents.hpp):
-// the module lib/tessera/libtessera_arrow_reader.so, which the host loads on first use
-// (arrow_documents_loader.cpp). Compiled as C++20, which Arrow's headers need; nothing from
-// Arrow crosses the interface.
-#include "tessera/core/data/arrow_documents.hpp"
-
-#include <arrow/array.h>
-#include <arrow/io/file.h>
-#include <arrow/ipc/reader.h>
-#include <arrow/record_batch.h>
-#include <arrow/type.h>
-#include <parquet/arrow/reader.h>
-#include <parquet/arrow/schema.h>
-#include <parquet/exception.h>
-#include <parquet/file_reader.h>
-#include <parquet/properties.h>
-
+// Documents for `tessera prepare-data` from Parquet and Arrow IPC files (tessera/formats/
+// arrow_tables.hpp): one text column read a record batch at a time. Part of the Arrow reader
+// module (arrow_reader_module.hpp), compiled as C++20, which Arrow's headers need.
 #include <memory>
 #include <sstream>
 
-#include "tessera/error.hpp"
+#include "arrow_module_support.hpp"
+#include "arrow_reader_module.hpp"
 
-namespace tessera::core {
+namespace tessera::arrow_module {
 namespace {
-
-// Rows per record batch read: a batch of one text column is what memory holds at a time.
-constexpr std::int64_t kBatchRows = 1024;
 
 std::vector<std::string> split_path(const std::string& field) {
   std::vector<std::string> parts;
@@ -125,18 +109,12 @@ void take_rows(const arrow::Array& column, const std::string& where_prefix, std:
 }
 
 // The array at `path` inside a batch whose first column is path[0] (nulls of enclosing structs
-// count as nulls of the field). The column is validated in full first: a corrupt file's offsets
-// could otherwise point outside its data (the readers check the layout, not every offset).
+// count as nulls of the field), the column validated in full first.
 std::shared_ptr<arrow::Array> column_at(const arrow::RecordBatch& batch, const std::vector<std::string>& path,
                                         const std::string& where) {
   std::shared_ptr<arrow::Array> array = batch.GetColumnByName(path[0]);
   if (!array) throw ConfigError(where + ": no column '" + path[0] + "' in this batch", "");
-  if (const arrow::Status valid = array->ValidateFull(); !valid.ok()) {
-    if (valid.message().find("UTF8") != std::string::npos || valid.message().find("UTF-8") != std::string::npos) {
-      throw ConfigError(where + ": invalid UTF-8 in the text (" + valid.message() + ")", "");
-    }
-    throw ConfigError(where + ": unreadable, the file is truncated or corrupt (" + valid.message() + ")", "");
-  }
+  validate(*array, where);
   for (std::size_t i = 1; i < path.size(); ++i) {
     if (array->type_id() != arrow::Type::STRUCT) {
       throw ConfigError(where + ": '" + path[i - 1] + "' holds " + array->type()->ToString() + ", not a struct", "");
@@ -151,50 +129,11 @@ std::shared_ptr<arrow::Array> column_at(const arrow::RecordBatch& batch, const s
   return array;
 }
 
-std::shared_ptr<arrow::io::ReadableFile> open_file(const std::string& path) {
-  auto opened = arrow::io::ReadableFile::Open(path);
-  if (!opened.ok()) throw ConfigError(path + ": cannot open it (" + opened.status().message() + ")", "");
-  return *opened;
-}
-
-// Runs `read`, turning the library's errors into one line about `where`; Tessera's own errors
-// (the sink's: bad UTF-8, a tokenizer's) pass unchanged.
-template <typename Read>
-void reporting(const std::string& where, const Read& read) {
-  try {
-    read();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw ConfigError(where + ": unreadable, the file is truncated or corrupt (" + e.what() + ")", "");
-  }
-}
-
-void check(const arrow::Status& status, const std::string& where) {
-  if (!status.ok()) throw ConfigError(where + ": unreadable, the file is truncated or corrupt (" + status.message() + ")", "");
-}
+}  // namespace
 
 void parquet_documents(const std::string& path, const std::string& field, const DocumentSink& take) {
   const std::vector<std::string> parts = split_path(field);
-  std::unique_ptr<parquet::arrow::FileReader> reader;
-  reporting(path, [&] {
-    // Pages are read through a bounded buffer, not a column chunk at a time.
-    parquet::ReaderProperties properties = parquet::default_reader_properties();
-    properties.enable_buffered_stream();
-    properties.set_buffer_size(1 << 20);
-    std::unique_ptr<parquet::ParquetFileReader> file;
-    try {
-      file = parquet::ParquetFileReader::Open(open_file(path), properties);
-    } catch (const parquet::ParquetException& e) {
-      throw ConfigError(path + ": not a Parquet file, or truncated (" + std::string(e.what()) + ")", "");
-    }
-    parquet::ArrowReaderProperties arrow_properties;
-    arrow_properties.set_batch_size(kBatchRows);
-    arrow_properties.set_pre_buffer(false);
-    auto made = parquet::arrow::FileReader::Make(arrow::default_memory_pool(), std::move(file), arrow_properties);
-    check(made.status(), path);
-    reader = std::move(*made);
-  });
+  const std::unique_ptr<parquet::arrow::FileReader> reader = open_parquet(path);
   std::shared_ptr<arrow::Schema> schema;
   check(reader->GetSchema(&schema), path);
   find_field(path, schema->fields(), parts, field);
@@ -211,84 +150,25 @@ void parquet_documents(const std::string& path, const std::string& field, const 
     node = next;
   }
   if (!node || !node->is_leaf()) throw ConfigError(path + ": column '" + field + "' is not a plain text column", "");
-  const int leaf = node->column_index;
   for (int group = 0; group < reader->num_row_groups(); ++group) {
     const std::string where = path + ": row group " + std::to_string(group);
-    std::unique_ptr<arrow::RecordBatchReader> batches;
-    reporting(where, [&] {
-      auto made = reader->GetRecordBatchReader({group}, {leaf});
-      check(made.status(), where);
-      batches = std::move(*made);
+    std::int64_t row = 0;  // rows numbered within the row group
+    for_each_parquet_batch(*reader, group, {node->column_index}, where, [&](const arrow::RecordBatch& batch) {
+      take_rows(*column_at(batch, parts, where), where, row, take);
+      row += batch.num_rows();
     });
-    std::int64_t row = 0;
-    for (;;) {
-      std::shared_ptr<arrow::RecordBatch> batch;
-      reporting(where, [&] { check(batches->ReadNext(&batch), where); });
-      if (!batch) break;
-      const std::shared_ptr<arrow::Array> column = column_at(*batch, parts, where);
-      take_rows(*column, where, row, take);  // rows numbered within the row group
-      row += batch->num_rows();
-    }
   }
 }
 
 void arrow_ipc_documents(const std::string& path, const std::string& field, const DocumentSink& take) {
   const std::vector<std::string> parts = split_path(field);
-  auto file = open_file(path);
-  // The file format begins with the magic ARROW1; `datasets` writes the stream format.
-  std::uint8_t magic[6] = {0};
-  bool file_format = false;
-  {
-    auto read = file->ReadAt(0, 6, magic);
-    file_format = read.ok() && *read == 6 && std::string(reinterpret_cast<char*>(magic), 6) == "ARROW1";
-    check(file->Seek(0), path);  // the stream reader reads on from the position
-  }
-  auto each_batch = [&](const std::shared_ptr<arrow::RecordBatch>& batch, std::int64_t index) {
-    const std::string where = path + ": record batch " + std::to_string(index);
-    find_field(path, batch->schema()->fields(), parts, field);
-    take_rows(*column_at(*batch, parts, where), where, 0, take);
-  };
-  if (file_format) {
-    std::shared_ptr<arrow::ipc::RecordBatchFileReader> reader;
-    reporting(path, [&] {
-      auto opened = arrow::ipc::RecordBatchFileReader::Open(file);
-      check(opened.status(), path);
-      reader = *opened;
-    });
-    for (int b = 0; b < reader->num_record_batches(); ++b) {
-      std::shared_ptr<arrow::RecordBatch> batch;
-      const std::string where = path + ": record batch " + std::to_string(b);
-      reporting(where, [&] {
-        auto read = reader->ReadRecordBatch(b);
-        check(read.status(), where);
-        batch = *read;
+  for_each_ipc_batch(
+      path, [&](const arrow::Schema& schema) { find_field(path, schema.fields(), parts, field); },
+      [&](const arrow::RecordBatch& batch, std::int64_t index) {
+        const std::string where = path + ": record batch " + std::to_string(index);
+        find_field(path, batch.schema()->fields(), parts, field);
+        take_rows(*column_at(batch, parts, where), where, 0, take);
       });
-      each_batch(batch, b);
-    }
-    return;
-  }
-  std::shared_ptr<arrow::ipc::RecordBatchStreamReader> reader;
-  reporting(path, [&] {
-    auto opened = arrow::ipc::RecordBatchStreamReader::Open(file);
-    check(opened.status(), path + " (not an Arrow IPC file)");
-    reader = *opened;
-  });
-  find_field(path, reader->schema()->fields(), parts, field);
-  for (std::int64_t b = 0;; ++b) {
-    std::shared_ptr<arrow::RecordBatch> batch;
-    const std::string where = path + ": record batch " + std::to_string(b);
-    reporting(where, [&] { check(reader->ReadNext(&batch), where); });
-    if (!batch) break;
-    each_batch(batch, b);
-  }
 }
 
-}  // namespace
-
-}  // namespace tessera::core
-
-extern "C" __attribute__((visibility("default"))) const tessera::core::ArrowReaders* tessera_arrow_readers() {
-  static const tessera::core::ArrowReaders readers{&tessera::core::parquet_documents,
-                                                   &tessera::core::arrow_ipc_documents};
-  return &readers;
-}
+}  // namespace tessera::arrow_module
