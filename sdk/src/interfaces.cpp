@@ -128,7 +128,8 @@ Dataset::~Dataset() = default;
 Loss::~Loss() = default;
 LossSum Loss::compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels) {
   const at::Tensor logits = at::linear(hidden, head.weight, head.bias);
-  return compute(head.vocab_parallel() ? collectives::gather_from(logits, -1, head.vocab_group) : logits, labels);
+  return compute(head.real_logits(head.vocab_parallel() ? collectives::gather_from(logits, -1, head.vocab_group) : logits),
+                 labels);
 }
 LossSum loss_from_hidden(Loss& loss, const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels) {
   if (head.vocab_parallel() && !loss.handles_vocab_parallel_head()) return loss.Loss::compute_from_hidden(hidden, head, labels);

@@ -200,6 +200,54 @@ TEST_F(HfInterop, TensorParallelRunsExportWholeModelsThatTransformersLoads) {
   two_ranks_export_what_one_rank_does("--set parallelism.tp=2");
 }
 
+// GPT-2's own vocabulary (50257: no tp divides it) under tensor parallelism: a GPT-2 made by
+// transformers with it, trained on 2 tensor-parallel ranks (25129 rows each, the last one
+// padding), exports a folder transformers loads strictly, with the loss Tessera gives from the
+// run's checkpoint and that of the same training on one rank; its step-2 checkpoint resumes on
+// one rank and under tp 4 (12565 rows each, three of padding) to the run's step-3 loss.
+TEST_F(HfInterop, Gpt2sOddVocabularyTrainsExportsAndReshardsUnderTensorParallelism) {
+  const std::string tokens = dir_.file("tokens.bin");
+  reference("tokens " + tokens + " --count 20000 --vocab 50257");  // ids on every rank's rows, the last ones too
+  const std::string start = dir_.file("gpt2");
+  reference("make-gpt2 " + start + " --vocab 50257 --embd 32 --heads 4");
+  const std::string model = model_yaml("gpt", start);
+  double exported_loss[2] = {NAN, NAN};
+  for (const int ranks : {2, 1}) {
+    const std::string name = "vocab-ranks" + std::to_string(ranks);
+    const std::string train = " train " + spec(name, model, tokens) + " --set checkpoint.export_format=hf "
+                              "--set checkpoint.every_steps=2";
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() +
+                              (ranks == 1 ? train : " launch --nproc-per-node 2 --" + train + " --set parallelism.tp=2"),
+                          out),
+              0)
+        << out;
+    const std::string exported = dir_.file("runs/" + name + "/exports/step_00000003");
+    exported_loss[ranks - 1] = reference_loss(exported, tokens, "--strict");
+    if (ranks == 2) {
+      EXPECT_LT(relative(tessera_eval(dir_.file(name + ".yaml"), "--resume auto"), exported_loss[1]), kLossTolerance);
+      EXPECT_GT(relative(exported_loss[1], reference_loss(start, tokens)), 1e-3) << "training changed nothing";
+    }
+  }
+  EXPECT_LT(relative(exported_loss[1], exported_loss[0]), 1e-4) << "tp 2 against one rank";
+  const std::vector<double> saved = step_losses(dir_.file("runs/vocab-ranks2/metrics.jsonl"));
+  ASSERT_EQ(saved.size(), 3u);
+  for (const int ranks : {1, 4}) {
+    const std::string name = "vocab-resumed" + std::to_string(ranks);
+    const std::string train = " train " + spec(name, model, tokens) + " --resume " +
+                              dir_.file("runs/vocab-ranks2/checkpoints/step_00000002");
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() +
+                              (ranks == 1 ? train : " launch --nproc-per-node 4 --" + train + " --set parallelism.tp=4"),
+                          out),
+              0)
+        << out;
+    const std::vector<double> resumed = step_losses(dir_.file("runs/" + name + "/metrics.jsonl"));
+    ASSERT_EQ(resumed.size(), 1u) << out;
+    EXPECT_LT(relative(resumed[0], saved[2]), 2e-5) << ranks << " rank(s) against tp 2's step 3";
+  }
+}
+
 // Pipelined (each rank one stage's blocks; GPT-2's tied embedding on both ends), with the step's 2
 // micro-batches the pipeline's; evaluated through the pipeline too.
 TEST_F(HfInterop, PipelinedRunsExportWholeModelsThatTransformersLoads) {

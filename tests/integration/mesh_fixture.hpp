@@ -30,6 +30,9 @@ const std::string kDdp = " --set components.parallel.component_key=parallel --se
 const std::string kDocuments =
     "--set components.train_data.config.document_mask=true --set components.train_data.config.eos_id=10";
 
+// A vocabulary no tensor-parallel size divides (the data's byte ids are below it).
+const std::string kVocab257 = " --set components.model.config.vocab_size=257";
+
 // Mixtral (llama with experts), without the balance loss: a micro-batch statistic, and one rank's
 // two micro-batches are not two ranks' batches.
 const std::string kMixtral = "--set components.model.config.num_experts=4 --set components.model.config.aux_loss_coef=0";

@@ -65,6 +65,25 @@ TEST_F(Plan, ListsEveryValidMeshOfTheRanksAndRefusesTheRestWithValidatesReason) 
   EXPECT_TRUE(ep && hybrid) << moe["meshes"].dump();
 }
 
+// GPT-2's published vocabulary (50257, odd) does not keep tensor parallelism out: on 8 ranks the
+// plan lists tp meshes (the embedding padded on each rank) and refuses none for its vocabulary.
+TEST_F(Plan, Gpt2sOddVocabularyPlansTensorParallelMeshes) {
+  std::string out;
+  const std::string errors = dir_.file("plan_stderr.txt");
+  ASSERT_EQ(run_command(tessera("plan " + testing::source_dir() + "/configs/gpt2-124m.yaml --ranks 8 --set 'plugins.paths=[" +
+                                testing::plugin_dir() + "]' --json 2>" + errors),
+                        out),
+            0)
+      << out << std::ifstream(errors).rdbuf();
+  const nlohmann::json p = nlohmann::json::parse(out);
+  std::set<std::string> names;
+  for (const auto& m : p["meshes"]) names.insert(m["name"]);
+  for (const char* expected : {"dp_shard 4 x tp 2", "dp_shard 2 x tp 4", "pp 2 x tp 4 (1f1b)"}) {
+    EXPECT_TRUE(names.count(expected)) << expected << " in " << p["meshes"].dump();
+  }
+  for (const auto& line : p["refused"]) EXPECT_EQ(line.get<std::string>().find("vocab_size"), std::string::npos) << line;
+}
+
 TEST_F(Plan, MarksWhatFitsTheDeviceMemoryAndRanksTheFittingFirst) {
   // Between the smallest and the largest rank's total: some meshes fit, some do not.
   nlohmann::json all;

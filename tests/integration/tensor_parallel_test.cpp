@@ -3,8 +3,9 @@
 // clipping and accumulation), for gpt, llama and gpt_moe, with packed documents under context
 // parallelism; with dropout a run is repeatable and resumes bit-exactly; checkpoints reshard
 // across meshes; a tensor-parallel rank holds about half the parameters; expert parallelism routes
-// as data-parallel ranks do; and every mesh the model cannot take is one positioned error at
-// validation.
+// as data-parallel ranks do; a vocabulary tp does not divide is padded on each rank and trains,
+// saves and reshards as one rank's; and every mesh the model cannot take is one positioned error
+// at validation.
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -53,6 +54,14 @@ TEST_P(Meshes, TrainAsOneRankWithAsMuchAccumulation) {
 INSTANTIATE_TEST_SUITE_P(
     Parallelism, Meshes,
     ::testing::Values(MeshCase{"gpt_tp2", "tiny_tp", 2, 1, "--set parallelism.tp=2"},
+                      // A vocabulary tp does not divide: each rank holds 129 rows, the last one padding
+                      // (against one rank's 257); with pad_vocab_to_multiple_of 8 each of llama's
+                      // two heads holds 136 (one rank without it holds 257).
+                      MeshCase{"gpt_tp2_vocab257", "tiny_tp", 2, 1, "--set parallelism.tp=2", kVocab257},
+                      MeshCase{"llama_tp2_vocab257_pad8", "tiny_llama_tp", 2, 1,
+                               "--set parallelism.tp=2 --set components.model.config.pad_vocab_to_multiple_of=8",
+                               kVocab257},
+
                       MeshCase{"gpt_tp2_sp", "tiny_tp", 2, 1, "--set parallelism.tp=2 --set parallelism.sequence_parallel=true"},
                       MeshCase{"gpt_tp4", "tiny_tp", 4, 1, "--set parallelism.tp=4"},
                       MeshCase{"gpt_fsdp2_tp2", "tiny_tp", 4, 2, "--set parallelism.tp=2" + kFsdp},
@@ -138,6 +147,11 @@ TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {
   const Reshard cases[] = {
       {"tp2_to_1", 2, "--set parallelism.tp=2", 1, ""},
       {"1_to_tp4", 1, "", 4, "--set parallelism.tp=4"},
+      // A padded vocabulary: the checkpoint holds the true 257 rows, each mesh pads its own (one
+      // rank's padded to 320 rows by pad_vocab_to_multiple_of 64, resumed as tp 2's 129 each).
+      {"vocab257_tp2_to_tp4", 2, "--set parallelism.tp=2" + kVocab257, 4, "--set parallelism.tp=4" + kVocab257},
+      {"vocab257_pad64_to_tp2", 1, "--set components.model.config.pad_vocab_to_multiple_of=64" + kVocab257, 2,
+       "--set parallelism.tp=2" + kVocab257},
       // The same global batch: 2 data-parallel ranks of 2 micro-batches, then 4 of 1.
       {"fsdp2_tp2_to_fsdp4", 4, "--set parallelism.tp=2" + kFsdp, 4, "--set trainer.grad_accum=1" + kFsdp},
       {"cp2_to_1", 2, "--set parallelism.cp=2", 1, ""},
@@ -247,8 +261,6 @@ TEST_F(TensorParallel, ExpertParallelRanksRouteAsDataParallelRanksDo) {
 TEST_F(TensorParallel, MeshesTheRunCannotTakeArePositionedErrors) {
   const Bad cases[] = {
       {"tiny_tp", "--set parallelism.tp=3", "n_head (4) must be divisible by parallelism.tp (3)"},
-      {"tiny_tp", "--set parallelism.tp=2 --set components.model.config.vocab_size=255",
-       "vocab_size (255) must be divisible by parallelism.tp (2)"},
       {"tiny_llama_tp", "--set parallelism.tp=4", "n_kv_head (2) must be divisible by parallelism.tp (4)"},
       {"tiny_llama_tp", "--set parallelism.tp=2 --set components.model.config.intermediate_size=65",
        "intermediate_size (65) must be divisible by parallelism.tp (2)"},
@@ -341,9 +353,8 @@ TEST_F(TensorParallel, MeshChecksHoldUnderInitFrom) {
        "--set parallelism.tp=4", "n_head (2) must be divisible by parallelism.tp (4)"},
       {spec("tiny_tp", "gpt2", "gpt", "{init_from: " + gpt2 + "}"), "--set parallelism.tp=4",
        "n_head (2) must be divisible by parallelism.tp (4)"},
-      {spec("tiny_tp", "gpt2_odd", "gpt", "{init_from: " + gpt2_odd + "}"), "--set parallelism.tp=2",
-       "vocab_size (255) must be divisible by parallelism.tp (2): each tensor-parallel rank holds vocab_size / tp rows "
-       "of the embedding and the head; init_from's weights have that many rows"},
+      {spec("tiny_tp", "gpt2_odd", "gpt", "{init_from: " + gpt2_odd + "}"), "--set parallelism.tp=3",
+       "n_head (4) must be divisible by parallelism.tp (3)"},
       {spec("tiny_tp", "gpt2_ulysses", "gpt", "{init_from: " + gpt2 + "}"),
        "--set parallelism.tp=2 --set parallelism.cp=2 --set parallelism.cp_type=ulysses",
        "n_head (2) over tp 2 must be divisible by parallelism.cp (2) for ulysses attention"},
@@ -370,6 +381,8 @@ TEST_F(TensorParallel, MeshChecksHoldUnderInitFrom) {
   // The meshes these sizes do take validate.
   EXPECT_EQ(run_command(tessera("validate " + cases[1].spec + data_set() + " --set parallelism.tp=2"), out), 0) << out;
   EXPECT_EQ(run_command(tessera("validate " + cases[5].spec + data_set() + " --set parallelism.ep=1"), out), 0) << out;
+  // GPT-2's odd vocabulary of init_from splits over tp 2: each rank holds it padded.
+  EXPECT_EQ(run_command(tessera("validate " + cases[2].spec + data_set() + " --set parallelism.tp=2"), out), 0) << out;
   // And train refuses what validate refuses, with the same words.
   EXPECT_EQ(run_command(tessera("train " + cases[0].spec + data_set() + " --set parallelism.tp=4"), out), 2) << out;
   EXPECT_NE(out.find(cases[0].expected), std::string::npos) << out;

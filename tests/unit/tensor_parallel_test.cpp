@@ -9,9 +9,11 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include "gloo_ranks.hpp"
@@ -46,6 +48,34 @@ TEST(TensorParallel, PartsJoinBackIntoTheWholeInBlocks) {
   EXPECT_TRUE(TensorParallel::join(parts, qkv).equal(whole));
   EXPECT_EQ(TensorParallel::join(parts, TensorShard::rows()).sizes(), at::IntArrayRef({3, 8}));
   EXPECT_TRUE(TensorParallel().part_of(whole, qkv).is_same(whole)) << "one rank keeps the whole";
+}
+
+// A vocabulary of 9 rows over 2 ranks (and of 5 over 4, rows a multiple of 2): each part padded
+// to the same rows with zeros, the whole and its shape the true rows, one rank padded too when a
+// multiple asks it.
+TEST(TensorParallel, APaddedSplitPadsItsPartsAndNeverItsWhole) {
+  const at::Tensor whole = at::arange(1, 19, at::kFloat).view({9, 2});
+  const TensorShard vocab = TensorShard::vocabulary(9);
+  std::vector<at::Tensor> parts;
+  for (std::int64_t r = 0; r < 2; ++r) parts.push_back(part_of(whole, vocab, {r, 2}));
+  EXPECT_TRUE(parts[0].equal(whole.narrow(0, 0, 5)));
+  EXPECT_TRUE(parts[1].narrow(0, 0, 4).equal(whole.narrow(0, 5, 4)));
+  EXPECT_TRUE(parts[1][4].equal(at::zeros({2}))) << "the padding row is zero";
+  EXPECT_EQ(whole_shape(parts[1].sizes(), vocab, {1, 2}), (std::vector<std::int64_t>{9, 2}));
+  EXPECT_TRUE(TensorParallel::join(parts, vocab).equal(whole));
+
+  const TensorShard by_two = TensorShard::vocabulary(5, 2);  // 4 ranks of 2 rows: the last all padding
+  EXPECT_EQ(by_two.padded_part(4), 2);
+  std::vector<at::Tensor> fours;
+  for (std::int64_t r = 0; r < 4; ++r) fours.push_back(part_of(whole.narrow(0, 0, 5), by_two, {r, 4}));
+  EXPECT_TRUE(fours[3].equal(at::zeros({2, 2})));
+  EXPECT_TRUE(TensorParallel::join(fours, by_two).equal(whole.narrow(0, 0, 5)));
+  // One rank: padded to the multiple (kernel-friendly rows), the whole cut back.
+  const at::Tensor one = part_of(whole, TensorShard::vocabulary(9, 8), {0, 1});
+  EXPECT_EQ(one.size(0), 16);
+  EXPECT_TRUE(TensorParallel::join({one}, TensorShard::vocabulary(9, 8)).equal(whole));
+  EXPECT_EQ(TensorParallel().vocab_rows(50257, 64), 50304) << "GPT-2's vocabulary as nanoGPT pads it";
+  EXPECT_THROW(part_of(whole.narrow(0, 0, 8), vocab, {0, 2}), Error) << "not the whole of the split";
 }
 
 // Each collective's forward and backward on 2 ranks, against the one-process computation: y =
@@ -117,6 +147,37 @@ TEST(VocabParallelCrossEntropy, EqualsTheWholeLogitsLoss) {
       expect_close(ce.grad_logits, expected_grad.narrow(1, 5 * rank, 5), "gradient");
     });
     for (const auto& e : errors) EXPECT_EQ(e, "") << "label smoothing " << smoothing;
+  }
+}
+
+// A padded vocabulary: 7 columns over 2 ranks of 4 (the last column padding, its logit huge so it
+// would dominate were it counted) and 5 over 4 ranks of 2 (the last rank all padding): the loss
+// and gradient of the true columns are LibTorch's, the padding's gradient zero.
+TEST(VocabParallelCrossEntropy, PaddedColumnsTakeNoProbability) {
+  const at::Tensor logits = at::randn({5, 7}, at::kFloat) * 3;
+  const at::Tensor labels = at::tensor(std::vector<std::int64_t>{6, 0, kIgnoreIndex, 3, 4}, at::kLong);
+  struct Case {
+    std::int64_t vocab, ranks, per_rank;
+  };
+  for (const Case c : {Case{7, 2, 4}, Case{5, 4, 2}}) {
+    const at::Tensor real = logits.narrow(1, 0, c.vocab);
+    at::Tensor y = labels.clamp_max(c.vocab - 1).masked_fill(labels.eq(kIgnoreIndex), kIgnoreIndex);
+    // The whole padded logits: the true columns, then 1e4 in every padding column.
+    const at::Tensor padded = at::cat({real, at::full({5, c.ranks * c.per_rank - c.vocab}, 1e4)}, 1);
+    for (const double smoothing : {0.0, 0.1}) {
+      at::Tensor leaf = real.clone().requires_grad_(true);
+      const at::Tensor expected = at::cross_entropy_loss(leaf, y, {}, at::Reduction::Sum, kIgnoreIndex, smoothing);
+      const at::Tensor expected_grad = torch::autograd::grad({expected}, {leaf})[0];
+      const at::Tensor whole_grad = at::cat({expected_grad, at::zeros({5, c.ranks * c.per_rank - c.vocab})}, 1);
+      const auto errors = testing::run_on_gloo_ranks(c.ranks, [&](std::int64_t rank, std::shared_ptr<Communicator> group) {
+        const std::int64_t start = rank * c.per_rank;
+        const VocabParallelCrossEntropy ce = vocab_parallel_cross_entropy(padded.narrow(1, start, c.per_rank), y, start,
+                                                                          c.vocab, *group, smoothing, kIgnoreIndex, true);
+        expect_close(ce.sum, expected.detach(), "loss");
+        expect_close(ce.grad_logits, whole_grad.narrow(1, start, c.per_rank), "gradient");
+      });
+      for (const auto& e : errors) EXPECT_EQ(e, "") << "vocab " << c.vocab << ", smoothing " << smoothing;
+    }
   }
 }
 

@@ -169,7 +169,8 @@ StateDict optimizer_state_for(const StateDict& whole, const std::vector<at::Tens
 }
 
 at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArrayRef local_shape) {
-  std::vector<std::int64_t> values = {ranks.rank, ranks.size, shard.dim, shard.blocks};
+  // A padded split (one block) records its true size as a negative block count.
+  std::vector<std::int64_t> values = {ranks.rank, ranks.size, shard.dim, shard.padded() ? -shard.whole : shard.blocks};
   values.insert(values.end(), local_shape.begin(), local_shape.end());
   return at::tensor(values, at::kLong);
 }
@@ -228,11 +229,13 @@ StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
       throw CheckpointError("optimizer state " + key + " was saved in " + std::to_string(size) + " parts, " +
                             std::to_string(by_rank.size()) + " were found");
     }
-    if (size == 1) {
+    const bool padded = layout.defined() && layout[3].item<std::int64_t>() < 0;
+    if (size == 1 && !padded) {
       whole[key] = merge_optimizer_parts(by_rank.begin()->second).at(key);
       continue;
     }
-    const TensorShard shard{layout[2].item<std::int64_t>(), layout[3].item<std::int64_t>()};
+    TensorShard shard{layout[2].item<std::int64_t>(), padded ? 1 : layout[3].item<std::int64_t>()};
+    if (padded) shard.whole = -layout[3].item<std::int64_t>();  // the parts' padding is dropped
     std::vector<std::int64_t> shape;
     for (std::int64_t d = 4; d < layout.numel(); ++d) shape.push_back(layout[d].item<std::int64_t>());
     std::vector<at::Tensor> pieces;
@@ -252,7 +255,7 @@ StateDict shard_part(const StateDict& whole, const std::vector<at::Tensor>& para
       continue;
     }
     const auto i = static_cast<std::size_t>(index);
-    if (shards[i].replicated() || ranks[i].size == 1) {
+    if ((shards[i].replicated() || ranks[i].size == 1) && !shards[i].padded()) {
       out[key] = t;
       continue;
     }

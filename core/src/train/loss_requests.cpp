@@ -43,6 +43,7 @@ void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labe
       const OutputHead& head = parts_.model->output_head();
       logits = at::linear(hidden, head.weight, head.bias);
       if (head.vocab_parallel()) logits = collectives::gather_from(logits, -1, head.vocab_group);
+      logits = head.real_logits(logits);
     } else {
       logits = in_component(parts_.names.model, "reference forward", step,
                             [&] { return parts_.model->forward(input_ids, documents); });

@@ -40,7 +40,15 @@ StateDict join_over(const StateDict& local, const TensorParallelPlan& plan, Comm
 }  // namespace
 
 StateDict join_tensor_parallel(const StateDict& local, const TensorParallelPlan& plan, const TensorParallel& tp) {
-  if (tp.size() == 1) return local;
+  if (tp.size() == 1) {
+    // One rank's padded vocabulary (pad_vocab_to_multiple_of) is saved without its padding.
+    StateDict whole = local;
+    for (auto& [name, t] : whole) {
+      const TensorShard shard = shard_in(plan, name);
+      if (shard.padded()) t = TensorParallel::join({t}, shard);
+    }
+    return whole;
+  }
   return join_over(local, plan, *tp.group(),
                    [](const TensorShard& shard) { return !shard.replicated() && !shard.experts; });
 }
@@ -52,8 +60,7 @@ StateDict join_expert_parallel(const StateDict& local, const TensorParallelPlan&
 
 StateDict cut_tensor_parallel(const StateDict& whole, const TensorParallelPlan& plan, const TensorParallel& tp,
                               const ExpertParallel& ep) {
-  if (tp.size() == 1 && ep.size() == 1) return whole;
-  StateDict local;
+  StateDict local;  // part_of is the tensor itself where nothing is split or padded
   for (const auto& [name, t] : whole) {
     const TensorShard shard = shard_in(plan, name);
     local[name] = part_of(t, shard, ranks_of(shard, tp, ep));

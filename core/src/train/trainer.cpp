@@ -202,8 +202,10 @@ std::int64_t Trainer::whole_parameter_count(
   std::int64_t n = 0;
   for (const auto& item : parts_.model->named_parameters()) {
     if (!counted(item.key(), item.value())) continue;
+    std::int64_t numel = 1;  // of the whole parameter: a padded vocabulary's padding is not counted
     const TensorShard shard = shard_in(plan, item.key());
-    n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? ep_.size() : tp_.size());
+    for (const std::int64_t d : whole_shape(item.value().sizes(), shard, ranks_of(shard, tp_, ep_))) numel *= d;
+    n += numel;
   }
   return n;
 }

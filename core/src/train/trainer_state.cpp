@@ -6,6 +6,8 @@
 #include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
+
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/core/checkpoint/reshard.hpp"
 #include "tessera/core/checkpoint/state_transfer.hpp"
@@ -54,7 +56,7 @@ CheckpointState Trainer::capture() {
   auto gather_whole = [&](bool with_buffers) {
     StateDict whole = strategy_.full_parameters(model, /*only_rank=*/0);
     const TensorParallelPlan plan = model.tensor_parallel_plan();
-    if (tp_.size() > 1 && !whole.empty()) whole = join_tensor_parallel(whole, plan, tp_);
+    if (!whole.empty()) whole = join_tensor_parallel(whole, plan, tp_);  // one rank too: its padding
     if (ep_.size() > 1 && !whole.empty()) whole = join_expert_parallel(whole, plan, ep_);
     if (with_buffers && !whole.empty()) {
       for (const auto& item : model.named_buffers()) whole[item.key()] = item.value().detach().to(at::kCPU, false, true);
@@ -98,7 +100,9 @@ CheckpointState Trainer::capture() {
   }
   if (st.write_optimizer) {
     const auto ranges = owned_ranges_of(strategy_, params.size());
-    const bool split = tp_.size() > 1 || ep_.size() > 1;
+    // A padded vocabulary (pad_vocab_to_multiple_of) has a layout on one rank too: its padding.
+    const bool split = tp_.size() > 1 || ep_.size() > 1 ||
+                       std::any_of(shards.begin(), shards.end(), [](const TensorShard& s) { return s.padded(); });
     for (auto& [key, t] : on_host(parts_.optimizer->state_dict())) {
       const long long index = optimizer_param_index(key);
       if (index < 0 || writes[static_cast<std::size_t>(index)]) st.optimizer[key] = t;

@@ -25,7 +25,7 @@ class @CLASS@ : public tessera::nn::DecoderModel {
     // Parameters in Hugging Face's Llama names; the embedding on the first pipeline stage, the
     // final norm and the head on the last, each block on the stage that holds it.
     if (pp_.holds_first_stage()) {
-      embed_tokens_ = register_module("embed_tokens", std::make_shared<tessera::nn::Embedding>(tp_.local(c.vocab_size), c.n_embd));
+      embed_tokens_ = register_module("embed_tokens", std::make_shared<tessera::nn::Embedding>(tp_.vocab_rows(c.vocab_size, c.pad_vocab_to_multiple_of), c.n_embd));
     }
     tessera::nn::AttentionSpec attention;
     attention.hidden = c.n_embd;
@@ -47,13 +47,13 @@ class @CLASS@ : public tessera::nn::DecoderModel {
             {"mlp", std::make_shared<tessera::nn::SwiGlu>(c.n_embd, c.intermediate_size, false, tp_)}});
       });
     }
-    plan_["embed_tokens.weight"] = tessera::TensorShard::vocabulary();
-    plan_["lm_head.weight"] = tessera::TensorShard::vocabulary();
+    plan_["embed_tokens.weight"] = tessera::TensorShard::vocabulary(c.vocab_size, c.pad_vocab_to_multiple_of);
+    plan_["lm_head.weight"] = tessera::TensorShard::vocabulary(c.vocab_size, c.pad_vocab_to_multiple_of);
     if (pp_.holds_last_stage()) {
       norm_ = register_module("norm", std::make_shared<tessera::nn::RmsNorm>(c.n_embd, 1e-5, tp_));
       // Not adaptable: the loss reads the head's weight directly (Model::output_head).
       lm_head_ = register_module("lm_head",
-                                 std::make_shared<tessera::Linear>(c.n_embd, tp_.local(c.vocab_size), false, false));
+                                 std::make_shared<tessera::Linear>(c.n_embd, tp_.vocab_rows(c.vocab_size, c.pad_vocab_to_multiple_of), false, false));
     }
     // Built for a run, the parameters are meta tensors until fsdp or the trainer asks for them.
     if (!has_deferred_parameters()) initialize_parameters(parameters());

@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Reduction.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
@@ -22,7 +23,8 @@
 namespace tessera_plugins {
 namespace {
 
-// Where the vocabulary is split over ranks: the head's group and this rank's rows.
+// Where the vocabulary is split over ranks: the head's group and this rank's rows; `size` the
+// true vocabulary (0: the head's rows), past which a padded head's columns take no probability.
 struct VocabSplit {
   std::shared_ptr<tessera::Communicator> group;  // null: the whole vocabulary here
   std::int64_t start = 0, size = 0;
@@ -36,16 +38,21 @@ std::pair<at::Tensor, at::Tensor> chunk_loss(const at::Tensor& logits, const at:
         logits, labels, split.start, split.size, *split.group, label_smoothing, ignore_index, with_grad);
     return {ce.sum, ce.grad_logits};
   }
+  // A padded head (pad_vocab_to_multiple_of): its columns past the vocabulary are left out.
+  const std::int64_t held = logits.size(-1);
+  const std::int64_t real = split.size > 0 ? std::min(held, split.size) : held;
+  const at::Tensor z = logits.narrow(-1, 0, real);
   if (!with_grad) {
-    return {at::cross_entropy_loss(logits.to(at::kFloat), labels, {}, at::Reduction::Sum, ignore_index, label_smoothing),
+    return {at::cross_entropy_loss(z.to(at::kFloat), labels, {}, at::Reduction::Sum, ignore_index, label_smoothing),
             at::Tensor()};
   }
   // The chunk's logits as a leaf, so ATen's own cross-entropy backward gives d loss / d logits
   // (label smoothing and ignored labels included).
   c10::AutoGradMode grad_mode(true);
-  at::Tensor leaf = logits.to(at::kFloat).detach().requires_grad_(true);
+  at::Tensor leaf = z.to(at::kFloat).detach().requires_grad_(true);
   at::Tensor loss = at::cross_entropy_loss(leaf, labels, {}, at::Reduction::Sum, ignore_index, label_smoothing);
   at::Tensor grad = torch::autograd::grad({loss}, {leaf})[0];
+  if (real < held) grad = at::constant_pad_nd(grad, {0, held - real});
   return {loss.detach(), grad};
 }
 
@@ -103,7 +110,7 @@ at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const tessera:
                                         std::int64_t ignore_index) {
   const at::Tensor& weight = head.weight;
   const at::Tensor& bias = head.bias;
-  VocabSplit split;
+  VocabSplit split{nullptr, 0, head.vocab_size};
   if (head.vocab_parallel()) split = {head.vocab_group, head.vocab_start, head.vocab_size};
   if (chunk_size <= 0) {
     throw tessera::Error("chunked_linear_cross_entropy: chunk_size must be positive, got " + std::to_string(chunk_size));

@@ -185,11 +185,11 @@ struct DeepseekConfig : nn::DecoderFields, nn::MoeFields {
                              &DeepseekConfig::check, &settled_by_init_from, &DeepseekConfig::check_mesh);
   }
 
-  static void check_mesh(const DeepseekConfig& c, const RunContext& run, const DeepseekConfig& yaml) {
+  static void check_mesh(const DeepseekConfig& c, const RunContext& run, const DeepseekConfig& /*yaml*/) {
     const ParallelDims& dims = run.parallel;
     // The dense blocks' and the shared experts' units divide over tp; the routed experts stay whole.
     nn::check_tensor_parallel({c.n_head, c.n_head, c.first_dense_blocks > 0 ? c.intermediate_size : 0, c.vocab_size, true},
-                              dims, !yaml.init_from.empty());
+                              dims);
     if (c.shared_experts > 0 && dims.tp > 1 && (c.shared_experts * c.expert_intermediate_size) % dims.tp != 0) {
       throw ConfigError("the shared experts' units (" + std::to_string(c.shared_experts * c.expert_intermediate_size) +
                             ") must be divisible by parallelism.tp (" + std::to_string(dims.tp) + ")",

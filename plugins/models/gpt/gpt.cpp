@@ -79,7 +79,7 @@ void register_components(tessera::Registrar& registrar) {
         const tessera::ContextParallel cp = tessera::ContextParallel::of(run);
         // What init_from's config.json settles, checked against the mesh as validate checked it.
         const GptConfig c = tessera::gpt2_format::settled_by_init_from(yaml);
-        tessera::gpt_family::check_mesh(c, run, !yaml.init_from.empty());
+        tessera::gpt_family::check_mesh(c, run);
         // Weights read from a file at construction: built whole.
         std::optional<tessera::DeferredInitSuspension> whole;
         if (!yaml.init_from.empty()) whole.emplace();

@@ -43,7 +43,7 @@ struct GptConfig : gpt_family::GptArchitecture {
     f.splits_sequence();
     // With init_from the sizes the YAML leaves out come from its config.json: settled first.
     f.check_in_run([](const GptConfig& c, const RunContext& run) {
-      gpt_family::check_mesh(settled_by_init_from(c), run, /*from_checkpoint=*/!c.init_from.empty());
+      gpt_family::check_mesh(settled_by_init_from(c), run);
     });
   }
 };

@@ -39,10 +39,10 @@ struct GptArchitecture : nn::DecoderFields {
   double residual_std() const { return init_std / std::sqrt(2.0 * static_cast<double>(n_layer)); }
 };
 
-// The mesh rules on a model's settled sizes (`from_checkpoint`: some came from init_from). The
-// experts of gpt_moe stay whole under tensor parallelism; gpt_moe checks expert parallelism.
-inline void check_mesh(const GptArchitecture& c, const RunContext& run, bool from_checkpoint = false) {
-  nn::check_tensor_parallel({c.n_head, c.n_head, 0, c.vocab_size}, run.parallel, from_checkpoint);
+// The mesh rules on a model's settled sizes (some may have come from init_from). The experts of
+// gpt_moe stay whole under tensor parallelism; gpt_moe checks expert parallelism.
+inline void check_mesh(const GptArchitecture& c, const RunContext& run) {
+  nn::check_tensor_parallel({c.n_head, c.n_head, 0, c.vocab_size}, run.parallel);
   nn::check_context_parallel(c.n_head, c.dropout, run.parallel);
   nn::check_pipeline_parallel(c.n_layer, run.parallel);
 }
@@ -128,7 +128,7 @@ class GptDecoder : public nn::DecoderModel {
       : nn::DecoderModel(with_gpt_fields(std::move(spec), c), std::move(tp), std::move(cp), std::move(ep), run),
         architecture_(c) {
     if (pp_.holds_first_stage() || pp_.holds_last_stage()) {
-      wte_ = register_module("wte", std::make_shared<nn::Embedding>(tp_.local(c.vocab_size), c.n_embd));
+      wte_ = register_module("wte", std::make_shared<nn::Embedding>(tp_.vocab_rows(c.vocab_size, c.pad_vocab_to_multiple_of), c.n_embd));
     }
     if (pp_.holds_first_stage()) wpe_ = register_module("wpe", std::make_shared<nn::Embedding>(c.max_seq_len, c.n_embd));
     // A plain module as container names parameters h.0.attn.c_attn.weight, ... like GPT-2.
@@ -145,7 +145,7 @@ class GptDecoder : public nn::DecoderModel {
             feed_forward.make(i, tp_, ep_)});
       });
     }
-    plan_["wte.weight"] = TensorShard::vocabulary();
+    plan_["wte.weight"] = TensorShard::vocabulary(c.vocab_size, c.pad_vocab_to_multiple_of);
     if (pp_.holds_last_stage()) {
       ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(c.n_embd, c.bias, 1e-5, tp_));
     }

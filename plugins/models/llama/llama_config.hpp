@@ -206,12 +206,11 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   }
 
   // The mesh rules on the settled sizes `c` of the YAML's config `yaml`: heads, key/value heads,
-  // a dense MLP's units and the vocabulary divide over tensor-parallel ranks (experts stay whole).
-  static void check_mesh(const LlamaConfig& c, const RunContext& run, const LlamaConfig& yaml) {
+  // and a dense MLP's units divide over tensor-parallel ranks (experts stay whole).
+  static void check_mesh(const LlamaConfig& c, const RunContext& run, const LlamaConfig& /*yaml*/) {
     const ParallelDims& dims = run.parallel;
     nn::check_tensor_parallel(
-        {c.n_head, c.kv_heads(), c.has_dense_blocks() ? c.mlp_size() : 0, c.vocab_size, c.mixture_of_experts()}, dims,
-        !yaml.init_from.empty());
+        {c.n_head, c.kv_heads(), c.has_dense_blocks() ? c.mlp_size() : 0, c.vocab_size, c.mixture_of_experts()}, dims);
     nn::check_context_parallel(c.n_head, c.dropout, dims, c.window_at(c.n_layer - 1));
     nn::check_expert_parallel(c, dims, "this llama is dense; set num_experts (a Mixtral-style model) or parallelism.ep: 1");
     nn::check_pipeline_parallel(c.n_layer, dims);

@@ -6,7 +6,7 @@
 
 namespace tessera::nn {
 
-void check_tensor_parallel(const TensorSplit& split, const ParallelDims& dims, bool from_checkpoint) {
+void check_tensor_parallel(const TensorSplit& split, const ParallelDims& dims) {
   if (dims.tp == 1) return;
   const std::string tp = std::to_string(dims.tp);
   const auto require = [&](std::int64_t count, const std::string& field, const std::string& what) {
@@ -18,14 +18,7 @@ void check_tensor_parallel(const TensorSplit& split, const ParallelDims& dims, b
   require(split.heads, "n_head", "of the heads");
   if (split.kv_heads != split.heads) require(split.kv_heads, "n_kv_head", "of the key/value heads");
   if (split.mlp_units > 0) require(split.mlp_units, "intermediate_size", "of the MLP's hidden units");
-  if (split.vocab_size % dims.tp != 0) {
-    const std::int64_t padded = (split.vocab_size + dims.tp - 1) / dims.tp * dims.tp;
-    throw ConfigError("vocab_size (" + std::to_string(split.vocab_size) + ") must be divisible by parallelism.tp (" +
-                          tp + "): each tensor-parallel rank holds vocab_size / tp rows of the embedding and the head; " +
-                          (from_checkpoint ? std::string("init_from's weights have that many rows; use a tp that divides it")
-                                           : "pad it (vocab_size: " + std::to_string(padded) + ")"),
-                      "vocab_size");
-  }
+  // Any vocabulary splits: the embedding and head are padded (TensorParallel::vocab_rows).
   if (split.experts && dims.sequence_parallel) {
     throw ConfigError("the experts route whole sequences, not tensor-parallel slices of them; set "
                       "parallelism.sequence_parallel: false",

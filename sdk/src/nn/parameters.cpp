@@ -49,7 +49,10 @@ std::int64_t whole_parameter_count(const torch::nn::Module& model, const TensorP
   for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
     const TensorShard shard = shard_in(plan, item.key());
-    n += item.value().numel() * (shard.replicated() ? 1 : shard.experts ? expert_ranks : tp.size());
+    const ShardRanks ranks{0, shard.replicated() ? 1 : shard.experts ? expert_ranks : tp.size()};
+    std::int64_t numel = 1;  // of the whole parameter: a padded vocabulary's padding is not counted
+    for (const std::int64_t d : whole_shape(item.value().sizes(), shard, ranks)) numel *= d;
+    n += numel;
   }
   return n;
 }

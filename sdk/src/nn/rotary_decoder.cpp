@@ -16,21 +16,21 @@ RotaryDecoderModel::RotaryDecoderModel(DecoderSpec spec, const RotaryDecoderPart
       rotary_(parts.rotary) {
   if (pp_.holds_first_stage() || (parts.tied && pp_.holds_last_stage())) {
     embed_tokens_ =
-        register_module("embed_tokens", std::make_shared<Embedding>(tp_.local(parts.vocab_size), parts.hidden));
+        register_module("embed_tokens", std::make_shared<Embedding>(tp_.vocab_rows(parts.vocab_size, spec_.vocab_multiple), parts.hidden));
   }
   layers_ = register_module("layers", std::make_shared<torch::nn::Module>());
 }
 
 void RotaryDecoderModel::finish(const HfCheckpoint* hf, const std::string& init_from, const HfWeightNames& names,
                                 std::int64_t num_experts, const std::function<bool(const std::string&)>& also_ignored) {
-  plan_["embed_tokens.weight"] = TensorShard::vocabulary();
-  plan_["lm_head.weight"] = TensorShard::vocabulary();
+  plan_["embed_tokens.weight"] = TensorShard::vocabulary(parts_.vocab_size, spec_.vocab_multiple);
+  plan_["lm_head.weight"] = TensorShard::vocabulary(parts_.vocab_size, spec_.vocab_multiple);
   if (pp_.holds_last_stage()) {
     norm_ = register_module("norm", std::make_shared<RmsNorm>(parts_.hidden, parts_.norm_eps, tp_));
     if (!parts_.tied) {
       // Not adaptable: the loss reads the head's weight directly (Model::output_head).
       lm_head_ = register_module(
-          "lm_head", std::make_shared<Linear>(parts_.hidden, tp_.local(parts_.vocab_size), false, false));
+          "lm_head", std::make_shared<Linear>(parts_.hidden, tp_.vocab_rows(parts_.vocab_size, spec_.vocab_multiple), false, false));
     }
   }
   if (!has_deferred_parameters()) initialize_parameters(parameters());

@@ -8,7 +8,9 @@
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "tessera/error.hpp"
@@ -37,6 +39,19 @@ TensorParallel TensorParallel::of(const RunContext& run) {
 }
 
 at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard, ShardRanks ranks) {
+  if (shard.padded()) {
+    if (shard.blocks != 1 || whole.size(shard.dim) != shard.whole) {
+      throw Error("a tensor of shape " + c10::str(whole.sizes()) + " is not the whole of a padded split of " +
+                  std::to_string(shard.whole) + " along dimension " + std::to_string(shard.dim));
+    }
+    const std::int64_t part = shard.padded_part(ranks.size), start = ranks.rank * part;
+    const std::int64_t real = std::max<std::int64_t>(0, std::min(part, shard.whole - start));
+    std::vector<std::int64_t> shape(whole.sizes().begin(), whole.sizes().end());
+    shape[static_cast<std::size_t>(shard.dim)] = part;
+    at::Tensor mine = at::zeros(shape, whole.options());
+    if (real > 0) mine.narrow(shard.dim, 0, real).copy_(whole.narrow(shard.dim, start, real));
+    return mine;
+  }
   if (shard.replicated() || ranks.size == 1) return whole;
   const std::int64_t blocks = shard.blocks;
   if (whole.size(shard.dim) % (blocks * ranks.size) != 0) {
@@ -52,7 +67,11 @@ at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard, ShardRanks
 
 std::vector<std::int64_t> whole_shape(at::IntArrayRef local, const TensorShard& shard, ShardRanks ranks) {
   std::vector<std::int64_t> shape(local.begin(), local.end());
-  if (!shard.replicated()) shape.at(static_cast<std::size_t>(shard.dim)) *= ranks.size;
+  if (shard.padded()) {
+    shape.at(static_cast<std::size_t>(shard.dim)) = shard.whole;
+  } else if (!shard.replicated()) {
+    shape.at(static_cast<std::size_t>(shard.dim)) *= ranks.size;
+  }
   return shape;
 }
 
@@ -77,6 +96,7 @@ std::vector<std::int64_t> TensorParallel::whole_shape(at::IntArrayRef local, con
 }
 
 at::Tensor TensorParallel::join(const std::vector<at::Tensor>& parts, const TensorShard& shard) {
+  if (shard.padded()) return (parts.size() == 1 ? parts[0] : at::cat(parts, shard.dim)).narrow(shard.dim, 0, shard.whole);
   if (shard.replicated() || parts.size() == 1) return parts.at(0);
   // Block b of the whole is block b of every part, in rank order.
   std::vector<at::Tensor> pieces;
@@ -122,8 +142,9 @@ at::Tensor TensorParallel::sequence_slice(const at::Tensor& t) const {
   return t.chunk(size_, 1)[rank_];
 }
 
-at::Tensor TensorParallel::gather_vocabulary(const at::Tensor& logits) const {
-  return size_ == 1 ? logits : collectives::gather_from(logits, -1, group_);
+at::Tensor TensorParallel::gather_vocabulary(const at::Tensor& logits, std::int64_t vocab_size) const {
+  const at::Tensor whole = size_ == 1 ? logits : collectives::gather_from(logits, -1, group_);
+  return vocab_size > 0 && whole.size(-1) > vocab_size ? whole.narrow(-1, 0, vocab_size) : whole;
 }
 
 at::Tensor TensorParallel::dropout(const at::Tensor& x, double p, bool train, bool sharded) const {

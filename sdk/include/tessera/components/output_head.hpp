@@ -16,13 +16,20 @@ struct OutputHead {
   at::Tensor weight;  // [vocab, hidden]: this rank's rows of it under tensor parallelism
   at::Tensor bias;    // [vocab] (this rank's part), or undefined
   // Set when the vocabulary is split over tensor-parallel ranks (vocab_parallel()): this rank
-  // holds rows [vocab_start, vocab_start + weight.size(0)) of `vocab_size`, and a loss reduces
-  // over `vocab_group` (tessera/parallel/vocab_parallel.hpp) instead of gathering whole logits.
+  // holds rows [vocab_start, vocab_start + weight.size(0)), and a loss reduces over `vocab_group`
+  // (tessera/parallel/vocab_parallel.hpp) instead of gathering whole logits.
   std::shared_ptr<Communicator> vocab_group;
   std::int64_t vocab_start = 0;
+  // The true vocabulary (0: weight's rows, whole). A padded head (TensorParallel::vocab_rows)
+  // holds rows at or past it: their logits take no probability and no loss, a gathered
+  // logits tensor drops them (real_logits()).
   std::int64_t vocab_size = 0;
 
   bool vocab_parallel() const { return vocab_group && vocab_group->world_size() > 1; }
+  // Whole logits (gathered over the ranks, or of a head that is not split) less the padding.
+  at::Tensor real_logits(const at::Tensor& whole_logits) const {
+    return vocab_size > 0 && whole_logits.size(-1) > vocab_size ? whole_logits.narrow(-1, 0, vocab_size) : whole_logits;
+  }
 };
 
 }  // namespace tessera

@@ -36,6 +36,9 @@ namespace tessera::nn {
 struct DecoderSpec {
   std::string kind;  // "model/gpt": what messages call the model
   std::int64_t vocab_size = 0;
+  // The embedding's and head's rows per tensor-parallel rank are a multiple of it, the vocabulary
+  // padded (TensorParallel::vocab_rows): pad_vocab_to_multiple_of.
+  std::int64_t vocab_multiple = 1;
   std::int64_t max_seq_len = 0;
   std::int64_t n_layer = 0;
   std::int64_t attention_width = 0;  // query heads x head size: attention's FLOPs per token and key
@@ -54,6 +57,7 @@ struct DecoderSpec {
     DecoderSpec spec;
     spec.kind = kind;
     spec.vocab_size = fields.vocab_size;
+    spec.vocab_multiple = fields.pad_vocab_to_multiple_of;
     spec.max_seq_len = fields.max_seq_len;
     spec.n_layer = fields.n_layer;
     spec.attention_width = fields.n_embd;

@@ -16,6 +16,9 @@ namespace tessera::nn {
 
 struct DecoderFields {
   std::int64_t vocab_size = 256;
+  // The embedding and head hold the vocabulary padded: to a multiple of this × tp (Megatron-LM's
+  // make-vocab-size-divisible-by), at least to a multiple of tp. The padding is never saved.
+  std::int64_t pad_vocab_to_multiple_of = 1;
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
   std::int64_t n_embd = 128;
@@ -52,6 +55,10 @@ template <class Config>
 void declare_decoder_fields(ConfigFields<Config>& f, const DecoderDocs& docs) {
   using D = DecoderFields;
   f.field("vocab_size", &D::vocab_size, "number of token ids").at_least(1);
+  f.field("pad_vocab_to_multiple_of", &D::pad_vocab_to_multiple_of,
+          "the embedding's and head's rows on each tensor-parallel rank are a multiple of it (64: GPT-2's 50257 as 50304 "
+          "on one rank, kernel-friendly); the padded rows take no probability and are never saved")
+      .at_least(1);
   f.field("n_layer", &D::n_layer, "transformer blocks").at_least(1);
   f.field("n_head", &D::n_head, docs.n_head).at_least(1);
   f.field("n_embd", &D::n_embd, docs.n_embd).at_least(1);

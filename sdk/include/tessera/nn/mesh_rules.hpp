@@ -11,7 +11,8 @@
 namespace tessera::nn {
 
 // What tensor parallelism splits: query and key/value heads, the dense MLP's hidden units (0:
-// none split, e.g. experts, which stay whole) and the vocabulary rows of the embedding and head.
+// none split, e.g. experts, which stay whole) and the vocabulary rows of the embedding and head
+// (any vocabulary: they are padded to the same rows on every rank, TensorParallel::vocab_rows).
 struct TensorSplit {
   std::int64_t heads = 0;
   std::int64_t kv_heads = 0;
@@ -20,8 +21,7 @@ struct TensorSplit {
   bool experts = false;  // the model routes tokens to experts (whole sequences, never slices)
 };
 
-// `from_checkpoint`: the sizes came from init_from, whose vocabulary cannot be padded.
-TESSERA_API void check_tensor_parallel(const TensorSplit& split, const ParallelDims& dims, bool from_checkpoint = false);
+TESSERA_API void check_tensor_parallel(const TensorSplit& split, const ParallelDims& dims);
 
 // No attention dropout across context-parallel slices; with Ulysses each tensor-parallel rank's
 // query heads divide over the context-parallel ranks (key/value heads that do not are replicated

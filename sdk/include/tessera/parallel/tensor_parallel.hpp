@@ -37,14 +37,31 @@ struct TensorShard {
   // projections): its gradient is summed over the tensor-parallel ranks in every backward
   // (TensorParallel::shared_by_heads), as `tessera plan` counts.
   bool shared_by_heads = false;
+  // A padded split (the vocabulary's, as Megatron-LM pads it): the dimension's true size `whole`
+  // need not divide by the ranks. Each part is padded_part() long, a multiple of `multiple`; the
+  // rows at or past `whole` are padding that exists only in the parts (zeros), never in a whole
+  // tensor: part_of pads, join and whole_shape drop it. 0: the parts divide the dimension exactly.
+  std::int64_t whole = 0;
+  std::int64_t multiple = 1;
 
   bool replicated() const { return dim < 0; }
+  bool padded() const { return whole > 0; }
+  // A padded split's part on each of `ranks` ranks: ceil(whole / (multiple × ranks)) × multiple.
+  std::int64_t padded_part(std::int64_t ranks) const {
+    const std::int64_t step = multiple * ranks;
+    return (whole + step - 1) / step * multiple;
+  }
   bool operator==(const TensorShard& o) const {
-    return dim == o.dim && blocks == o.blocks && experts == o.experts && shared_by_heads == o.shared_by_heads;
+    return dim == o.dim && blocks == o.blocks && experts == o.experts && shared_by_heads == o.shared_by_heads &&
+           whole == o.whole && multiple == o.multiple;
   }
   static TensorShard columns(std::int64_t blocks = 1) { return {0, blocks}; }  // output units of [out, in]
   static TensorShard rows() { return {1, 1}; }                                  // input units of [out, in]
-  static TensorShard vocabulary() { return {0, 1}; }                            // rows of [vocab, hidden]
+  // Rows of [vocab, hidden]: `vocab_size` rows padded so every rank holds the same number, a
+  // multiple of `multiple` (pad_vocab_to_multiple_of); 0: vocab_size divides by the ranks.
+  static TensorShard vocabulary(std::int64_t vocab_size = 0, std::int64_t multiple = 1) {
+    return {0, 1, false, false, vocab_size, vocab_size > 0 ? multiple : 1};
+  }
   static TensorShard expert_stack() { return {0, 1, true}; }                    // [experts, ...] over ep
   static TensorShard whole_for_heads() { return {-1, 1, false, true}; }         // see shared_by_heads
 };
@@ -60,7 +77,8 @@ struct ShardRanks {
   std::int64_t size = 1;
 };
 // The part of `whole` rank `ranks.rank` of `ranks.size` holds (a new contiguous tensor; `whole`
-// itself when replicated or alone), the whole shape of a part, and the whole from every part.
+// itself when replicated or alone and unpadded), the whole shape of a part, and the whole from
+// every part. A padded split's parts end in zero rows past its true size.
 TESSERA_API at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard, ShardRanks ranks);
 TESSERA_API std::vector<std::int64_t> whole_shape(at::IntArrayRef local, const TensorShard& shard, ShardRanks ranks);
 
@@ -79,8 +97,14 @@ class TESSERA_API TensorParallel {
   ShardRanks ranks() const { return {rank_, size_}; }
 
   // --- Sizes and values between a whole parameter and this rank's part --------------------------
-  // This rank's share of `count` (heads, hidden units, vocabulary rows).
+  // This rank's share of `count` (heads, hidden units).
   std::int64_t local(std::int64_t count) const { return count / size_; }
+  // The vocabulary rows each rank holds of `vocab_size`: padded to the same number on every rank,
+  // a multiple of `multiple` (TensorShard::vocabulary(vocab_size, multiple)); the last ranks'
+  // rows past vocab_size are padding that no id looks up and no logit of takes probability.
+  std::int64_t vocab_rows(std::int64_t vocab_size, std::int64_t multiple = 1) const {
+    return TensorShard::vocabulary(vocab_size, multiple).padded_part(size_);
+  }
   // This rank's part of `whole` (a new contiguous tensor; `whole` itself when replicated).
   at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard) const;
   // The whole shape of a parameter whose part on this rank has `local` shape.
@@ -100,7 +124,9 @@ class TESSERA_API TensorParallel {
   // slices with sequence parallelism).
   at::Tensor vocab_embedding(const at::Tensor& ids, const at::Tensor& weight) const;
   // The first vocabulary row this rank holds of a table of `vocab_size` rows.
-  std::int64_t vocab_start(std::int64_t vocab_size) const { return rank_ * local(vocab_size); }
+  std::int64_t vocab_start(std::int64_t vocab_size, std::int64_t multiple = 1) const {
+    return rank_ * vocab_rows(vocab_size, multiple);
+  }
   // A replicated parameter used on sequence slices (norms, row-parallel biases, positions): its
   // gradient is summed over the ranks. Without sequence parallelism the parameter itself.
   at::Tensor replicated(const at::Tensor& parameter) const;
@@ -111,8 +137,9 @@ class TESSERA_API TensorParallel {
   // sequence parallelism, else `t`.
   at::Tensor sequence_slice(const at::Tensor& t) const;
   // Logits whose last dimension is this rank's vocabulary rows, whole (an all-gather; for
-  // callers that want every logit: the loss never does).
-  at::Tensor gather_vocabulary(const at::Tensor& logits) const;
+  // callers that want every logit: the loss never does), the padding past `vocab_size` dropped
+  // (0: none).
+  at::Tensor gather_vocabulary(const at::Tensor& logits, std::int64_t vocab_size = 0) const;
 
   // --- Randomness --------------------------------------------------------------------------------
   // Dropout of activations that differ across ranks (this rank's heads, its sequence slice)

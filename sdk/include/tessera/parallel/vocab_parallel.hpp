@@ -21,8 +21,10 @@ struct VocabParallelCrossEntropy {
 
 // logits [tokens, local vocab] (any float dtype; computed in float32), labels [tokens] int64
 // with `ignore_index` where no loss is taken. `label_smoothing` spreads that mass uniformly over
-// the whole vocabulary (`vocab_size` columns in all), as at::cross_entropy_loss does. A
-// collective: every rank of `group` calls it with its columns of the same tokens.
+// the whole vocabulary (`vocab_size` columns in all), as at::cross_entropy_loss does. Columns at
+// or past `vocab_size` (a padded vocabulary's, TensorParallel::vocab_rows) take no probability
+// and get a zero gradient. A collective: every rank of `group` calls it with its columns of the
+// same tokens.
 TESSERA_API VocabParallelCrossEntropy vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& labels,
                                                                    std::int64_t vocab_start, std::int64_t vocab_size,
                                                                    Communicator& group, double label_smoothing,

@@ -40,7 +40,8 @@ std::vector<std::string> key_parts_by_name(std::vector<OptimizerPart>& parts);
 StateDict optimizer_state_by_index(const StateDict& by_name_index, const std::vector<std::string>& names,
                                    const std::vector<std::string>& params_names);
 // int64 [rank, size, shard dim, blocks, local shape...]: part `rank` of `size` (of the
-// tensor-parallel or, for stacked experts, the expert-parallel ranks).
+// tensor-parallel or, for stacked experts, the expert-parallel ranks). A padded split (the
+// vocabulary's, TensorShard::padded) gives -whole for blocks: its parts are cut back to it.
 at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArrayRef local_shape);
 // The parts of every rank joined into the optimizer state of whole parameters (flattened): for
 // each parameter, the parts of each of its layout's ranks merged (merge_optimizer_parts), then
