@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "reference_process.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kinds/tokenizer.hpp"
@@ -32,9 +33,8 @@ using nlohmann::ordered_json;
 class ChatTemplateInterop : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string out;
-    if (run_command(python_ + " -c 'import transformers, jinja2'", out) != 0) {
-      GTEST_SKIP() << "transformers is not installed in .venv (tools/setup.sh installs it): " << out;
+    if (!testing::python_has(python_, {"transformers", "jinja2"})) {
+      GTEST_SKIP() << "transformers is not installed in .venv (tools/setup.sh installs it)";
     }
   }
 

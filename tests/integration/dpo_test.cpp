@@ -29,8 +29,7 @@ class Dpo : public HfInterop {
   void SetUp() override {
     HfInterop::SetUp();
     if (IsSkipped()) return;
-    std::string out;
-    if (run_command(python_ + " -c 'import peft'", out) != 0) GTEST_SKIP() << "peft is not installed in .venv: " << out;
+    if (!python_has({"peft"})) GTEST_SKIP() << "peft is not installed in .venv (tools/setup.sh installs it)";
     base_ = dir_.file("llama");
     reference("make-llama " + base_ + " --kv-heads 2");
     std::string lines;
@@ -69,13 +68,17 @@ class Dpo : public HfInterop {
   // fine-tuning.
   nlohmann::json python(const std::string& run, const std::string& args, const std::string& base = "") {
     const std::string adapter = run == "-" ? "-" : dir_.file("runs/" + run + "/exports/step_00000001");
-    std::string out;
-    const int rc = run_command("(" + python_ + " " + testing::source_dir() + "/tools/interop/dpo_reference.py " +
-                                   (base.empty() ? base_ : base) +
-                                   " " + adapter + " " + pairs_ +
-                                   " --steps 3 --pairs-per-step 4 --lr 1e-2 " + args + " 2>&1)",
-                               out);
-    EXPECT_EQ(rc, 0) << out;
+    if (!dpo_process_) {  // one process for the test's references (tools/interop/serve.py)
+      dpo_process_ = std::make_unique<testing::ReferenceProcess>(
+          python_, testing::source_dir() + "/tools/interop/serve.py",
+          testing::source_dir() + "/tools/interop/dpo_reference.py", dir_.file("dpo_reference.err"));
+    }
+    std::string out, err;
+    const int rc = dpo_process_->run((base.empty() ? base_ : base) + " " + adapter + " " + pairs_ +
+                                         " --steps 3 --pairs-per-step 4 --lr 1e-2 " + args,
+                                     out);
+    run_command("cat " + dir_.file("dpo_reference.err"), err);
+    EXPECT_EQ(rc, 0) << out << err;
     return nlohmann::json::parse(last_line(out), nullptr, false);
   }
 
@@ -97,6 +100,7 @@ class Dpo : public HfInterop {
   }
 
   std::string base_, pairs_;
+  std::unique_ptr<testing::ReferenceProcess> dpo_process_;  // ends before the fixture's files go
 };
 
 TEST_F(Dpo, EveryLossTypesStepsEqualPyTorchsWithTheBaseAsReference) {

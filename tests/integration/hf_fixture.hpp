@@ -8,9 +8,12 @@
 
 #include <array>
 #include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_fixture.hpp"
+#include "reference_process.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -21,20 +24,24 @@ constexpr std::int64_t kSeqLen = 32;
 class HfInterop : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string out;
-    if (run_command(python_ + " -c 'import transformers, safetensors'", out) != 0) {
-      GTEST_SKIP() << "transformers is not installed in .venv (tools/setup.sh installs it): " << out;
+    if (!python_has({"transformers", "safetensors"})) {
+      GTEST_SKIP() << "transformers is not installed in .venv (tools/setup.sh installs it)";
     }
   }
 
+  bool python_has(const std::vector<std::string>& modules) const { return testing::python_has(python_, modules); }
+
   // Runs hf_reference.py; fails the test (with its output) unless it exits 0. Returns stdout's
-  // last line.
+  // last line. The commands go to one hf_reference.py process per test (tools/interop/serve.py),
+  // started on the first: torch and transformers are imported once, not once per command.
   std::string reference(const std::string& args) {
+    if (!reference_process_) {
+      reference_process_ = std::make_unique<testing::ReferenceProcess>(
+          python_, testing::source_dir() + "/tools/interop/serve.py",
+          testing::source_dir() + "/tools/interop/hf_reference.py", dir_.file("python.err"));
+    }
     std::string out;
-    // In a subshell: run_command sends stderr to the output after the command's own redirections.
-    const int rc = run_command("(" + python_ + " " + testing::source_dir() + "/tools/interop/hf_reference.py " + args +
-                                   " 2>" + dir_.file("python.err") + ")",
-                               out);
+    const int rc = reference_process_->run(args, out);
     std::string err;
     run_command("cat " + dir_.file("python.err"), err);
     EXPECT_EQ(rc, 0) << args << "\n" << out << err;
@@ -122,6 +129,7 @@ class HfInterop : public ::testing::Test {
 
   const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
   TempDir dir_;
+  std::unique_ptr<testing::ReferenceProcess> reference_process_;  // before dir_ goes: declared after it
 };
 
 inline std::string model_yaml(const std::string& variant, const std::string& folder, const std::string& extra = "") {

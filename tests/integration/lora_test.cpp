@@ -45,10 +45,7 @@ class Lora : public HfInterop {
   void SetUp() override {
     HfInterop::SetUp();
     if (IsSkipped()) return;
-    std::string out;
-    if (run_command(python_ + " -c 'import peft'", out) != 0) {
-      GTEST_SKIP() << "peft is not installed in .venv (tools/setup.sh installs it): " << out;
-    }
+    if (!python_has({"peft"})) GTEST_SKIP() << "peft is not installed in .venv (tools/setup.sh installs it)";
     tokens_ = dir_.file("tokens.bin");
     reference("tokens " + tokens_ + " --count 20000 --vocab 256");
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "reference_process.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/formats/arrow_tables.hpp"
@@ -33,8 +34,8 @@ class ParquetInput : public Cli {
   void SetUp() override {
     Cli::SetUp();
     std::string out;
-    if (run_command(python_ + " -c 'import pyarrow, datasets'", out) != 0) {
-      GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them): " << out;
+    if (!testing::python_has(python_, {"pyarrow", "datasets"})) {
+      GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them)";
     }
     if (run_command(tessera("prepare-data --help"), out) != 0 || out.find("parquet") == std::string::npos) {
       GTEST_FAIL() << "prepare-data does not offer parquet: " << out;
@@ -189,8 +190,8 @@ class ParquetExamples : public Cli {
   void SetUp() override {
     Cli::SetUp();
     std::string out;
-    if (run_command(python_ + " -c 'import pyarrow, datasets'", out) != 0) {
-      GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them): " << out;
+    if (!testing::python_has(python_, {"pyarrow", "datasets"})) {
+      GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them)";
     }
     examples_ = dir_.file("examples");
     ASSERT_EQ(run_command(python_ + " " + testing::source_dir() + "/tools/interop/parquet_reference.py examples " +

@@ -141,6 +141,30 @@ TEST_F(TensorParallel, WithDropoutRunsRepeatAndResumeBitExactly) {
             double(read_metrics(dir_.file("afalse") + "/metrics.jsonl").back()["loss"]));
 }
 
+// The quickstart GPT (configs/quickstart.yaml) with a vocabulary of 257 on 2 ranks under tp 2 (129
+// rows each, the last one padding) takes one rank's per-step losses, and its sample_text draws
+// from the gathered logits without the padding.
+TEST_F(TensorParallel, TheQuickstartWithAnOddVocabularyTrainsUnderTp2AsOneRank) {
+  const std::string quickstart = "train " + testing::source_dir() + "/configs/quickstart.yaml" + data_set() +
+                                 " --set 'plugins.paths=[" + testing::plugin_dir() + "]'" + kVocab257 +
+                                 " --set trainer.max_steps=6 --set components.scheduler.config.warmup_steps=2"
+                                 " --set components.callbacks.2.config.max_new_tokens=16 --run-dir ";
+  std::string out;
+  ASSERT_EQ(run_command(tessera(quickstart + dir_.file("one")), out), 0) << out;
+  ASSERT_EQ(run_command(tessera("launch --nproc-per-node 2 -- " + quickstart + dir_.file("tp2") + " --set parallelism.tp=2"),
+                        out),
+            0)
+      << out;
+  const auto one = read_metrics(dir_.file("one") + "/metrics.jsonl");
+  const auto tp2 = read_metrics(dir_.file("tp2") + "/metrics.jsonl");
+  ASSERT_EQ(one.size(), 6u);
+  ASSERT_EQ(tp2.size(), 6u) << out;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(double(tp2[i]["loss"]), double(one[i]["loss"]), 1e-4 * double(one[i]["loss"])) << "step " << i + 1;
+  }
+  EXPECT_TRUE(fs::exists(dir_.file("tp2") + "/samples.txt")) << "sample_text drew under tp 2: " << out;
+}
+
 // Saved under one mesh, resumed under another: the steps after the checkpoint are the
 // uninterrupted run's (whole parameters and optimizer state in the checkpoint, cut again).
 TEST_F(TensorParallel, CheckpointsReshardAcrossMeshes) {

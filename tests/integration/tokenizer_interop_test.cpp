@@ -26,9 +26,8 @@ using testing::TempDir;
 class TokenizerInterop : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string out;
-    if (run_command(python_ + " -c 'import tokenizers, sentencepiece'", out) != 0) {
-      GTEST_SKIP() << "tokenizers/sentencepiece are not installed in .venv (tools/setup.sh installs them): " << out;
+    if (!testing::python_has(python_, {"tokenizers", "sentencepiece"})) {
+      GTEST_SKIP() << "tokenizers/sentencepiece are not installed in .venv (tools/setup.sh installs them)";
     }
     reference("corpus " + corpus_ + " --lines 3000");
   }

@@ -38,7 +38,7 @@ def sequence_logps(model, rows):
     return torch.stack(sums), torch.tensor(counts, dtype=torch.float32)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("base")
     p.add_argument("adapter")
@@ -49,7 +49,7 @@ def main():
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--loss-type", default="sigmoid")
     p.add_argument("--label-smoothing", type=float, default=0.0)
-    a = p.parse_args()
+    a = p.parse_args(argv)
 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

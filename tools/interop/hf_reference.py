@@ -14,6 +14,8 @@
     hf_reference.py loss DIR --tokens FILE --seq-len T --batch B --batches K [--mutate WHAT] [--adapter PEFT_DIR]
     hf_reference.py train DIR --tokens FILE --seq-len T --batch B --world W --steps N --lr LR ...
 
+serve.py runs these commands in one process for a test (tests/integration/reference_process.hpp).
+
 Models are built from a config in Python (nothing is downloaded) with weights of realistic
 scale: at GPT-2's 0.02 init a model is so close to linear that a wrong GELU variant or RoPE
 layout changes the loss by less than the tests' tolerance. `loss` prints one JSON line,
@@ -366,7 +368,7 @@ def train(args):
     print(json.dumps(losses))
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -523,7 +525,7 @@ def main():
             c.add_argument("--eps", type=float, default=1e-8)
             c.add_argument("--weight-decay", type=float, default=0.0)
             c.add_argument("--clip", type=float, default=0.0)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.fn(args)
 
 
