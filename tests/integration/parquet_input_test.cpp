@@ -29,14 +29,25 @@ namespace parquet_input_test {
 
 namespace fs = std::filesystem;
 
-class ParquetInput : public Cli {
+// The CLI fixture with pyarrow and datasets in .venv to write the inputs (skipped without them).
+class WithPyarrow : public Cli {
  protected:
   void SetUp() override {
     Cli::SetUp();
-    std::string out;
     if (!testing::python_has(python_, {"pyarrow", "datasets"})) {
       GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them)";
     }
+  }
+
+  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
+};
+
+class ParquetInput : public WithPyarrow {
+ protected:
+  void SetUp() override {
+    WithPyarrow::SetUp();
+    if (IsSkipped()) return;
+    std::string out;
     if (run_command(tessera("prepare-data --help"), out) != 0 || out.find("parquet") == std::string::npos) {
       GTEST_FAIL() << "prepare-data does not offer parquet: " << out;
     }
@@ -79,7 +90,6 @@ class ParquetInput : public Cli {
     return p;
   }
 
-  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
   std::string corpus_, tokenizer_;
 };
 
@@ -185,14 +195,12 @@ TEST_F(ParquetInput, BadFilesAreOneLineNamingTheFileExitTwoAndLeaveNothing) {
 }
 
 // Fine-tuning examples as tables (tools/interop/parquet_reference.py examples).
-class ParquetExamples : public Cli {
+class ParquetExamples : public WithPyarrow {
  protected:
   void SetUp() override {
-    Cli::SetUp();
+    WithPyarrow::SetUp();
+    if (IsSkipped()) return;
     std::string out;
-    if (!testing::python_has(python_, {"pyarrow", "datasets"})) {
-      GTEST_SKIP() << "pyarrow and datasets are not installed in .venv (tools/setup.sh installs them)";
-    }
     examples_ = dir_.file("examples");
     ASSERT_EQ(run_command(python_ + " " + testing::source_dir() + "/tools/interop/parquet_reference.py examples " +
                               examples_ + " 2>&1",
@@ -230,7 +238,6 @@ class ParquetExamples : public Cli {
     return rows;
   }
 
-  const std::string python_ = testing::source_dir() + "/.venv/bin/python3";
   std::string examples_, template_;
 };
 
