@@ -168,60 +168,6 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
 
 Trainer::~Trainer() = default;
 
-void Trainer::count_parameters() {
-  // Each split parameter counted whole; over a pipeline, every stage's summed, a tied
-  // embedding's copy once, and the adapters' as the model's FLOPs count the whole model.
-  const std::set<const c10::TensorImpl*> tied_copies = pipeline_tied_copies();
-  auto own = [&](const at::Tensor& p) { return !tied_copies.count(p.unsafeGetTensorImpl()); };
-  at::Tensor counts = at::tensor(
-      {whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p); }),
-       whole_parameter_count([&](const std::string&, const at::Tensor& p) { return own(p) && p.requires_grad(); }),
-       whole_parameter_count(
-           [&](const std::string& name, const at::Tensor&) { return parts_.adapter_parameters.count(name) > 0; })},
-      at::kLong);
-  if (pp_) pp_->group()->all_reduce(counts);
-  whole_parameters_ = counts[0].item<std::int64_t>();
-  whole_trainable_ = counts[1].item<std::int64_t>();
-  added_parameters_ = static_cast<double>(counts[2].item<std::int64_t>());
-  // The share of the model's own elements (not the adapters' additions) that is frozen.
-  const double base = static_cast<double>(whole_parameters_) - added_parameters_;
-  frozen_share_ = whole_trainable_ == whole_parameters_ || base <= 0
-                      ? 0
-                      : static_cast<double>(whole_parameters_ - whole_trainable_) / base;
-}
-
-double Trainer::flops_per_token(std::int64_t seq_len) const {
-  const double model = parts_.model->flops_per_token(seq_len);
-  if (frozen_share_ == 0) return model;
-  return adapted_flops_per_token(model, parts_.model->flops_per_token(0), frozen_share_, added_parameters_);
-}
-
-std::int64_t Trainer::whole_parameter_count(
-    const std::function<bool(const std::string&, const at::Tensor&)>& counted) const {
-  const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
-  std::int64_t n = 0;
-  for (const auto& item : parts_.model->named_parameters()) {
-    if (!counted(item.key(), item.value())) continue;
-    std::int64_t numel = 1;  // of the whole parameter: a padded vocabulary's padding is not counted
-    const TensorShard shard = shard_in(plan, item.key());
-    for (const std::int64_t d : whole_shape(item.value().sizes(), shard, ranks_of(shard, tp_, ep_))) numel *= d;
-    n += numel;
-  }
-  return n;
-}
-
-std::vector<TensorShard> Trainer::optimizer_shards() const {
-  const TensorParallelPlan plan = parts_.model->tensor_parallel_plan();
-  std::map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : parts_.model->named_parameters()) names[item.value().unsafeGetTensorImpl()] = item.key();
-  std::vector<TensorShard> shards;
-  for (const auto& p : parts_.optimizer->parameters()) {
-    const auto name = names.find(p.unsafeGetTensorImpl());
-    shards.push_back(name == names.end() ? TensorShard{} : shard_in(plan, name->second));
-  }
-  return shards;
-}
-
 // The model onto the run's device. Deferred parameters (tessera/nn/deferred_init.hpp) get storage
 // there and their initial values, all at once, unless the strategy does it a unit at a time.
 void Trainer::place_model() {
@@ -246,55 +192,6 @@ void Trainer::place_model() {
   model.initialize_parameters(deferred);
 }
 
-void Trainer::enable_checkpoints(CheckpointContext context) {
-  if (context.store.dir().empty()) throw Error("trainer: checkpoints enabled without a checkpoint folder");
-  checkpoint_ = std::move(context);
-  checkpoint_.model_config_json = export_config_json(checkpoint_.model_config_json, parts_.model->architecture_json());
-  // Leftovers of saves a crash interrupted; rank 0 alone, before any rank can start a save.
-  if (context_.rank == 0) checkpoint_.store.remove_incomplete();
-  checkpointer_ = std::make_unique<Checkpointer>(checkpoint_.settings, checkpoint_.store, checkpoint_.timeout);
-}
-
-void Trainer::save(bool checkpoint, bool export_model, const char* why) {
-  // Every rank saves at the same step. The save before may have failed on one rank after the
-  // last step boundary looked (or on rank 0 alone, in its export): all ranks learn it here,
-  // before any starts this save (whose capture may be collective) alone.
-  wait_for_last_save();
-  // A checkpoint's copy waits for the device anyway: the saved step's flag is judged first.
-  settle_pending_nonfinite();
-  const auto start = Clock::now();
-  CheckpointState captured = capture();
-  if (export_model && context_.rank == 0) prepare_export(captured);
-  auto state = std::make_shared<const CheckpointState>(std::move(captured));
-  checkpointer_->save(state, checkpoint, export_model);
-  // Written already: every rank learns now whether that failed anywhere.
-  if (!checkpointer_->settings().async) wait_for_last_save();
-  pause_s_ = std::chrono::duration<double>(Clock::now() - start).count();
-  if (checkpoint) last_checkpoint_step_ = progress_.step;
-  if (export_model) last_export_step_ = progress_.step;
-  const char* what = checkpoint && export_model ? "checkpoint and model export" : checkpoint ? "checkpoint" : "model export";
-  log::info(what, " at step ", progress_.step, " (", why, "): state copied in ", pause_s_ * 1000, " ms",
-            checkpointer_->settings().async ? "; writing in the background" : "");
-}
-
-void Trainer::save_if_due(bool stopping, bool save_requested) {
-  const std::int64_t done = progress_.step;
-  if (save_requested && !checkpointer_) {
-    log::warn("a callback asked for a checkpoint at step ", done, ", but this trainer has no checkpoint writer");
-  }
-  if (!checkpointer_ || done == 0) return;
-  const CheckpointSettings& ck = checkpoint_.settings;
-  const bool periodic = ck.every_steps > 0 && done % ck.every_steps == 0;
-  const bool final = stopping && ck.at_end;
-  const bool save_now = (periodic || final || save_requested) && last_checkpoint_step_ != done;
-  const bool export_now =
-      ((ck.export_every_steps > 0 && done % ck.export_every_steps == 0) || (stopping && ck.export_at_end)) &&
-      last_export_step_ != done;
-  if (save_now || export_now) {
-    save(save_now, export_now, save_requested ? "a callback asked" : final ? "end of training" : "periodic");
-  }
-}
-
 double Trainer::elapsed_s() const {
   return elapsed_before_ + std::chrono::duration<double>(Clock::now() - started_).count();
 }
@@ -305,14 +202,6 @@ CallbackContext Trainer::callback_context() {
 
 void Trainer::evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) {
   for_each_callback("on_evaluation_end", progress_.step, [&](Callback& cb) { cb.on_evaluation_end(ctx, metrics); });
-}
-
-void Trainer::announce_saved_checkpoints(CallbackContext& ctx) {
-  if (!checkpointer_) return;
-  for (const std::int64_t step : checkpointer_->take_completed()) {
-    const CheckpointEvent event{step, checkpoint_.store.checkpoint(step).path().string()};
-    for_each_callback("on_checkpoint_saved", progress_.step, [&](Callback& cb) { cb.on_checkpoint_saved(ctx, event); });
-  }
 }
 
 std::string Trainer::stop_reason() const {
@@ -335,22 +224,6 @@ std::string Trainer::stop_reason() const {
   }
   if (control_.stop_requested()) return "callback asked to stop: " + control_.stop_reason();
   return {};
-}
-
-void Trainer::wait_for_last_save() {
-  if (!checkpointer_) return;
-  std::exception_ptr failure;
-  try {
-    checkpointer_->wait();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  // Every rank learns whether the last save failed anywhere, so none goes on into on_train_end
-  // (where callbacks may run collectives) while another has failed.
-  at::Tensor failed = at::tensor({static_cast<std::int64_t>(failure ? 1 : 0)}, at::kLong);
-  context_.communicator->all_reduce(failed, ReduceOp::max);
-  if (!failure && failed.item<std::int64_t>() != 0) throw Error("the last checkpoint save failed on another rank (see its log)");
-  if (failure) std::rethrow_exception(failure);
 }
 
 std::string Trainer::agree_on_stop_and_save(bool& save_requested) {
