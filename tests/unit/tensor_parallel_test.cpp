@@ -75,6 +75,7 @@ TEST(TensorParallel, APaddedSplitPadsItsPartsAndNeverItsWhole) {
   EXPECT_EQ(one.size(0), 16);
   EXPECT_TRUE(TensorParallel::join({one}, TensorShard::vocabulary(9, 8)).equal(whole));
   EXPECT_EQ(TensorParallel().vocab_rows(50257, 64), 50304) << "GPT-2's vocabulary as nanoGPT pads it";
+  EXPECT_TRUE(part_of(whole, vocab, {0, 1}).is_same(whole)) << "one rank with nothing to pad keeps the whole";
   EXPECT_THROW(part_of(whole.narrow(0, 0, 8), vocab, {0, 2}), Error) << "not the whole of the split";
 }
 

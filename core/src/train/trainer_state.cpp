@@ -101,8 +101,9 @@ CheckpointState Trainer::capture() {
   if (st.write_optimizer) {
     const auto ranges = owned_ranges_of(strategy_, params.size());
     // A padded vocabulary (pad_vocab_to_multiple_of) has a layout on one rank too: its padding.
-    const bool split = tp_.size() > 1 || ep_.size() > 1 ||
-                       std::any_of(shards.begin(), shards.end(), [](const TensorShard& s) { return s.padded(); });
+    const bool split = tp_.size() > 1 || ep_.size() > 1 || std::any_of(shards.begin(), shards.end(), [](const TensorShard& s) {
+                         return s.padded() && s.padded_part(1) != s.whole;
+                       });
     for (auto& [key, t] : on_host(parts_.optimizer->state_dict())) {
       const long long index = optimizer_param_index(key);
       if (index < 0 || writes[static_cast<std::size_t>(index)]) st.optimizer[key] = t;

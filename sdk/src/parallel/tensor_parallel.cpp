@@ -45,6 +45,7 @@ at::Tensor part_of(const at::Tensor& whole, const TensorShard& shard, ShardRanks
                   std::to_string(shard.whole) + " along dimension " + std::to_string(shard.dim));
     }
     const std::int64_t part = shard.padded_part(ranks.size), start = ranks.rank * part;
+    if (ranks.size == 1 && part == shard.whole) return whole;  // alone and nothing to pad
     const std::int64_t real = std::max<std::int64_t>(0, std::min(part, shard.whole - start));
     std::vector<std::int64_t> shape(whole.sizes().begin(), whole.sizes().end());
     shape[static_cast<std::size_t>(shard.dim)] = part;
