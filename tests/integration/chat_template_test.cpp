@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
 #include <fstream>
 #include <map>
 #include <string>
@@ -259,6 +262,68 @@ TEST_F(ChatTemplateInterop, SftEvalWithTheFoldersTemplateGivesTransformersLossOv
   EXPECT_EQ(tessera.value("tokens", -1.0), transformers["targets"].get<double>()) << out;
   const double expected = transformers["loss"].get<double>();
   EXPECT_LT(std::abs(tessera["loss"].get<double>() - expected) / expected, 1e-5) << out;
+}
+
+// Every published template under every kind of conversation (system prompts, several turns, tool
+// calls with object and with JSON-string arguments, tool replies, reasoning, typed content parts,
+// Llama's builtin_tools), with and without the generation prompt: Tessera writes transformers'
+// text byte for byte, or refuses where transformers refuses. A template that crashed the process
+// once (a filter handed a string for a dict) would end this test too.
+TEST_F(ChatTemplateInterop, PublishedTemplatesRenderEveryConversationAsTransformersDoes) {
+  namespace fs = std::filesystem;
+  const ordered_json conversations = read_json(fixture("conversations.json"));
+  const ordered_json special_tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"pad_token", "<pad>"},
+                                       {"unk_token", "<unk>"}};
+  ordered_json cases = {{"templates", ordered_json::object()}, {"special_tokens", special_tokens},
+                        {"conversations", conversations}};
+  std::vector<std::string> names;
+  for (const std::string folder : {fixture(""), fixture("published")}) {
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      if (entry.path().extension() != ".jinja") continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      const std::string source{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      const std::string name = entry.path().filename().string();
+      if (cases["templates"].contains(name)) continue;
+      cases["templates"][name] = source;
+      names.push_back(name);
+    }
+  }
+  ASSERT_GE(names.size(), 30u) << "the published templates are missing from " << fixture("published");
+  std::ofstream(dir_.file("published.json")) << cases.dump();
+  reference("published " + dir_.file("published.json") + " " + dir_.file("expected.json"));
+  const ordered_json expected = read_json(dir_.file("expected.json"));
+
+  int equal_texts = 0, both_refuse = 0;
+  for (const auto& name : names) {
+    const text::ChatTemplate chat(cases["templates"][name].get<std::string>(), name, special_tokens.dump());
+    for (std::size_t i = 0; i < conversations.size(); ++i) {
+      const ordered_json& c = conversations[i];
+      SCOPED_TRACE(name + ", conversation " + std::to_string(i) + " (" + c["kind"].get<std::string>() +
+                   (c["add_generation_prompt"].get<bool>() ? ", generation prompt)" : ")"));
+      text::ChatOptions options;
+      options.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+      options.tools_json = c.contains("tools") ? c["tools"].dump() : "";
+      options.variables_json = c["extra"].dump();
+      std::string text, error;
+      try {
+        text = chat.render(c["messages"].dump(), options);
+      } catch (const tessera::Error& e) {
+        error = e.what();
+      }
+      const ordered_json& want = expected[name][i];
+      if (want.contains("error")) {
+        EXPECT_FALSE(error.empty()) << "transformers refused (" << want["error"] << "), Tessera rendered:\n" << text;
+        EXPECT_EQ(error.rfind(name + ":", 0), 0u) << "an error names the template and the position: " << error;
+        both_refuse += !error.empty();
+        continue;
+      }
+      EXPECT_TRUE(error.empty()) << error;
+      EXPECT_EQ(text, want["text"].get<std::string>());
+      equal_texts += error.empty() && text == want["text"].get<std::string>();
+    }
+  }
+  std::cout << names.size() << " templates x " << conversations.size() << " conversations: " << equal_texts
+            << " texts equal to transformers', " << both_refuse << " refused by both\n";
 }
 
 }  // namespace chat_template_test

@@ -83,7 +83,7 @@ TEST(Jinja, ErrorsNameTheTemplateLineAndColumn) {
   EXPECT_EQ(error_of("{% if true %}open"), "t.jinja:1:18: unexpected end of template; expected 'elif'");
   EXPECT_EQ(error_of("{{ [1] | nosuch }}"), "t.jinja:1:10: no filter named 'nosuch'");
   // Raised by a statement rather than an expression (found by tools/fuzz/jinja_fuzzer).
-  EXPECT_EQ(error_of("{% set a, b = 1 %}"), "t.jinja:1:4: 1 is not iterable");
+  EXPECT_EQ(error_of("{% set a, b = 1 %}"), "t.jinja:1:4: 'int' object is not iterable");
   EXPECT_EQ(error_of("{{ [1].append(2) }}"),
             "t.jinja:1:14: access to attribute 'append' of 'list' object is unsafe (templates cannot change values)");
 }

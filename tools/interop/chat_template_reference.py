@@ -19,6 +19,12 @@ rendering are tested against (tests/integration/chat_template_test.cpp).
         apply_chat_template(return_assistant_tokens_mask=True) marks, summed over every chat of
         the JSON lines ({"messages": [...]}) and divided by their count.
 
+    chat_template_reference.py published CASES.json OUT.json
+        CASES: {"templates": {name: source}, "special_tokens": {...}, "conversations": [{"messages",
+        "tools"?, "add_generation_prompt", "extra"}]}. Every template renders every conversation
+        through transformers' render_jinja_template, as apply_chat_template(tokenize=False) calls
+        it with the tokenizer's special tokens. OUT: {name: [{"text"} | {"error"}, ...]}.
+
     chat_template_reference.py make-tokenizer TEMPLATE OUT_DIR
         A small byte-level BPE tokenizer folder (tokenizer.json, tokenizer_config.json with the
         template, special tokens of the model families as added tokens) for the chat cases.
@@ -70,6 +76,26 @@ def render_chats(folder, cases_path, out_path):
         if "assistant_masks" in encoded:
             result["assistant_masks"] = list(encoded["assistant_masks"])
         out.append(result)
+    json.dump(out, open(out_path, "w", encoding="utf-8"), ensure_ascii=False)
+
+
+def render_published(cases_path, out_path):
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    cases = json.load(open(cases_path, encoding="utf-8"))
+    out = {}
+    for name, source in cases["templates"].items():
+        results = []
+        for conv in cases["conversations"]:
+            kwargs = {**cases["special_tokens"], **conv.get("extra", {})}
+            try:
+                texts, _ = render_jinja_template(
+                    conversations=[conv["messages"]], tools=conv.get("tools"), chat_template=source,
+                    add_generation_prompt=conv["add_generation_prompt"], **kwargs)
+                results.append({"text": texts[0]})
+            except Exception as e:  # refused: Tessera must refuse too
+                results.append({"error": f"{type(e).__name__}: {e}"})
+        out[name] = results
     json.dump(out, open(out_path, "w", encoding="utf-8"), ensure_ascii=False)
 
 
@@ -145,6 +171,8 @@ if __name__ == "__main__":
         render_jinja(sys.argv[2], sys.argv[3])
     elif command == "chat":
         render_chats(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif command == "published":
+        render_published(sys.argv[2], sys.argv[3])
     elif command == "sft-loss":
         sft_loss(sys.argv[2], sys.argv[3], sys.argv[4])
     elif command == "make-tokenizer":

@@ -84,6 +84,9 @@ text::ChatOptions ChatEncoder::options(const nlohmann::ordered_json* row_tools) 
   o.tools_json = row_tools && !row_tools->is_null() ? row_tools->dump() : tools_json_;
   o.add_generation_prompt = add_generation_prompt_;
   o.variables_json = variables_json_;
+  // Rows from Parquet and `datasets` tables carry every column, null where a message lacks it;
+  // TRL removes those None values before the template sees them, and so do we.
+  o.drop_null_keys = true;
   return o;
 }
 

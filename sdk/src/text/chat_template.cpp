@@ -79,19 +79,20 @@ std::optional<std::string> configured_template(const fs::path& config_path, bool
   throw tessera::Error(config_path.string() + ": chat_template lists named templates but none named 'default'");
 }
 
-// Messages as the template sees them: keys with null values dropped; reasoning under its names.
-Json prepared_messages(const Json& messages) {
+// Messages as the template sees them: reasoning under its names (and keys with null values
+// dropped, where asked).
+Json prepared_messages(const Json& messages, bool drop_null_keys) {
   if (!messages.is_array()) throw tessera::Error("the messages are not a list");
   Json out = Json::array();
   for (const auto& m : messages) {
     if (!m.is_object()) throw tessera::Error("a message is not an object");
     Json kept = Json::object();
     for (auto it = m.begin(); it != m.end(); ++it) {
-      if (!it.value().is_null()) kept[it.key()] = it.value();
+      if (!drop_null_keys || !it.value().is_null()) kept[it.key()] = it.value();
     }
     const Json* reasoning = nullptr;
     for (const char* name : {"reasoning_content", "thinking", "reasoning"}) {
-      if (!reasoning && kept.contains(name)) reasoning = &kept[name];
+      if (!reasoning && kept.contains(name) && !kept[name].is_null()) reasoning = &kept[name];
     }
     if (reasoning) {
       Json aliased = Json::object();
@@ -111,7 +112,7 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; 
 // tokens, then the caller's variables (which win).
 std::string context_json(const Json& messages, const ChatOptions& options, const std::string& special_tokens_json) {
   Json context = Json::object();
-  context["messages"] = prepared_messages(messages);
+  context["messages"] = prepared_messages(messages, options.drop_null_keys);
   context["tools"] = options.tools_json.empty() ? Json() : parse_json(options.tools_json, "the tools");
   context["documents"] = Json();
   context["add_generation_prompt"] = options.add_generation_prompt;

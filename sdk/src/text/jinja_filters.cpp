@@ -101,7 +101,7 @@ Value selected(const Value& v, const CallArgs& a, bool by_attribute, bool keep) 
     const bool passes = test ? apply_test(test->as_string(), subject, test_args) : subject.truthy();
     if (passes == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));  // Jinja's select & co. are generators
 }
 
 Value mapped(const Value& v, const CallArgs& a) {
@@ -117,7 +117,7 @@ Value mapped(const Value& v, const CallArgs& a) {
       out.push_back(apply_filter(a.positional[0].as_string(), item, rest(a, 1)));
     }
   }
-  return Value::list(std::move(out));
+  return Value::iterator(std::move(out));
 }
 
 Value rounded(const Value& v, const CallArgs& a) {
@@ -200,7 +200,7 @@ const std::map<std::string, Filter>& filters() {
       const Value* by = arg(a, 1, "by");
       const std::size_t part = by && by->as_string() == "value" ? 1 : 0;
       ValueList items;
-      for (const auto& [k, x] : v.as_dict().items) items.push_back(Value::list({Value::string(k), x}, true));
+      for (const auto& [k, x] : v.as_dict().items) items.push_back(Value::list({k, x}, true));
       std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
         const Value kx = sort_key(x.as_list()[part], case_sensitive), ky = sort_key(y.as_list()[part], case_sensitive);
         return reverse ? less(ky, kx) : less(kx, ky);
@@ -213,6 +213,7 @@ const std::map<std::string, Filter>& filters() {
       return items.empty() ? Value::undefined("first of an empty sequence") : items.front();
     };
     f["last"] = [](const Value& v, const CallArgs&) {
+      if (v.is_iterator()) throw ValueError{"'" + v.type_name() + "' object is not reversible"};
       const ValueList items = v.iterate();
       return items.empty() ? Value::undefined("last of an empty sequence") : items.back();
     };
@@ -221,8 +222,11 @@ const std::map<std::string, Filter>& filters() {
     f["format"] = percent_format;
     f["indent"] = indent;
     f["items"] = [](const Value& v, const CallArgs&) {
-      if (v.is_undefined()) return Value::list({});
-      return get_attribute(v, "items").as_callable().call({});
+      if (v.is_undefined()) return Value::iterator({});
+      if (!v.is_dict() || v.is_namespace()) throw ValueError{"Can only get item pairs from a mapping."};
+      ValueList pairs;
+      for (const auto& [k, x] : v.as_dict().items) pairs.push_back(Value::list({k, x}, true));
+      return Value::iterator(std::move(pairs));
     };
     f["join"] = [](const Value& v, const CallArgs& a) {
       const Value* sep = arg(a, 0, "d");
@@ -245,12 +249,18 @@ const std::map<std::string, Filter>& filters() {
       return Value::string(replace(v.str(), a.positional.at(0).str(), a.positional.at(1).str(), n ? n->as_int() : -1));
     };
     f["reverse"] = [](const Value& v, const CallArgs&) {
+      if (v.is_string()) {
+        ValueList chars = v.iterate();
+        std::reverse(chars.begin(), chars.end());
+        std::string out;
+        for (const auto& c : chars) out += c.as_string();
+        return Value::string(out);
+      }
+      // reversed(): an iterator over a list; a dict or an iterator is copied into a list first.
       ValueList items = v.iterate();
       std::reverse(items.begin(), items.end());
-      if (!v.is_string()) return Value::list(std::move(items));
-      std::string out;
-      for (const auto& c : items) out += c.as_string();
-      return Value::string(out);
+      if (v.is_list()) return Value::iterator(std::move(items), "list_reverseiterator");
+      return Value::list(std::move(items));
     };
     f["round"] = rounded;
     f["safe"] = [](const Value& v, const CallArgs&) { return v; };
@@ -287,7 +297,7 @@ const std::map<std::string, Filter>& filters() {
           out.push_back(item);
         }
       }
-      return Value::list(std::move(out));
+      return Value::iterator(std::move(out));
     };
     f["wordcount"] = [](const Value& v, const CallArgs&) {
       return Value::integer(static_cast<std::int64_t>(split(v.str(), nullptr, -1, false).size()));

@@ -52,6 +52,27 @@ void json_string(const std::string& s, bool ensure_ascii, std::string& out) {
   out += '"';
 }
 
+// json.dumps turns a key that is not a str into text: 1 -> "1", 1.5 -> "1.5", True -> "true",
+// None -> "null"; any other key is a TypeError.
+std::string json_key(const Value& key) {
+  switch (key.type()) {
+    case Value::Type::string:
+      return key.as_string();
+    case Value::Type::boolean:
+      return key.as_bool() ? "true" : "false";
+    case Value::Type::integer:
+      return std::to_string(key.as_int());
+    case Value::Type::real: {
+      const double d = key.as_real();
+      return std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : python_float(d);
+    }
+    case Value::Type::none:
+      return "null";
+    default:
+      throw ValueError{"keys must be str, int, float, bool or None, not " + key.type_name()};
+  }
+}
+
 void json_value(const Value& v, const JsonStyle& style, int depth, std::string& out) {
   using T = Value::Type;
   const auto newline = [&](int level) {
@@ -92,10 +113,11 @@ void json_value(const Value& v, const JsonStyle& style, int depth, std::string& 
       return;
     }
     case T::dict: {
-      std::vector<const std::pair<std::string, Value>*> items;
+      if (v.is_namespace()) break;
+      std::vector<const std::pair<Value, Value>*> items;
       for (const auto& item : v.as_dict().items) items.push_back(&item);
-      if (style.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      if (style.sort_keys) {  // Python sorts the keys themselves: mixed kinds cannot be ordered
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return less(a->first, b->first); });
       }
       if (items.empty()) {
         out += "{}";
@@ -105,7 +127,7 @@ void json_value(const Value& v, const JsonStyle& style, int depth, std::string& 
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (i) out += style.item_separator;
         newline(depth + 1);
-        json_string(items[i]->first, style.ensure_ascii, out);
+        json_string(json_key(items[i]->first), style.ensure_ascii, out);
         out += style.key_separator;
         json_value(items[i]->second, style, depth + 1, out);
       }
@@ -114,12 +136,16 @@ void json_value(const Value& v, const JsonStyle& style, int depth, std::string& 
       return;
     }
     default:
-      throw ValueError{"Object of type " + std::string(v.is_undefined() ? "Undefined" : "function") +
-                       " is not JSON serializable"};
+      break;
   }
+  throw ValueError{"Object of type " + v.type_name() + " is not JSON serializable"};
 }
 
-Value from_nlohmann(const nlohmann::ordered_json& j) {
+// Deeper JSON than any conversation needs is refused rather than recursed into (the stack).
+constexpr int kMaxJsonDepth = 512;
+
+Value from_nlohmann(const nlohmann::ordered_json& j, int depth = 0) {
+  if (depth > kMaxJsonDepth) throw ValueError{"the template's variables nest deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -135,12 +161,13 @@ Value from_nlohmann(const nlohmann::ordered_json& j) {
       return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
-      for (const auto& item : j) items.push_back(from_nlohmann(item));
+      for (const auto& item : j) items.push_back(from_nlohmann(item, depth + 1));
       return Value::list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->set(it.key(), from_nlohmann(it.value()));
+      // An ordered_json object holds each key once (a repeated key's last value), so no lookups.
+      for (auto it = j.begin(); it != j.end(); ++it) d->append(Value::string(it.key()), from_nlohmann(it.value(), depth + 1));
       return Value::dict(std::move(d));
     }
     default:

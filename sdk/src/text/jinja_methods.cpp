@@ -170,7 +170,7 @@ Value dict_method(const Value& object, const std::string& name) {
   if (name == "items") {
     return Value::function("dict.items", [object](const CallArgs&) {
       ValueList out;
-      for (const auto& [k, v] : object.as_dict().items) out.push_back(Value::list({Value::string(k), v}, true));
+      for (const auto& [k, v] : object.as_dict().items) out.push_back(Value::list({k, v}, true));
       return Value::list(std::move(out));
     });
   }
@@ -185,7 +185,8 @@ Value dict_method(const Value& object, const std::string& name) {
   if (name == "get") {
     return Value::function("dict.get", [object](const CallArgs& a) {
       const Value& key = argument(a, 0, "key", "get");
-      const Value* found = key.is_string() ? object.as_dict().find(key.as_string()) : nullptr;
+      key.check_hashable();
+      const Value* found = object.as_dict().find(key);
       if (found) return *found;
       const Value* fallback = a.get(1, "default");
       return fallback ? *fallback : Value::none();
@@ -254,6 +255,14 @@ Value get_item(const Value& object, const Value& key) {
     if (key.is_string()) {
       if (const Value* found = object.as_dict().find(key.as_string())) return *found;
       return object.is_namespace() ? Value::undefined(key.as_string()) : get_attribute(object, key.as_string());
+    }
+    // Any hashable key; an unhashable one is a TypeError that Jinja's getitem turns into undefined.
+    const bool hashable = key.is_number() || key.is_none() || (key.is_list() && key.is_tuple());
+    if (hashable) {
+      try {
+        if (const Value* found = object.as_dict().find(key)) return *found;
+      } catch (const ValueError&) {
+      }
     }
     return Value::undefined();
   }

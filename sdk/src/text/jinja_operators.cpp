@@ -2,6 +2,7 @@
 // float results, floor division and modulo toward -inf, string and list concatenation and
 // repetition, and `%` formatting of a string.
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "jinja_builtins.hpp"
@@ -41,9 +42,12 @@ Value binary_operation(const std::string& op, const Value& a, const Value& b, st
     return Value::real(a.as_real() / b.as_real());
   }
   if (op == "**") {
-    if (!real && b.as_int() >= 0) {
-      std::int64_t r = 1;
-      for (std::int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
+    if (!real && b.as_int() >= 0) {  // by squaring, refusing what leaves 64 bits (Python's ints are unbounded)
+      std::int64_t r = 1, base = a.as_int();
+      for (std::int64_t e = b.as_int(); e > 0; e >>= 1) {
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) throw ValueError{"integer overflow in **"};
+        if (e > 1 && __builtin_mul_overflow(base, base, &base)) throw ValueError{"integer overflow in **"};
+      }
       return Value::integer(r);
     }
     return Value::real(std::pow(a.as_real(), b.as_real()));
@@ -58,10 +62,13 @@ Value binary_operation(const std::string& op, const Value& a, const Value& b, st
     return Value::real(x - y * std::floor(x / y));  // %
   }
   const std::int64_t x = a.as_int(), y = b.as_int();
-  if (op == "+") return Value::integer(x + y);
-  if (op == "-") return Value::integer(x - y);
-  if (op == "*") return Value::integer(x * y);
+  std::int64_t r = 0;
+  const bool overflow = op == "+" ? __builtin_add_overflow(x, y, &r) : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                        : op == "*" ? __builtin_mul_overflow(x, y, &r) : false;
+  if (overflow) throw ValueError{"integer overflow in " + op};
+  if (op == "+" || op == "-" || op == "*") return Value::integer(r);
   if (y == 0) throw ValueError{"division by zero"};
+  if (x == INT64_MIN && y == -1) throw ValueError{"integer overflow in " + op};
   std::int64_t q = x / y;
   if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
   if (op == "//") return Value::integer(q);

@@ -1,6 +1,8 @@
 // Rendering a parsed template: scopes as Jinja keeps them (a for loop's body and a macro's call
 // have their own; `namespace` objects carry values out), Python's operators, and the spans of
 // `{% generation %}` blocks.
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -38,7 +40,7 @@ class Renderer {
   Renderer(const Parsed& parsed, const Value& context) : parsed_(parsed) {
     frames_.push_back(std::make_shared<Frame>());
     if (context.is_dict()) {
-      for (const auto& [k, v] : context.as_dict().items) (*frames_[0])[k] = v;
+      for (const auto& [k, v] : context.as_dict().items) (*frames_[0])[k.as_string()] = v;
     }
     sink_ = &out_.text;
   }
@@ -120,6 +122,10 @@ class Renderer {
       statement_unpositioned(n);
     } catch (const ValueError& e) {
       fail(n, e.message);  // from the statement itself (unpacking, a loop over a number)
+    } catch (const tessera::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(n, e.what());
     }
   }
 
@@ -230,10 +236,10 @@ class Renderer {
     explicit LoopObject(const ValueList& items) : items_(items), index_(std::make_shared<std::int64_t>(0)) {
       for (const char* name : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
                                "previtem", "nextitem"}) {
-        dict_->items.emplace_back(name, Value());
+        dict_->items.emplace_back(Value::string(name), Value());
       }
       std::shared_ptr<std::int64_t> index = index_;
-      dict_->items.emplace_back("cycle", Value::function("loop.cycle", [index](const CallArgs& a) {
+      dict_->items.emplace_back(Value::string("cycle"), Value::function("loop.cycle", [index](const CallArgs& a) {
         if (a.positional.empty()) throw ValueError{"loop.cycle() needs at least one value"};
         return a.positional[static_cast<std::size_t>(*index) % a.positional.size()];
       }));
@@ -321,6 +327,10 @@ class Renderer {
       return evaluate_unpositioned(n);
     } catch (const ValueError& e) {
       fail(n, e.message);
+    } catch (const tessera::Error&) {
+      throw;  // positioned already
+    } catch (const std::exception& e) {
+      fail(n, e.what());  // a standard library refusal (an index, a number's range) is the template's error too
     }
   }
 
@@ -343,9 +353,8 @@ class Renderer {
       case K::dict: {
         auto d = std::make_shared<Dict>();
         for (std::size_t i = 0; i + 1 < n.operands.size(); i += 2) {
-          const Value key = evaluate(*n.operands[i]);
-          if (!key.is_string()) fail(*n.operands[i], "dict keys must be strings here, got " + key.repr());
-          d->set(key.as_string(), evaluate(*n.operands[i + 1]));
+          Value key = evaluate(*n.operands[i]);
+          d->set(std::move(key), evaluate(*n.operands[i + 1]));
         }
         return Value::dict(std::move(d));
       }
@@ -379,7 +388,9 @@ class Renderer {
         const Value v = evaluate(*n.operands[0]);
         if (!v.is_number()) throw ValueError{"bad operand for unary " + std::string(n.kind == K::negate ? "-" : "+") + ": " + v.repr()};
         if (n.kind == K::plus) return v;
-        return v.type() == Value::Type::real ? Value::real(-v.as_real()) : Value::integer(-v.as_int());
+        if (v.type() == Value::Type::real) return Value::real(-v.as_real());
+        if (v.as_int() == INT64_MIN) throw ValueError{"integer overflow in unary -"};
+        return Value::integer(-v.as_int());
       }
       case K::binary:
         return charge(binary_operation(n.name, evaluate(*n.operands[0]), evaluate(*n.operands[1]), kMaxText));

@@ -8,22 +8,34 @@
 
 namespace tessera::text::jinja {
 
-const Value* Dict::find(const std::string& key) const {
+const Value* Dict::find(const Value& key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (equal(k, key)) return &v;
   }
   return nullptr;
 }
 
-void Dict::set(const std::string& key, Value value) {
+const Value* Dict::find(const std::string& key) const {
+  for (const auto& [k, v] : items) {
+    if (k.is_string() && k.as_string() == key) return &v;
+  }
+  return nullptr;
+}
+
+void Dict::set(Value key, Value value) {
+  key.check_hashable();
   for (auto& [k, v] : items) {
-    if (k == key) {
-      v = std::move(value);
+    if (equal(k, key)) {
+      v = std::move(value);  // Python keeps the first key object: {1: 'a', True: 'b'} is {1: 'b'}
       return;
     }
   }
-  items.emplace_back(key, std::move(value));
+  items.emplace_back(std::move(key), std::move(value));
 }
+
+void Dict::set(const std::string& key, Value value) { set(Value::string(key), std::move(value)); }
+
+void Dict::append(Value key, Value value) { items.emplace_back(std::move(key), std::move(value)); }
 
 const Value* CallArgs::get(std::size_t index, const std::string& name) const {
   if (index < positional.size()) return &positional[index];
@@ -82,6 +94,15 @@ Value Value::dict(std::shared_ptr<Dict> d, bool is_namespace) {
   v.namespace_ = is_namespace;
   return v;
 }
+Value Value::iterator(ValueList items, std::string kind) {
+  Value v;
+  v.type_ = Type::iterator;
+  v.list_ = std::make_shared<ValueList>(std::move(items));
+  v.s_ = std::move(kind);
+  v.consumed_ = std::make_shared<bool>(false);
+  return v;
+}
+
 Value Value::function(std::string name, std::function<Value(const CallArgs&)> call) {
   Value v;
   v.type_ = Type::callable;
@@ -98,6 +119,52 @@ std::int64_t Value::as_int() const {
       return static_cast<std::int64_t>(d_);
     default:
       throw ValueError{"expected a number, got " + repr()};
+  }
+}
+
+const std::string& Value::as_string() const {
+  if (type_ != Type::string) throw ValueError{"expected a str, got " + type_name() + " " + repr()};
+  return s_;
+}
+
+const ValueList& Value::as_list() const {
+  if (type_ != Type::list) throw ValueError{"expected a list, got " + type_name() + " " + repr()};
+  return *list_;
+}
+
+Dict& Value::as_dict() const {
+  if (type_ != Type::dict) throw ValueError{"expected a dict, got " + type_name() + " " + repr()};
+  return *dict_;
+}
+
+const Callable& Value::as_callable() const {
+  if (type_ != Type::callable) throw ValueError{"'" + type_name() + "' object is not callable"};
+  return *fn_;
+}
+
+std::string Value::type_name() const {
+  switch (type_) {
+    case Type::undefined: return "Undefined";
+    case Type::none: return "NoneType";
+    case Type::boolean: return "bool";
+    case Type::integer: return "int";
+    case Type::real: return "float";
+    case Type::string: return "str";
+    case Type::list: return tuple_ ? "tuple" : "list";
+    case Type::dict: return namespace_ ? "Namespace" : "dict";
+    case Type::callable: return "function";
+    case Type::iterator: return s_;
+  }
+  return "object";
+}
+
+void Value::check_hashable() const {
+  if (type_ == Type::list && tuple_) {
+    for (const auto& item : *list_) item.check_hashable();
+    return;
+  }
+  if (type_ == Type::list || (type_ == Type::dict && !namespace_) || type_ == Type::undefined) {
+    throw ValueError{"unhashable type: '" + type_name() + "'"};
   }
 }
 
@@ -124,7 +191,8 @@ bool Value::truthy() const {
     case Type::dict:
       return namespace_ || !dict_->items.empty();
     case Type::callable:
-      return true;
+    case Type::iterator:
+      return true;  // as in Python, even an iterator with nothing left
   }
   return false;
 }
@@ -152,7 +220,7 @@ std::int64_t Value::length() const {
     case Type::undefined:
       return 0;
     default:
-      throw ValueError{"object of type " + repr() + " has no length"};
+      throw ValueError{"object of type '" + type_name() + "' has no len()"};
   }
 }
 
@@ -162,8 +230,13 @@ ValueList Value::iterate() const {
       return *list_;
     case Type::dict: {
       ValueList keys;
-      for (const auto& item : dict_->items) keys.push_back(Value::string(item.first));
+      for (const auto& item : dict_->items) keys.push_back(item.first);
       return keys;
+    }
+    case Type::iterator: {
+      if (*consumed_) return {};
+      *consumed_ = true;
+      return *list_;
     }
     case Type::string: {
       ValueList chars;
@@ -173,7 +246,7 @@ ValueList Value::iterate() const {
     case Type::undefined:
       return {};
     default:
-      throw ValueError{repr() + " is not iterable"};
+      throw ValueError{"'" + type_name() + "' object is not iterable"};
   }
 }
 
@@ -255,7 +328,7 @@ std::string Value::repr() const {
       if (namespace_) return "<Namespace>";
       std::string out = "{";
       for (std::size_t i = 0; i < dict_->items.size(); ++i) {
-        out += (i ? ", " : "") + string_repr(dict_->items[i].first) + ": " + dict_->items[i].second.repr();
+        out += (i ? ", " : "") + dict_->items[i].first.repr() + ": " + dict_->items[i].second.repr();
       }
       return out + "}";
     }
@@ -280,6 +353,8 @@ std::string Value::str() const {
       return s_;
     case Type::callable:
       return "<function " + fn_->name + ">";
+    case Type::iterator:
+      return "<" + s_ + " object>";  // Python adds an address, which no template can rely on
     default:
       return repr();
   }
@@ -318,6 +393,8 @@ bool equal(const Value& a, const Value& b) {
     }
     case T::callable:
       return &a.as_callable() == &b.as_callable();
+    case T::iterator:
+      return a.list_ptr() == b.list_ptr();
     default:
       return false;
   }
@@ -333,7 +410,7 @@ bool less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw ValueError{"cannot order " + a.repr() + " and " + b.repr()};
+  throw ValueError{"'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'"};
 }
 
 }  // namespace tessera::text::jinja

@@ -16,6 +16,9 @@ struct ChatOptions {
   std::string tools_json;      // a JSON list of tool schemas, or empty for none (`tools` is None)
   bool add_generation_prompt = false;
   std::string variables_json;  // a JSON object of further variables (enable_thinking, date_string, ...)
+  // Drop a message's keys whose value is null first, as TRL does to rows from `datasets` tables
+  // (where every row has every column). apply_chat_template itself keeps them (None).
+  bool drop_null_keys = false;
 };
 
 struct ChatRendering {
@@ -40,7 +43,7 @@ class TESSERA_API ChatTemplate {
   static ChatTemplate from_path(const std::string& path, const std::string& tokens_folder, bool with_tools = false);
 
   // apply_chat_template(messages, tokenize=False): `messages_json` is a JSON list of messages.
-  // Keys whose value is null are dropped and reasoning fields aliased, as transformers does.
+  // Reasoning fields are aliased (reasoning_content, thinking, reasoning), as transformers does.
   std::string render(const std::string& messages_json, const ChatOptions& options) const;
 
   // The conversation and its targets: what the template's {% generation %} blocks write where it
