@@ -1,5 +1,6 @@
 #include "tessera/run/evaluate.hpp"
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
@@ -46,8 +47,15 @@ Batch draw_agreed(Dataset& data, std::int64_t micro_batch_size, std::int64_t voc
 }  // namespace
 
 EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t batches,
-                         std::int64_t micro_batch_size, const RunContext& run) {
+                         std::int64_t micro_batch_size, const RunContext& run, const ReferenceLogits& reference) {
   const c10::Device device(run.device);
+  const bool needs_reference = loss.needs_reference();
+  if (needs_reference && !reference) {
+    throw Error("the loss compares the model with a reference model (Loss::needs_reference), which nothing here "
+                "provides: evaluate it in a trainer's run (callback/evaluation, tessera eval)");
+  }
+  const std::vector<std::string> metric_names = loss.metric_names();
+  (void)loss.take_metric_sums();  // a step's, if any were left: the evaluation's start from nothing
   model.eval();
   at::Tensor sums;  // summed loss, target tokens, input tokens, batches
   try {
@@ -71,6 +79,11 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
       Batch batch = draw_agreed(data, micro_batch_size, vocab_size, run);
       const at::Tensor input_ids = batch.input_ids.to(device), labels = batch.labels.to(device);
       const at::Tensor documents = batch.document_ids.defined() ? batch.document_ids.to(device) : at::Tensor();
+      if (needs_reference) {
+        if (pp.size() > 1) throw Error("a loss with a reference model is not evaluated under pipeline parallelism");
+        loss.take_reference(reference(input_ids, documents), labels);
+        model.eval();  // the reference forward may have left it in training mode
+      }
       if (pp.size() > 1) {
         // Stage by stage in the data's order: each takes the stage before's output, the last the loss.
         PendingSends sends;
@@ -100,6 +113,14 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
     sums = at::stack({loss_sum.cpu(), at::scalar_tensor(static_cast<double>(targets), at::kDouble),
                       at::scalar_tensor(static_cast<double>(inputs), at::kDouble),
                       at::scalar_tensor(static_cast<double>(batches), at::kDouble)});
+    if (!metric_names.empty()) {
+      // The loss's metric sums and their count (Loss::take_metric_sums), reduced with the rest.
+      at::Tensor metric_sums = loss.take_metric_sums();
+      if (!metric_sums.defined() || metric_sums.numel() != static_cast<std::int64_t>(metric_names.size()) + 1) {
+        metric_sums = at::zeros({static_cast<std::int64_t>(metric_names.size()) + 1}, at::kDouble);
+      }
+      sums = at::cat({sums, metric_sums.detach().to(at::kCPU, at::kDouble).reshape({-1})});
+    }
   } catch (...) {
     model.train();
     throw;
@@ -112,6 +133,12 @@ EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t b
   totals.target_tokens = sums[1].item<double>();
   totals.input_tokens = sums[2].item<double>();
   totals.batches = static_cast<std::int64_t>(sums[3].item<double>());
+  if (!metric_names.empty()) {
+    const double count = sums[4 + static_cast<std::int64_t>(metric_names.size())].item<double>();
+    for (std::size_t i = 0; i < metric_names.size(); ++i) {
+      if (count > 0) totals.metrics.emplace_back(metric_names[i], sums[4 + static_cast<std::int64_t>(i)].item<double>() / count);
+    }
+  }
   return totals;
 }
 

@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -44,7 +47,7 @@ class Dpo : public HfInterop {
   }
 
   std::string dpo_spec(const std::string& name, const std::string& loss, bool adapters = true,
-                       const std::string& model = "") {
+                       const std::string& model = "", const std::string& extra = "") {
     return dir_.write(
         name + ".yaml",
         "name: " + name + "\nplugins: {paths: [" + testing::plugin_dir() + "]}\n" + "settings: {seed: 1, run_dir: " +
@@ -60,7 +63,7 @@ class Dpo : public HfInterop {
             "0.999, eps: 1.0e-8, weight_decay: 0, implementation: loop, model: {instance_key: model, pass_type: "
             "BY_REFERENCE}}}\n" +
             "trainer: {max_steps: 3, micro_batch_size: 4, clip_grad_norm: 0}\n" +
-            (adapters ? "checkpoint: {export_format: peft, export_every_steps: 1}\n" : ""));
+            (adapters ? "checkpoint: {export_format: peft, export_every_steps: 1}\n" : "") + extra);
   }
 
   // The reference's losses and metrics for the adapter of `run`'s first export (its lora_A is
@@ -251,6 +254,104 @@ TEST_F(Dpo, RoutedQwen3MoeAndDeepSeekV3StepsEqualPyTorchs) {
     const auto metrics = read_metrics(dir_.file("runs/" + name + "/metrics.jsonl"));
     expect_steps_equal(metrics, python("-", "--beta 0.1", folder), name);
     EXPECT_NE(metrics[1]["rewards/margins"].get<double>(), 0.0) << "the policy moved from the reference";
+  }
+}
+
+// Evaluating loss/dpo on held-out pairs: the evaluation callback (at the end of training) and
+// `tessera eval` of the run's last checkpoint run the reference pass and report TRL's evaluation
+// metrics, equal to plain PyTorch's on the same weights: the PEFT export over the base (the
+// reference, adapters off), and for full fine-tuning the hf export against the starting
+// weights, which `tessera eval` reads back from the checkpoint's frozen copy.
+TEST_F(Dpo, EvaluationReportsTrlsMetricsOnHeldOutPairsAsPyTorch) {
+  std::string lines;
+  const char* const prompts[] = {"5+5=", "capital of Spain?", "say bye", "grass colour", "a,b,c,", "opposite of in"};
+  const char* const chosen[] = {"10", "Madrid", "bye!", "green", "d", "out"};
+  const char* const rejected[] = {"11", "Rome", "hello", "red", "z", "on"};
+  for (int i = 0; i < 6; ++i) {
+    lines += nlohmann::json{{"prompt", prompts[i]}, {"chosen", chosen[i]}, {"rejected", rejected[i]}}.dump() + "\n";
+  }
+  const std::string held_out = dir_.write("held_out.jsonl", lines);
+  const std::string evaluation =
+      "  callbacks:\n    - component_key: callback\n      variant_key: evaluation\n      config:\n"
+      "        name: eval\n        every: 0\n        batches: 3\n        micro_batch_size: 4\n"
+      "        loss: {instance_key: loss, pass_type: BY_REFERENCE}\n"
+      "        data: {component_key: dataset, variant_key: preference_jsonl, config: {path: " + held_out +
+      ", tokenizer: {component_key: tokenizer, variant_key: bytes}, seq_len: 40, shuffle: false}}\n";
+  for (const bool adapters : {true, false}) {
+    const std::string name = adapters ? "eval-lora" : "eval-full";
+    SCOPED_TRACE(name);
+    // The callbacks go under components (the spec's last section before trainer: is components').
+    std::string spec_text;
+    {
+      const std::string plain = dpo_spec(name + "-plain", "{beta: 0.1}", adapters);
+      std::ifstream in(plain);
+      spec_text.assign(std::istreambuf_iterator<char>(in), {});
+      const std::size_t trainer = spec_text.find("trainer:");
+      spec_text.insert(trainer, evaluation);
+      spec_text += adapters ? "" : "checkpoint: {export_format: hf, export_every_steps: 3}\n";
+      spec_text = std::regex_replace(spec_text, std::regex(name + "-plain"), name);
+    }
+    const std::string spec = dir_.write(name + ".yaml", spec_text);
+    std::string out;
+    ASSERT_EQ(run_command(testing::tessera_binary() + " train " + spec + " --set checkpoint.every_steps=3 2>&1", out), 0)
+        << out;
+    const std::string run = dir_.file("runs/" + name);
+    const std::string export_dir = run + "/exports/step_00000003";
+    nlohmann::json expected;
+    {
+      std::string err;
+      if (!dpo_process_) {
+        dpo_process_ = std::make_unique<testing::ReferenceProcess>(
+            python_, testing::source_dir() + "/tools/interop/serve.py",
+            testing::source_dir() + "/tools/interop/dpo_reference.py", dir_.file("dpo_reference.err"));
+      }
+      const std::string args = adapters ? "eval - " + base_ + " " + held_out + " --adapter " + export_dir
+                                        : "eval " + export_dir + " " + base_ + " " + held_out;
+      ASSERT_EQ(dpo_process_->run(args + " --beta 0.1", out), 0) << out;
+      expected = nlohmann::json::parse(last_line(out));
+    }
+    const auto close = [](double got, double want) { return std::abs(got - want) <= 1e-5 * std::max(1.0, std::abs(want)); };
+    // `tessera eval` of the last checkpoint.
+    ASSERT_EQ(run_command("(" + testing::tessera_binary() + " eval " + spec + " --resume " + run +
+                              "/checkpoints/step_00000003 --batches 3 2>/dev/null)",
+                          out),
+              0)
+        << out;
+    const auto tessera = nlohmann::json::parse(out.substr(out.rfind('{')));
+    EXPECT_TRUE(close(tessera.at("loss").get<double>(), expected["loss"].get<double>())) << out << "\n" << expected;
+    // The evaluation callback's at the end of training, in metrics.jsonl.
+    nlohmann::json at_end;
+    std::ifstream metrics(run + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto row = nlohmann::json::parse(line);
+      if (row.contains("eval")) at_end = row;
+    }
+    ASSERT_TRUE(at_end.is_object()) << "no evaluation in " << run << "/metrics.jsonl";
+    EXPECT_TRUE(close(at_end.at("eval/loss").get<double>(), expected["loss"].get<double>())) << at_end;
+    for (const char* metric : {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+                               "logps/chosen", "logps/rejected"}) {
+      const double want = expected[metric].get<double>();
+      EXPECT_TRUE(close(tessera.at(std::string("eval_") + metric).get<double>(), want)) << metric << ": " << out;
+      EXPECT_TRUE(close(at_end.at(std::string("eval/") + metric).get<double>(), want)) << metric << ": " << at_end;
+    }
+    EXPECT_GT(std::abs(expected["rewards/margins"].get<double>()), 1e-3) << "training moved the policy";
+
+    // `tessera plan` counts the frozen copy: as many bytes as the parameters, which the run held
+    // beside them.
+    ASSERT_EQ(run_command("(" + testing::tessera_binary() + " plan " + spec + " --ranks 1 --json 2>/dev/null)", out), 0)
+        << out;
+    const auto plan = nlohmann::json::parse(out);
+    ASSERT_FALSE(plan["meshes"].empty()) << out;
+    const auto& largest = plan["meshes"][0]["largest"];
+    const auto measured = read_metrics(run + "/metrics.jsonl");
+    ASSERT_FALSE(measured.empty());
+    if (adapters) {
+      EXPECT_EQ(largest["reference_bytes"].get<double>(), 0.0) << "the base with adapters off is the reference";
+    } else {
+      EXPECT_EQ(largest["reference_bytes"].get<double>(), largest["parameter_bytes"].get<double>()) << out;
+      EXPECT_EQ(largest["parameter_bytes"].get<double>() + largest["reference_bytes"].get<double>(),
+                measured[0]["parameter_bytes"].get<double>());
+    }
   }
 }
 

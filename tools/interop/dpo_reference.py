@@ -15,6 +15,13 @@ over its completion (ipo: their mean), the reference's with the adapter disabled
 TRL's DPOTrainer formula averaged over the step's pairs, then one torch.optim.AdamW step
 (betas 0.9/0.999, eps 1e-8, no weight decay, as the test's spec). Prints
 {"losses": [...], "metrics": [{rewards/..., logps/...}, ...]} per step.
+
+    dpo_reference.py eval POLICY_DIR REFERENCE_DIR PAIRS.jsonl [--adapter ADAPTER_DIR] [--beta B]
+
+TRL's evaluation metrics of a trained policy on held-out pairs, without gradients: POLICY_DIR a
+Hugging Face folder (a full fine-tuning's export), or with --adapter the base REFERENCE_DIR with a
+PEFT adapter over it; the reference is REFERENCE_DIR (with an adapter: the base, adapter off).
+Prints {"loss", "rewards/chosen", ..., "logps/rejected"}, the sigmoid loss and means over every pair.
 """
 import argparse
 import contextlib
@@ -38,7 +45,48 @@ def sequence_logps(model, rows):
     return torch.stack(sums), torch.tensor(counts, dtype=torch.float32)
 
 
+def evaluate(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("policy")
+    p.add_argument("reference")
+    p.add_argument("pairs")
+    p.add_argument("--adapter")
+    p.add_argument("--beta", type=float, default=0.1)
+    a = p.parse_args(argv)
+
+    from transformers import AutoModelForCausalLM
+
+    load = lambda path: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    reference = load(a.reference)
+    if a.adapter:
+        from peft import PeftModel
+        policy = PeftModel.from_pretrained(reference, a.adapter).eval()
+    else:
+        policy = load(a.policy)
+    rows = []
+    for line in open(a.pairs, encoding="utf-8"):
+        if line.strip():
+            pair = json.loads(line)
+            prompt = pair["prompt"].encode("utf-8")
+            rows += [(prompt, pair["chosen"].encode("utf-8")), (prompt, pair["rejected"].encode("utf-8"))]
+    with torch.no_grad():
+        logps, _ = sequence_logps(policy, rows)
+        with policy.disable_adapter() if a.adapter else contextlib.nullcontext():
+            ref, _ = sequence_logps(policy if a.adapter else reference, rows)
+    chosen, rejected = logps[0::2].double(), logps[1::2].double()
+    h = (chosen - rejected) - (ref[0::2].double() - ref[1::2].double())
+    r_c, r_r = a.beta * (chosen - ref[0::2].double()), a.beta * (rejected - ref[1::2].double())
+    print(json.dumps({"loss": float((-F.logsigmoid(a.beta * h)).mean()), "rewards/chosen": float(r_c.mean()),
+                      "rewards/rejected": float(r_r.mean()), "rewards/accuracies": float((r_c > r_r).double().mean()),
+                      "rewards/margins": float((r_c - r_r).mean()), "logps/chosen": float(chosen.mean()),
+                      "logps/rejected": float(rejected.mean())}))
+
+
 def main(argv=None):
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "eval":
+        return evaluate(argv[1:])
     p = argparse.ArgumentParser()
     p.add_argument("base")
     p.add_argument("adapter")

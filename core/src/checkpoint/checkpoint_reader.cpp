@@ -110,7 +110,9 @@ CheckpointMetadata verify_checkpoint(const std::string& path, CheckpointParts pa
                           " but the folder is step " + std::to_string(named));
   }
   for (const auto& [file, expected] : m.files) {
-    if (parts == CheckpointParts::model && file != CheckpointFolder::kModel) continue;  // not read: not checked
+    const bool read = parts == CheckpointParts::everything || file == CheckpointFolder::kModel ||
+                      (parts == CheckpointParts::model_and_reference && file == CheckpointFolder::kReference);
+    if (!read) continue;  // not read: not checked
     const fs::path p = folder.file(file);
     std::error_code ec;
     const auto size = fs::file_size(p, ec);
@@ -143,6 +145,7 @@ LoadedCheckpoint read_checkpoint(const std::string& path, std::int64_t rank, Che
   if (out.metadata.files.count(CheckpointFolder::kReference)) {
     out.reference = read_safetensors(folder.file(CheckpointFolder::kReference).string()).tensors;
   }
+  if (parts == CheckpointParts::model_and_reference) return out;
   // Every rank that holds optimizer state of its own wrote it: all with sharded state, else
   // rank 0, or with tensor parallelism one rank per tensor-parallel rank, and for stacked experts
   // under expert parallelism one per expert-parallel rank (a file may then hold some parameters

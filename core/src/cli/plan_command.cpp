@@ -58,13 +58,15 @@ nlohmann::json to_json(const core::PlanResult& result, std::int64_t ranks, doubl
     m["spec_mesh"] = mesh.spec_mesh;
     m["bubble"] = mesh.bubble;
     const core::PlannedMemory largest = mesh.largest();
-    m["largest"] = {{"parameter_bytes", largest.parameters},    {"gradient_bytes", largest.gradients},
+    m["largest"] = {{"parameter_bytes", largest.parameters},    {"reference_bytes", largest.reference},
+                    {"gradient_bytes", largest.gradients},
                     {"optimizer_bytes", largest.optimizer_state}, {"activation_bytes", largest.activations},
                     {"total_bytes", mesh.largest_total()},          {"communicated_bytes", mesh.largest_communicated()}};
     m["ranks"] = nlohmann::json::array();
     for (const auto& r : mesh.ranks) {
       nlohmann::json rank = {{"rank", r.rank},
                              {"parameter_bytes", r.memory.parameters},
+                             {"reference_bytes", r.memory.reference},
                              {"gradient_bytes", r.memory.gradients},
                              {"optimizer_bytes", r.memory.optimizer_state},
                              {"activation_bytes", r.memory.activations},
@@ -96,12 +98,15 @@ void print_table(const core::PlanResult& result, std::int64_t ranks, double devi
     std::snprintf(bubble, sizeof bubble, "%.3f", mesh.bubble);
     std::cout << std::left << std::setw(4) << ++index << std::setw(name_width) << (mesh.spec_mesh ? "*" : "") + mesh_name(mesh) << std::setw(9)
               << mesh.strategy << std::setw(5) << (mesh.fits ? "yes" : "no") << std::right << std::setw(12)
-              << gib(m.parameters) << std::setw(12) << gib(m.gradients) << std::setw(12) << gib(m.optimizer_state)
+              << gib(m.parameters + m.reference) << std::setw(12) << gib(m.gradients) << std::setw(12) << gib(m.optimizer_state)
               << std::setw(13) << gib(m.activations) << std::setw(12) << gib(mesh.largest_total()) << std::setw(14)
               << gib(mesh.largest_communicated()) << std::setw(8) << bubble << "\n";
   }
   for (const auto& mesh : result.meshes) {
     if (mesh.spec_mesh) std::cout << "* the spec's own parallelism: section\n";
+  }
+  if (!result.meshes.empty() && result.meshes.front().largest().reference > 0) {
+    std::cout << "parameters include the loss's reference model, a frozen copy of the starting weights\n";
   }
   if (!result.model_describes_shape) {
     std::cout << "note: " << result.model << " does not describe its shape (Model::transformer_shape): the bytes "

@@ -124,9 +124,15 @@ int eval_command(const Args& args) {
   const EvalTotals totals = run.evaluate(parsed.eval);
   if (run.plan().env.rank == 0) {
     char line[256];
-    std::snprintf(line, sizeof line, "{\"loss\": %.17g, \"tokens\": %.0f, \"batches\": %lld}", totals.mean_loss(),
+    std::snprintf(line, sizeof line, "{\"loss\": %.17g, \"tokens\": %.0f, \"batches\": %lld", totals.mean_loss(),
                   totals.target_tokens, static_cast<long long>(totals.batches));
-    std::cout << line << std::endl;
+    std::string text = line;
+    // The loss's own metrics under TRL's evaluation names (eval_rewards/chosen, eval_logps/chosen, ...).
+    for (const auto& [name, value] : totals.metrics) {
+      std::snprintf(line, sizeof line, ", \"eval_%s\": %.17g", name.c_str(), value);
+      text += line;
+    }
+    std::cout << text << "}" << std::endl;
   }
   return 0;
 }

@@ -136,6 +136,7 @@ PlannedMemory PlannedMesh::largest() const {
   PlannedMemory m;
   for (const auto& r : ranks) {
     m.parameters = std::max(m.parameters, r.memory.parameters);
+    m.reference = std::max(m.reference, r.memory.reference);
     m.gradients = std::max(m.gradients, r.memory.gradients);
     m.optimizer_state = std::max(m.optimizer_state, r.memory.optimizer_state);
     m.activations = std::max(m.activations, r.memory.activations);
@@ -228,6 +229,7 @@ PlanResult plan_meshes(const PlanRequest& request) {
     shape = model->transformer_shape();
     step = step_facts(spec, *model);
   }
+  step.reference_copy = run.keeps_reference_copy();
   result.model_describes_shape = shape.hidden > 0;
   ParallelDims base = spec.context.parallel;
   // The spec's own mesh for this many ranks, where its parallelism: section makes one.

@@ -10,7 +10,9 @@
 // Optimizer state covers what the rank updates (n, or n/W when sharded): adamw two fp32 moments
 // per element and, fused, a step per tensor; sgd a momentum buffer when momentum > 0. A frozen
 // base (adapters) counts in the parameters only: gradients and optimizer state are the trained
-// parameters' (fsdp shards the frozen base like the rest; ddp and zero hold it whole).
+// parameters' (fsdp shards the frozen base like the rest; ddp and zero hold it whole). A loss
+// that compares with a frozen copy of the starting weights (loss/dpo without adapters) holds one
+// more set of parameters, sharded as they are.
 #include "plan_parts.hpp"
 
 namespace tessera::core::plan {
@@ -53,6 +55,8 @@ PlannedMemory plan_model_state(const RankModel& model, const StepFacts& step, co
       m.gradients = kMaster * trained_whole;  // ddp, local
     }
   }
+  // loss/dpo's reference without adapters: the strategy holds the copy as it holds the weights.
+  if (step.reference_copy) m.reference = m.parameters;
   const bool sharded_state = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
   const double updated = sharded_state ? trained_owned : trained_whole;
   if (step.optimizer == "adamw") {

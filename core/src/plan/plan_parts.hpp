@@ -63,6 +63,7 @@ struct StepFacts {
   bool fused_optimizer = true;     // adamw's implementation auto|fused (a device step per tensor)
   double sgd_momentum = 0;
   std::int64_t vocab = 0;
+  bool reference_copy = false;     // the loss keeps a frozen copy of the weights (loss/dpo, no adapters)
 };
 
 // `strategy` as the run would resolve it for `dims`: the spec's, ddp where a run of several

@@ -1,8 +1,10 @@
 // `tessera eval`: a run's model, its loss, and the first batches of one of the spec's datasets.
+#include <set>
 #include <string>
 
 #include "tessera/core/components/component_factory.hpp"
 #include "tessera/core/distributed/distributed.hpp"
+#include "tessera/core/run/adapter_checks.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/log.hpp"
 
@@ -88,17 +90,26 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
   }
 
   // A fresh instance read from its start, whatever position the trainer's own data restored.
+  // Under a name no spec uses, beside the instances it refers to.
+  const std::string eval_name = "tessera_evaluated_data";
   ConfigNode eval_components = ConfigNode::make_map(components.pos());
-  eval_components.set("eval_data", data_spec.node);
+  eval_components.set(eval_name, data_spec.node);
+  std::set<std::string> referenced;
+  referenced_instances(data_spec.node, components, referenced);
+  for (const std::string& name : referenced) eval_components.set(name, *components.find(name));
   BuiltComponents built = ComponentFactory(host_.registry(), trainer->context()).build(eval_components);
-  auto data = std::static_pointer_cast<Dataset>(built.instances.at("eval_data").object);
+  auto data = std::static_pointer_cast<Dataset>(built.instances.at(eval_name).object);
   data->set_shard(data_parallel_group(trainer->context())->rank(), world);
   const std::int64_t micro_batch_size =
       options.micro_batch_size > 0 ? options.micro_batch_size
       : data_spec.micro_batch_size > 0 ? data_spec.micro_batch_size
                                         : plan_.trainer.micro_batch_size;
+  // A loss with a reference model (loss/dpo) compares with the run's: the base under adapters, or
+  // the checkpoint's frozen copy of the starting weights (the model as built, without one).
+  const ReferenceLogits reference =
+      trainer->loss().needs_reference() ? trainer->reference_forward() : ReferenceLogits();
   const EvalTotals totals = evaluate_loss(trainer->model(), trainer->loss(), *data, options.batches / world,
-                                          micro_batch_size, trainer->context());
+                                          micro_batch_size, trainer->context(), reference);
   shut_down(*communicator_);
   return totals;
 }

@@ -209,6 +209,19 @@ std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const
   return instance<Model>(built, "model");
 }
 
+bool TrainingRun::keeps_reference_copy() const {
+  const ConfigNode* loss = plan_.components().find("loss");
+  const ConfigNode* adapters = plan_.components().find("adapters");
+  if (!loss || (adapters && adapters->is_sequence() && !adapters->items().empty())) return false;
+  ConfigNode only_loss = ConfigNode::make_map(plan_.components().pos());
+  only_loss.set("loss", *loss);
+  std::set<std::string> referenced;
+  referenced_instances(*loss, plan_.components(), referenced);
+  for (const std::string& name : referenced) only_loss.set(name, *plan_.components().find(name));
+  BuiltComponents built = ComponentFactory(host_.registry(), plan_.context).build(only_loss);
+  return instance<Loss>(built, "loss")->needs_reference();
+}
+
 void TrainingRun::check_adapters() const {
   const ConfigNode* adapters = plan_.components().find("adapters");
   if (!adapters || !adapters->is_sequence() || adapters->items().empty()) return;

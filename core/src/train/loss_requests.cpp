@@ -26,7 +26,7 @@ void Trainer::keep_reference_copy() {
 // routed model's training statistics (expert loads for the bias update, the MoE monitor's sums)
 // count the policy alone. Under an autocast region of its own, whose cached weight casts end
 // with it.
-void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents) {
+at::Tensor Trainer::reference_logits(const at::Tensor& input_ids, const at::Tensor& documents) {
   at::NoGradGuard no_grad;
   struct EvalMode {
     Model& model;
@@ -56,7 +56,18 @@ void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labe
     AdaptersOff base_only;
     forward();
   }
-  in_component(parts_.names.loss, "take_reference", step, [&] { parts_.loss->take_reference(logits, labels); });
+  return logits;
+}
+
+void Trainer::reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents) {
+  const at::Tensor logits = reference_logits(input_ids, documents);
+  in_component(parts_.names.loss, "take_reference", progress_.step + 1,
+               [&] { parts_.loss->take_reference(logits, labels); });
+}
+
+// For evaluations (CallbackContext::reference_logits, tessera eval).
+ReferenceLogits Trainer::reference_forward() {
+  return [this](const at::Tensor& input_ids, const at::Tensor& documents) { return reference_logits(input_ids, documents); };
 }
 
 // The loss's own metrics (loss/dpo's rewards and log-probabilities): its sums over this rank's

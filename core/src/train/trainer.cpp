@@ -197,7 +197,10 @@ double Trainer::elapsed_s() const {
 }
 
 CallbackContext Trainer::callback_context() {
-  return CallbackContext{context_, progress_, *parts_.model, control_, this};
+  CallbackContext ctx{context_, progress_, *parts_.model, control_, this};
+  // The reference model where the run has one: the base under adapters, or the kept copy.
+  if (needs_reference_ || !parts_.adapters.empty()) ctx.reference_logits = reference_forward();
+  return ctx;
 }
 
 void Trainer::evaluation_end(CallbackContext& ctx, const EvalMetrics& metrics) {

@@ -170,7 +170,10 @@ void Trainer::load_reference_copy(const LoadedCheckpoint& ck, const std::string&
 }
 
 void Trainer::restore_model(const std::string& checkpoint_path) {
-  load_model_state(read_checkpoint(checkpoint_path, context_.rank, CheckpointParts::model), checkpoint_path);
+  const LoadedCheckpoint ck = read_checkpoint(
+      checkpoint_path, context_.rank, keeps_reference_copy_ ? CheckpointParts::model_and_reference : CheckpointParts::model);
+  load_model_state(ck, checkpoint_path);
+  load_reference_copy(ck, checkpoint_path);
 }
 
 void Trainer::restore(const std::string& checkpoint_path) {

@@ -70,7 +70,7 @@ class Evaluation final : public tessera::Callback {
     double loss = 0;
     try {
       totals = tessera::evaluate_loss(ctx.model, *config_.loss, *config_.data, config_.batches,
-                                      config_.micro_batch_size, ctx.run);
+                                      config_.micro_batch_size, ctx.run, ctx.reference_logits);
       loss = totals.mean_loss();  // throws when the batches hold no target tokens
     } catch (const tessera::Error& e) {
       throw tessera::Error("callback/evaluation '" + config_.name + "': " + e.what());
@@ -81,6 +81,9 @@ class Evaluation final : public tessera::Callback {
     metrics.values["loss"] = loss;
     metrics.values["perplexity"] = std::exp(loss);
     metrics.values["tokens"] = totals.input_tokens;
+    // The loss's own (loss/dpo: rewards/chosen, rewards/accuracies, logps/chosen, ...), which the
+    // sinks write under this evaluation's name, as TRL writes eval_rewards/chosen.
+    for (const auto& [key, value] : totals.metrics) metrics.values[key] = value;
     metrics.values["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     last_step_ = ctx.progress.step;
     ctx.announce_evaluation(metrics);

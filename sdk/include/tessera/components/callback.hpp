@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "tessera/components/loss.hpp"
 #include "tessera/run/context.hpp"
 #include "tessera/export.hpp"
 #include "tessera/run/metric_value.hpp"
@@ -127,6 +128,10 @@ struct CallbackContext {
   Model& model;
   TrainerControl& control;
   CallbackEvents* events = nullptr;  // null outside a trainer (a callback driven by a test)
+  // The run's reference model, for evaluating a loss that compares with one (loss/dpo): the base
+  // with the adapters off, or the frozen copy of the starting weights. Empty where the run has
+  // none (a training loss without a reference and no adapters).
+  ReferenceLogits reference_logits;
 
   // Calls on_evaluation_end on every callback, in order, the announcing one included.
   void announce_evaluation(const EvalMetrics& metrics) {

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ class TESSERA_API Loss {
   virtual std::vector<std::string> metric_names() const { return {}; }
   virtual at::Tensor take_metric_sums() { return {}; }
 };
+
+// The reference model's whole logits [batch, seq, vocab] for a batch's input ids and document ids
+// (undefined where the batch has none): what Loss::take_reference is given. The trainer provides
+// it to evaluations (CallbackContext::reference_logits), as it runs it before training forwards.
+using ReferenceLogits = std::function<at::Tensor(const at::Tensor& input_ids, const at::Tensor& document_ids)>;
 
 // loss.compute_from_hidden(hidden, head, labels), or the SDK's default (whole logits gathered)
 // where the head is vocabulary-parallel and the loss does not handle that itself.

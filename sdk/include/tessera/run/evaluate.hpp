@@ -3,7 +3,13 @@
 // run's precision, logits chunk by chunk when the loss makes them so), in eval mode, no grad.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/run/context.hpp"
 #include "tessera/components/dataset.hpp"
@@ -19,6 +25,9 @@ struct EvalTotals {
   double target_tokens = 0;  // tokens the loss was taken on, all ranks
   double input_tokens = 0;   // tokens fed to the model, all ranks
   std::int64_t batches = 0;  // micro-batches, all ranks
+  // The loss's own metrics (Loss::metric_names) as means over the evaluated batches, all ranks:
+  // loss/dpo's rewards/chosen, rewards/accuracies, ... Empty for a loss without any.
+  std::vector<std::pair<std::string, double>> metrics;
 
   // The mean loss per target token; throws tessera::Error when there were none.
   double mean_loss() const {
@@ -35,8 +44,10 @@ struct EvalTotals {
 // token ids are checked against model.vocab_size() first (check_token_ids), and with several
 // ranks they agree on each batch's draw before its forward pass: a rank whose data fails throws
 // its error, the others an error saying so, all at the same batch. The model is left in training
-// mode.
+// mode. A loss that needs a reference model gets `reference`'s logits for each batch first (an
+// Error without one); the metric sums the loss held before are dropped, so call it between steps.
 TESSERA_API EvalTotals evaluate_loss(Model& model, Loss& loss, Dataset& data, std::int64_t batches,
-                                     std::int64_t micro_batch_size, const RunContext& run);
+                                     std::int64_t micro_batch_size, const RunContext& run,
+                                     const ReferenceLogits& reference = {});
 
 }  // namespace tessera

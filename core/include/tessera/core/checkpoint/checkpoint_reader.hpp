@@ -11,7 +11,9 @@ namespace tessera::core {
 
 // What a reader needs of a checkpoint: everything to resume training, or the model alone (to
 // evaluate it: no optimizer state, data position or generators are read, or checked).
-enum class CheckpointParts { everything, model };
+// What a reader needs: everything (a resume), the model alone (an evaluation), or the model and
+// the reference copy a loss compares with (an evaluation of loss/dpo).
+enum class CheckpointParts { everything, model, model_and_reference };
 
 // Checks a checkpoint folder: metadata readable and of a known format, every listed file (of
 // `parts`) present with its size and CRC-32C. Throws CheckpointError saying what is wrong.

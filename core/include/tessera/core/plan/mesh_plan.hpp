@@ -27,7 +27,9 @@ struct PlannedMemory {
   double gradients = 0;        // during the step (the local strategy frees them between steps)
   double optimizer_state = 0;
   double activations = 0;      // the step's peak: analytic (activation_plan.cpp)
-  double total() const { return parameters + gradients + optimizer_state + activations; }
+  // loss/dpo's frozen copy of the starting weights (without adapters), held as the parameters are.
+  double reference = 0;
+  double total() const { return parameters + reference + gradients + optimizer_state + activations; }
 };
 
 // One pipeline stage's rank (the rank with every other coordinate 0); a mesh without pp has one.

@@ -43,6 +43,9 @@ class TrainingRun {
   // set), inside a DeferredInitScope: a model that defers its initialisation holds shapes, not
   // memory. Keep it no longer than this TrainingRun (its plugin stays loaded that long).
   std::shared_ptr<Model> build_model(const RunContext& context) const;
+  // Whether the run keeps a frozen copy of the starting weights as its loss's reference model
+  // (Loss::needs_reference, loss/dpo, without adapters): the loss is built alone to ask it.
+  bool keeps_reference_copy() const;
   // `tessera validate`: the spec's adapters applied to its model built on the meta device, so a
   // target that names no layer of the model is reported at its position. Throws ConfigIssue.
   void check_adapters() const;

@@ -112,7 +112,8 @@ class Trainer : private CallbackEvents {
   void restore(const std::string& checkpoint_path);
   // The checkpoint's model weights alone (placed and sharded as restore() places them): what
   // `tessera eval` evaluates. The training data's position is not read, so a checkpoint can be
-  // evaluated on other data than it was trained on.
+  // evaluated on other data than it was trained on. A run whose loss keeps a reference copy
+  // (loss/dpo without adapters) reads the checkpoint's reference model too.
   void restore_model(const std::string& checkpoint_path);
   // This rank's state as host copies (a collective under fsdp: every rank calls it).
   CheckpointState capture();
@@ -129,6 +130,9 @@ class Trainer : private CallbackEvents {
   Model& model() { return *parts_.model; }
   const std::vector<std::shared_ptr<Adapter>>& adapters() const { return parts_.adapters; }
   Loss& loss() { return *parts_.loss; }
+  // The run's reference model (loss/dpo's: the base with adapters off, or the frozen copy of the
+  // starting weights) as a function for evaluations; it lives as long as the trainer.
+  ReferenceLogits reference_forward();
   // The run's context, with the communicator joined.
   const RunContext& context() const { return context_; }
   // Parameters of the whole model (a tensor-parallel rank holds a part of them, a pipeline stage
@@ -156,6 +160,7 @@ class Trainer : private CallbackEvents {
   at::Tensor micro_batch(const MicroBatchInputs& inputs, double aux_weight);
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   void reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
+  at::Tensor reference_logits(const at::Tensor& input_ids, const at::Tensor& documents);
   void add_loss_metrics(StepMetrics& m);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   struct SkipDecision {
