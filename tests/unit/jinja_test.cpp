@@ -88,6 +88,24 @@ TEST(Jinja, ErrorsNameTheTemplateLineAndColumn) {
             "t.jinja:1:14: access to attribute 'append' of 'list' object is unsafe (templates cannot change values)");
 }
 
+// Data handed to a filter of another kind (a tool call's arguments as a JSON string where the
+// template wants a dict: Llama 3.1's builtin tools, Qwen3-Coder) is Python's TypeError, positioned;
+// it crashed the process once (a null dict dereferenced).
+TEST(Jinja, ValuesOfTheWrongKindAreErrorsNeverCrashes) {
+  const std::string call = R"({"a": "{\"city\": \"Paris\"}", "n": 3, "l": [1]})";
+  EXPECT_EQ(error_of("{% for k, v in a|items %}{{ k }}{% endfor %}", call), "t.jinja:1:18: Can only get item pairs from a mapping.");
+  EXPECT_EQ(error_of("{{ a|dictsort }}", call), "t.jinja:1:6: expected a dict, got str '{\"city\": \"Paris\"}'");
+  EXPECT_EQ(error_of("{{ n|join }}", call), "t.jinja:1:6: 'int' object is not iterable");
+  EXPECT_EQ(error_of("{{ l|select(1)|list }}", call), "t.jinja:1:6: expected a str, got int 1");
+  EXPECT_EQ(error_of("{{ n() }}", call), "t.jinja:1:5: 3 is not callable");
+  EXPECT_EQ(error_of("{{ l|map('upper')|length }}", R"({"l": ["a"]})"), "t.jinja:1:19: object of type 'generator' has no len()");
+  // Integers stay in 64 bits (Python's are unbounded; no template needs more): refused, not wrapped.
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ -9223372036854775807 - 1 }}"), "4611686018427387904 -9223372036854775808");
+  EXPECT_EQ(error_of("{{ 2 ** 63 }}"), "t.jinja:1:6: integer overflow in **");
+  EXPECT_EQ(error_of("{{ 9223372036854775807 + 1 }}"), "t.jinja:1:24: integer overflow in +");
+  EXPECT_EQ(error_of("{{ 3 ** 1000000000000000000 }}"), "t.jinja:1:6: integer overflow in **");
+}
+
 TEST(Jinja, UntrustedTemplatesCannotRunAwayOrOverflowTheStack) {
   EXPECT_NE(error_of("{{" + std::string(300, '(') + "1" + std::string(300, ')') + "}}").find("nested more than 200 deep"),
             std::string::npos);
