@@ -93,6 +93,7 @@ Value sorted(const Value& v, const CallArgs& a) {
 
 Value selected(const Value& v, const CallArgs& a, bool by_attribute, bool keep) {
   ValueList out;
+  if (!v.truthy()) return Value::iterator({});  // Jinja's `if value:` first: None selects nothing
   const std::size_t first_test = by_attribute ? 1 : 0;
   const Value* test = a.get(first_test, "");
   const CallArgs test_args = rest(a, first_test + 1);
@@ -106,6 +107,7 @@ Value selected(const Value& v, const CallArgs& a, bool by_attribute, bool keep) 
 
 Value mapped(const Value& v, const CallArgs& a) {
   ValueList out;
+  if (!v.truthy()) return Value::iterator({});  // as select: None maps to nothing
   const Value* attribute = a.get(99, "attribute");
   for (const auto& item : v.iterate()) {
     if (attribute) {
@@ -207,7 +209,9 @@ const std::map<std::string, Filter>& filters() {
       });
       return Value::list(std::move(items));
     };
-    f["escape"] = f["e"] = f["forceescape"] = [](const Value& v, const CallArgs&) { return Value::string(html_escape(v.str())); };
+    // Markup is escaped already: |e leaves it as it is (|forceescape does not).
+    f["escape"] = f["e"] = [](const Value& v, const CallArgs&) { return v.is_markup() ? v : Value::markup(html_escape(v.str())); };
+    f["forceescape"] = [](const Value& v, const CallArgs&) { return Value::markup(html_escape(v.str())); };
     f["first"] = [](const Value& v, const CallArgs&) {
       const ValueList items = v.iterate();
       return items.empty() ? Value::undefined("first of an empty sequence") : items.front();
@@ -263,7 +267,7 @@ const std::map<std::string, Filter>& filters() {
       return Value::list(std::move(items));
     };
     f["round"] = rounded;
-    f["safe"] = [](const Value& v, const CallArgs&) { return v; };
+    f["safe"] = [](const Value& v, const CallArgs&) { return v.is_markup() ? v : Value::markup(v.str()); };
     f["select"] = [](const Value& v, const CallArgs& a) { return selected(v, a, false, true); };
     f["reject"] = [](const Value& v, const CallArgs& a) { return selected(v, a, false, false); };
     f["selectattr"] = [](const Value& v, const CallArgs& a) { return selected(v, a, true, true); };

@@ -7,12 +7,18 @@
 
 #include "jinja_builtins.hpp"
 #include "jinja_operators.hpp"
+#include "jinja_text.hpp"
 
 namespace tessera::text::jinja {
 
 Value binary_operation(const std::string& op, const Value& a, const Value& b, std::size_t max_text) {
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      if (!a.is_markup() && !b.is_markup()) return Value::string(a.as_string() + b.as_string());
+      // Markup + str (either side) escapes the plain one and stays Markup (markupsafe).
+      const auto safe = [](const Value& v) { return v.is_markup() ? v.as_string() : html_escape(v.as_string()); };
+      return Value::markup(safe(a) + safe(b));
+    }
     if (a.is_list() && b.is_list()) {
       ValueList items = a.as_list();
       items.insert(items.end(), b.as_list().begin(), b.as_list().end());
@@ -30,9 +36,18 @@ Value binary_operation(const std::string& op, const Value& a, const Value& b, st
       if (a.is_string()) text += a.as_string();
       else items.insert(items.end(), a.as_list().begin(), a.as_list().end());
     }
-    return a.is_string() ? Value::string(text) : Value::list(std::move(items));
+    if (a.is_string()) return a.is_markup() ? Value::markup(text) : Value::string(text);
+    return Value::list(std::move(items));
   }
-  if (op == "%" && a.is_string()) return apply_filter("format", a, CallArgs{b.is_tuple() ? b.as_list() : ValueList{b}, {}});
+  if (op == "%" && a.is_string()) {
+    ValueList args = b.is_tuple() ? b.as_list() : ValueList{b};
+    if (!a.is_markup()) return apply_filter("format", a, CallArgs{std::move(args), {}});
+    // Markup % args escapes the string arguments (markupsafe).
+    for (auto& x : args) {
+      if (x.is_string() && !x.is_markup()) x = Value::markup(html_escape(x.as_string()));
+    }
+    return Value::markup(apply_filter("format", a, CallArgs{std::move(args), {}}).as_string());
+  }
   if (!a.is_number() || !b.is_number()) {
     throw ValueError{"unsupported operand types for " + op + ": " + a.repr() + " and " + b.repr()};
   }

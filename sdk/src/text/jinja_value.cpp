@@ -80,6 +80,11 @@ Value Value::string(std::string s) {
   v.s_ = std::move(s);
   return v;
 }
+Value Value::markup(std::string s) {
+  Value v = string(std::move(s));
+  v.markup_ = true;
+  return v;
+}
 Value Value::list(ValueList items, bool tuple) {
   Value v;
   v.type_ = Type::list;

@@ -58,6 +58,10 @@ class Value {
   static Value integer(std::int64_t i);
   static Value real(double d);
   static Value string(std::string s);
+  // A string marked safe (markupsafe's Markup: what |safe and |escape give): adding a plain
+  // string to it HTML-escapes that string, as Python's Markup.__add__ does, even with
+  // autoescaping off (transformers' environment).
+  static Value markup(std::string s);
   static Value list(ValueList items, bool tuple = false);
   static Value dict(std::shared_ptr<Dict> d, bool is_namespace = false);
   static Value function(std::string name, std::function<Value(const CallArgs&)> call);
@@ -73,6 +77,7 @@ class Value {
   bool is_dict() const { return type_ == Type::dict; }
   bool is_callable() const { return type_ == Type::callable; }
   bool is_iterator() const { return type_ == Type::iterator; }
+  bool is_markup() const { return markup_; }
   bool is_tuple() const { return tuple_; }
   bool is_namespace() const { return namespace_; }
 
@@ -108,6 +113,7 @@ class Value {
   bool b_ = false;
   bool tuple_ = false;
   bool namespace_ = false;
+  bool markup_ = false;
   std::int64_t i_ = 0;
   double d_ = 0;
   std::string s_;
