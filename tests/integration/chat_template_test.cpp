@@ -3,8 +3,10 @@
 // does; the templates published with Llama 3.1, Qwen2.5, Qwen3, Mistral, DeepSeek-V3 and Gemma 3
 // give apply_chat_template's text and token ids through dataset/sft_jsonl (system prompts,
 // several turns, tools where the template has them, the generation prompt); with {% generation %}
-// blocks the targets are exactly transformers' assistant mask; and `tessera eval` of an SFT set
-// written with the model folder's template gives transformers' cross-entropy over that mask.
+// blocks the targets are exactly transformers' assistant mask; `tessera eval` of an SFT set
+// written with the model folder's template gives transformers' cross-entropy over that mask; and
+// every template published with today's open models (tests/fixtures/chat_templates/published/)
+// renders every kind of conversation as transformers does, or refuses where it refuses.
 #include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
