@@ -149,8 +149,7 @@ TEST_F(EvalCommand, HfExportOfAModelWithoutOneIsRefusedBeforeTraining) {
 // (build/, configs/, data/ made by the tools): the SFT and DPO specs share one tokenizer by
 // reference, which `tessera eval` builds beside the dataset as `tessera train` does. The two
 // that start from llama-tiny's export start from a one-step one. configs/gpt2-124m.yaml is left
-// out: its data needs GPT-2's tokenizer from the hub; configs/llama-tiny-bpe.yaml too: its data
-// is a tokenizer trained for minutes (tools/data/fortunes_bpe.sh).
+// out: its data needs GPT-2's tokenizer from the hub.
 TEST_F(EvalCommand, EveryShippedConfigEvaluatesWithBothSplits) {
   namespace fs = std::filesystem;
   const std::string src = testing::source_dir(), work = dir_.file("work");
@@ -174,6 +173,21 @@ TEST_F(EvalCommand, EveryShippedConfigEvaluatesWithBothSplits) {
                         out),
             0)
       << out;
+  // configs/llama-tiny-bpe.yaml's: a BPE trained on the fortunes, then `tessera prepare-data`
+  // (tools/data/fortunes_bpe.sh's steps).
+  ASSERT_EQ(run_command("cd " + work + " && " + python + " " + src + "/tools/data/fortunes_bpe.py --out data/fortunes-bpe",
+                        out),
+            0)
+      << out;
+  for (const std::string split : {"train", "val"}) {
+    ASSERT_EQ(run_command("cd " + work + " && " +
+                              tessera("prepare-data data/fortunes-bpe/" + split + ".jsonl --field text --out data/fortunes-bpe/" +
+                                      split + ".bin --tokenizer '{variant_key: bpe, config: {path: "
+                                      "data/fortunes-bpe/tokenizer.json}}' 2>&1"),
+                          out),
+              0)
+          << out;
+  }
   const std::string base = "runs/llama-tiny/exports/step_00000001";
   ASSERT_EQ(run_command("cd " + work + " && " + tessera("train configs/llama-tiny.yaml --set trainer.max_steps=1 "
                                                          "--set trainer.micro_batch_size=2 --set components.scheduler.config.warmup_steps=0 2>&1"),
@@ -185,7 +199,7 @@ TEST_F(EvalCommand, EveryShippedConfigEvaluatesWithBothSplits) {
   int evaluated = 0;
   for (const auto& entry : fs::directory_iterator(src + "/configs")) {
     const std::string name = entry.path().filename().string();
-    if (entry.path().extension() != ".yaml" || name == "gpt2-124m.yaml" || name == "llama-tiny-bpe.yaml") continue;
+    if (entry.path().extension() != ".yaml" || name == "gpt2-124m.yaml") continue;
     std::string args = "configs/" + name + " --batches 1 --micro-batch-size 2";
     if (name == "dpo-tiny.yaml" || name == "lora-llama-tiny.yaml") args += " --set components.model.config.init_from=" + base;
     const bool has_evaluation = read_file(entry.path().string()).find("variant_key: evaluation") != std::string::npos;
