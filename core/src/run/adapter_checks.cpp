@@ -50,6 +50,12 @@ void referenced_instances(const ConfigNode& node, const ConfigNode& components, 
   }
 }
 
+void add_referenced_instances(const ConfigNode& node, const ConfigNode& components, ConfigNode& into) {
+  std::set<std::string> names;
+  referenced_instances(node, components, names);
+  for (const std::string& name : names) into.set(name, *components.find(name));
+}
+
 void check_export_of_adapters(const RunPlan& plan, Trainer* trainer) {
   const std::string& format = plan.checkpoint.export_format;
   const ConfigNode* section = plan.spec.find("checkpoint");

@@ -1,5 +1,4 @@
 // `tessera eval`: a run's model, its loss, and the first batches of one of the spec's datasets.
-#include <set>
 #include <string>
 
 #include "tessera/core/components/component_factory.hpp"
@@ -94,9 +93,7 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
   const std::string eval_name = "tessera_evaluated_data";
   ConfigNode eval_components = ConfigNode::make_map(components.pos());
   eval_components.set(eval_name, data_spec.node);
-  std::set<std::string> referenced;
-  referenced_instances(data_spec.node, components, referenced);
-  for (const std::string& name : referenced) eval_components.set(name, *components.find(name));
+  add_referenced_instances(data_spec.node, components, eval_components);
   BuiltComponents built = ComponentFactory(host_.registry(), trainer->context()).build(eval_components);
   auto data = std::static_pointer_cast<Dataset>(built.instances.at(eval_name).object);
   data->set_shard(data_parallel_group(trainer->context())->rank(), world);

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <tuple>
 
 #include "tessera/components/callback.hpp"
@@ -200,9 +199,7 @@ std::shared_ptr<Model> TrainingRun::build_model(const RunContext& context) const
   if (const ConfigNode* adapters = plan_.components().find("adapters")) {
     only_model.set("adapters", *adapters);
     // With what they refer to (a component of their own config given by reference).
-    std::set<std::string> referenced;
-    referenced_instances(*adapters, plan_.components(), referenced);
-    for (const std::string& name : referenced) only_model.set(name, *plan_.components().find(name));
+    add_referenced_instances(*adapters, plan_.components(), only_model);
   }
   DeferredInitScope deferred;
   BuiltComponents built = ComponentFactory(host_.registry(), context).build(only_model);
@@ -215,9 +212,7 @@ bool TrainingRun::keeps_reference_copy() const {
   if (!loss || (adapters && adapters->is_sequence() && !adapters->items().empty())) return false;
   ConfigNode only_loss = ConfigNode::make_map(plan_.components().pos());
   only_loss.set("loss", *loss);
-  std::set<std::string> referenced;
-  referenced_instances(*loss, plan_.components(), referenced);
-  for (const std::string& name : referenced) only_loss.set(name, *plan_.components().find(name));
+  add_referenced_instances(*loss, plan_.components(), only_loss);
   BuiltComponents built = ComponentFactory(host_.registry(), plan_.context).build(only_loss);
   return instance<Loss>(built, "loss")->needs_reference();
 }

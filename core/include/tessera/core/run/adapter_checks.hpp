@@ -30,5 +30,8 @@ bool adapter_weights_present(const RunPlan& plan);
 
 // The top-level components `node` refers to ({instance_key: NAME}), and those they refer to.
 void referenced_instances(const ConfigNode& node, const ConfigNode& components, std::set<std::string>& names);
+// Sets in `into` (a components map built for part of the spec) every top-level component that
+// `node` refers to, and those they refer to: what that part needs to build alone.
+void add_referenced_instances(const ConfigNode& node, const ConfigNode& components, ConfigNode& into);
 
 }  // namespace tessera::core
