@@ -133,6 +133,17 @@ TEST(ChatTemplates, FolderTemplateFileWinsOverTheConfigsAndSpecialTokensAreVaria
   EXPECT_FALSE(ChatTemplate::from_folder(empty.path().string()).has_value());
 }
 
+// apply_chat_template hands a null content to the template as None; a dataset's rows (every
+// column in every row) drop such keys first, as TRL does.
+TEST(ChatTemplates, NullKeysReachTheTemplateUnlessTheDatasetDropsThem) {
+  const ChatTemplate chat("{{ messages[0].content }}|{{ messages[0] }}", "t.jinja");
+  const std::string messages = R"([{"role": "assistant", "content": null}])";
+  ChatOptions options;
+  EXPECT_EQ(chat.render(messages, options), "None|{'role': 'assistant', 'content': None}");
+  options.drop_null_keys = true;
+  EXPECT_EQ(chat.render(messages, options), "|{'role': 'assistant'}");
+}
+
 TEST(ChatTemplates, AssistantTurnsRunThroughTheEndOfTurnMarker) {
   const ChatTemplate chatml(
       "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
