@@ -55,7 +55,8 @@ StateDict randomise(torch::nn::Module& layer) {
 
 nn::AttentionInputs rotary_inputs(nn::RotaryEmbedding& rotary) {
   nn::AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) = rotary.tables(kSeq, {}, at::kFloat, at::kCPU);
+  const auto [cos, sin] = rotary.tables(kSeq, {}, at::kFloat, at::kCPU);
+  inputs.rotary = {{cos, sin}};
   return inputs;
 }
 
@@ -94,12 +95,12 @@ TEST(KitAttentionOptions, HeadNormsOutputBiasAndSlidingWindowAreThePlainComputat
   const at::Tensor x = at::randn({2, kSeq, spec.hidden});
   c10::NoGradGuard no_grad;
   const at::Tensor got = attention.forward(x, inputs);
-  const at::Tensor expected = reference(w, x, spec, inputs.cos, inputs.sin);
+  const at::Tensor expected = reference(w, x, spec, inputs.rotary[0].cos, inputs.rotary[0].sin);
   EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6)) << (got - expected).abs().max().item<double>();
   // The window matters here: without it the output differs.
   nn::AttentionSpec whole_past = spec;
   whole_past.sliding_window = 0;
-  EXPECT_FALSE(at::allclose(reference(w, x, whole_past, inputs.cos, inputs.sin), expected, 1e-3, 1e-4));
+  EXPECT_FALSE(at::allclose(reference(w, x, whole_past, inputs.rotary[0].cos, inputs.rotary[0].sin), expected, 1e-3, 1e-4));
 }
 
 TEST(KitAttentionOptions, CausalWindowMaskSeesItselfAndTheWindowBefore) {

@@ -77,8 +77,7 @@ TEST(KitLatentAttention, IsTransformersDeepseekV3Attention) {
     nn::MultiHeadLatentAttention layer(reference_spec(q_lora_rank, ref.at("scale").item<double>()));
     load(layer, ref);
     nn::AttentionInputs inputs;
-    inputs.cos = ref.at("cos");
-    inputs.sin = ref.at("sin");
+    inputs.rotary = {{ref.at("cos"), ref.at("sin")}};
     c10::NoGradGuard no_grad;
     layer.eval();
     const at::Tensor got = layer.forward(ref.at("x"), inputs);
@@ -103,8 +102,7 @@ TEST(KitLatentAttention, SplitsOverTensorParallelRanksWithWholeGradients) {
   EXPECT_TRUE(plan.at("q_a_layernorm.weight").replicated());
   constexpr std::int64_t kSeq = 6;
   nn::AttentionInputs inputs;
-  inputs.cos = at::randn({kSeq, spec.qk_rope_head_dim});
-  inputs.sin = at::randn({kSeq, spec.qk_rope_head_dim});
+  inputs.rotary = {{at::randn({kSeq, spec.qk_rope_head_dim}), at::randn({kSeq, spec.qk_rope_head_dim})}};
   const at::Tensor x = at::randn({2, kSeq, spec.hidden});
   const at::Tensor weights = at::randn({2, kSeq, spec.hidden});
   const at::Tensor expected = whole.forward(x, inputs);

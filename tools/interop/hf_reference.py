@@ -6,6 +6,7 @@
     hf_reference.py make-mixtral DIR [--experts E] [--top-k K] [--kv-heads K] ...   a MixtralForCausalLM
     hf_reference.py make-qwen2 DIR [--window W --max-window-layers L] [--tied] ...   a Qwen2ForCausalLM
     hf_reference.py make-qwen3 DIR [--head-dim D] [--attention-bias] [--window W ...] ...   a Qwen3ForCausalLM
+    hf_reference.py make-gemma3 DIR [--window W] [--pattern K] [--rope-factor F] [--attn-softcap C] ...
     hf_reference.py make-qwen3-moe DIR [--experts E] [--top-k K] [--dense-blocks 0 ...] [--norm-topk] ...
     hf_reference.py make-deepseek-v3 DIR [--layers L] [--q-lora-rank R] [--yarn] [--skew S] [--mtp] ...
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
@@ -140,6 +141,34 @@ def make_qwen(args):
     model.config._attn_implementation = "sdpa"
     realistic_(model, args.std, args.seed)
     model.save_pretrained(args.dir, safe_serialization=True, max_shard_size=args.max_shard_size)
+
+
+def make_gemma3(args):
+    """Gemma3ForCausalLM: sliding layers (every --pattern-th one global) attending within --window,
+    two rotary bases (the global one scaled linearly by --rope-factor), (1 + weight) norms
+    perturbed around their identity, Gemma 2's --attn-softcap where given."""
+    import transformers
+
+    full = {"rope_type": "default", "rope_theta": 1000000.0}
+    if args.rope_factor != 1.0:
+        full = {"rope_type": "linear", "factor": args.rope_factor, "rope_theta": 1000000.0}
+    config = transformers.Gemma3TextConfig(
+        vocab_size=args.vocab, hidden_size=args.embd, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        head_dim=args.head_dim, max_position_embeddings=args.positions, sliding_window=args.window,
+        layer_types=["full_attention" if (i + 1) % args.pattern == 0 else "sliding_attention" for i in range(args.layers)],
+        rope_parameters={"full_attention": full, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        query_pre_attn_scalar=args.query_pre_attn_scalar, attn_logit_softcapping=args.attn_softcap or None,
+        tie_word_embeddings=True)
+    model = transformers.Gemma3ForCausalLM(config)
+    model.config._attn_implementation = "eager" if args.attn_softcap else "sdpa"  # sdpa cannot softcap
+    realistic_(model, args.std, args.seed)
+    g = torch.Generator().manual_seed(args.seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    model.save_pretrained(args.dir, safe_serialization=True)
 
 
 def make_qwen3_moe(args):
@@ -292,7 +321,8 @@ def load(folder, mutate=None, strict=False):
             config.rope_parameters["rope_theta"] = 10000.0
         config.rope_theta = 10000.0
     elif mutate == "window":
-        config.sliding_window = None
+        if config.model_type != "gemma3_text":  # Gemma's masks need a window even when no layer slides
+            config.sliding_window = None
         config.use_sliding_window = False
         config.layer_types = ["full_attention"] * config.num_hidden_layers
     model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32,
@@ -437,6 +467,16 @@ def main(argv=None):
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--max-shard-size", default="5GB")
         q.set_defaults(fn=make_qwen)
+
+    ge = sub.add_parser("make-gemma3")
+    ge.add_argument("dir")
+    for flag, default in (("--vocab", 256), ("--positions", 64), ("--embd", 64), ("--intermediate", 128),
+                          ("--layers", 4), ("--heads", 4), ("--kv-heads", 2), ("--head-dim", 16), ("--window", 8),
+                          ("--pattern", 2), ("--query-pre-attn-scalar", 24), ("--seed", 0)):
+        ge.add_argument(flag, type=int, default=default)
+    for flag, default in (("--rope-factor", 1.0), ("--attn-softcap", 0.0), ("--std", 0.1)):
+        ge.add_argument(flag, type=float, default=default)
+    ge.set_defaults(fn=make_gemma3)
 
     qm = sub.add_parser("make-qwen3-moe")
     qm.add_argument("dir")

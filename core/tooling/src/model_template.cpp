@@ -94,7 +94,8 @@ class @CLASS@ : public tessera::nn::DecoderModel {
   // Rotary tables at this pass's positions (packed documents and context-parallel slices give
   // them), in its compute dtype.
   void complete_inputs(tessera::nn::ForwardInputs& inputs, const at::Tensor& input_ids, const at::Tensor& stream) override {
-    std::tie(inputs.attention.cos, inputs.attention.sin) = rotary_.tables_for(input_ids.size(1), inputs.positions, stream);
+    const auto [cos, sin] = rotary_.tables_for(input_ids.size(1), inputs.positions, stream);
+    inputs.attention.rotary = {{cos, sin}};
   }
   at::Tensor final_norm(const at::Tensor& x) override { return norm_->forward(x); }
   at::Tensor head_weight() override { return lm_head_->weight; }

@@ -57,7 +57,7 @@ std::shared_ptr<tessera::Communicator> routing_group(const tessera::RunContext& 
 
 nn::RotaryDecoderParts decoder_parts(const DeepseekConfig& c) {
   return {c.vocab_size, c.n_embd, c.rms_norm_eps, c.tie_embeddings,
-          {c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, std::nullopt, c.yarn()}};
+          {{c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, std::nullopt, c.yarn()}}};
 }
 
 // Multi-token-prediction layers (model.layers.N for N >= num_hidden_layers, DeepSeek-V3's

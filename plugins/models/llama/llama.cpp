@@ -76,7 +76,7 @@ nn::AttentionSpec attention_spec(const LlamaConfig& c, std::int64_t block) {
 
 nn::RotaryDecoderParts decoder_parts(const LlamaConfig& c) {
   return {c.vocab_size, c.n_embd, c.rms_norm_eps, c.tie_embeddings,
-          {c.head_size(), c.max_seq_len, c.rope_theta, c.rope_scaling, std::nullopt}};
+          {{c.head_size(), c.max_seq_len, c.rope_theta, c.rope_scaling, std::nullopt}}};
 }
 
 class Llama final : public nn::RotaryDecoderModel, public tessera::MoeRouting {

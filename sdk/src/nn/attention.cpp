@@ -3,8 +3,13 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/tanh.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -79,6 +84,9 @@ GroupedQueryAttention::GroupedQueryAttention(const AttentionSpec& s, TensorParal
       head_dim_(s.head_dim),
       dropout_(s.dropout),
       window_(s.sliding_window),
+      scale_(s.scale),
+      softcap_(s.logit_softcap),
+      rotary_(s.rotary),
       tp_(std::move(tp)),
       cp_(std::move(cp)),
       q_(register_module("q_proj", std::make_shared<Linear>(s.hidden, n_head_ * s.head_dim, s.qkv_bias))),
@@ -86,12 +94,15 @@ GroupedQueryAttention::GroupedQueryAttention(const AttentionSpec& s, TensorParal
       v_(register_module("v_proj", std::make_shared<Linear>(s.hidden, n_kv_head_ * s.head_dim, s.qkv_bias))),
       o_(register_module("o_proj", std::make_shared<Linear>(n_head_ * s.head_dim, s.hidden, s.output_bias))) {
   if (s.qk_norm_eps) {
-    q_norm_ = register_module("q_norm", std::make_shared<RmsNorm>(s.head_dim, *s.qk_norm_eps, tp_, NormOver::heads));
-    k_norm_ = register_module("k_norm", std::make_shared<RmsNorm>(s.head_dim, *s.qk_norm_eps, tp_, NormOver::heads));
+    q_norm_ = register_module(
+        "q_norm", std::make_shared<RmsNorm>(s.head_dim, *s.qk_norm_eps, tp_, NormOver::heads, s.qk_norm_weight));
+    k_norm_ = register_module(
+        "k_norm", std::make_shared<RmsNorm>(s.head_dim, *s.qk_norm_eps, tp_, NormOver::heads, s.qk_norm_weight));
   }
-  if (window_ > 0 && cp_.size() > 1) {
+  if ((window_ > 0 || softcap_) && cp_.size() > 1) {
     // check_context_parallel refuses it first with the field's name; this guards other callers.
-    throw Error("GroupedQueryAttention: a sliding window under context parallelism is not supported");
+    throw Error("GroupedQueryAttention: a sliding window or softcapped scores under context parallelism are not "
+                "supported");
   }
 }
 
@@ -103,7 +114,8 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
     at::Tensor h = t.view({batch, seq, n, head_dim_});
     if (norm) h = norm->forward(h);
     h = h.transpose(1, 2);
-    return rotate && inputs.cos.defined() ? RotaryEmbedding::apply(h, inputs.cos, inputs.sin) : h;
+    const RotaryTables* tables = rotate ? inputs.rotary_at(rotary_) : nullptr;
+    return tables ? RotaryEmbedding::apply(h, tables->cos, tables->sin) : h;
   };
   const at::Tensor q = heads(q_->forward(x), n_head_, q_norm_, true);
   const at::Tensor k = heads(k_->forward(x), n_kv_head_, k_norm_, true);
@@ -121,8 +133,12 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
     if (dropout > 0) own.emplace(tp_, q.device());
     if (cp_.size() > 1) {
       y = cp_.attend(q, k, v, inputs.documents);
-    } else if (mask.defined()) {
-      y = at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt,
+    } else if (softcap_) {
+      y = softcapped_attention(q, k, v, mask.defined() ? mask : causal_window_mask(seq, seq, x.device()), dropout);
+    } else if (mask.defined() || scale_) {
+      // No mask and a scale of its own: causal through the fused kernel's is_causal.
+      const std::optional<at::Tensor> given = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+      y = at::scaled_dot_product_attention(q, k, v, given, dropout, /*is_causal=*/!mask.defined(), scale_,
                                            /*enable_gqa=*/n_kv_head_ != n_head_);
     } else {
       y = causal_attention(q, k, v, dropout);
@@ -130,6 +146,21 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
   }
   return row_parallel_output(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}), 0.0,
                              is_training());
+}
+
+at::Tensor GroupedQueryAttention::softcapped_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const at::Tensor& mask, double dropout) const {
+  // Scores in float32: tanh saturates, and bf16's 8 bits would make the cap coarse.
+  const std::int64_t groups = n_head_ / n_kv_head_;
+  const at::Tensor keys = groups > 1 ? k.repeat_interleave(groups, 1) : k;
+  const at::Tensor values = groups > 1 ? v.repeat_interleave(groups, 1) : v;
+  const double scale = scale_ ? *scale_ : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  at::Tensor scores = at::matmul(q.to(at::kFloat), keys.to(at::kFloat).transpose(-2, -1)) * scale;
+  scores = at::tanh(scores / *softcap_) * *softcap_;
+  scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  at::Tensor probabilities = at::softmax(scores, -1);
+  if (dropout > 0) probabilities = at::dropout(probabilities, dropout, true);
+  return at::matmul(probabilities.to(values.scalar_type()), values);
 }
 
 void GroupedQueryAttention::plan(TensorParallelPlan& plan, const std::string& prefix, const AttentionSpec& spec) {

@@ -9,13 +9,22 @@ TransformerBlock::TransformerBlock(const BlockParts& parts)
       attention_(register_module(parts.attention.name, parts.attention.part)),
       mlp_norm_(register_module(parts.mlp_norm.name, parts.mlp_norm.part)),
       mlp_(register_module(parts.mlp.name, parts.mlp.part)),
-      experts_(dynamic_cast<MoeLayer*>(parts.mlp.part.get())) {}
-
-at::Tensor TransformerBlock::attend(const at::Tensor& x, const AttentionInputs& inputs) {
-  return x + attention_->forward(attention_norm_->forward(x), inputs);
+      experts_(dynamic_cast<MoeLayer*>(parts.mlp.part.get())) {
+  if (parts.attention_post_norm.part) {
+    attention_post_norm_ = register_module(parts.attention_post_norm.name, parts.attention_post_norm.part);
+  }
+  if (parts.mlp_post_norm.part) mlp_post_norm_ = register_module(parts.mlp_post_norm.name, parts.mlp_post_norm.part);
 }
 
-at::Tensor TransformerBlock::feed_forward(const at::Tensor& x) { return x + mlp_->forward(mlp_norm_->forward(x)); }
+at::Tensor TransformerBlock::attend(const at::Tensor& x, const AttentionInputs& inputs) {
+  const at::Tensor branch = attention_->forward(attention_norm_->forward(x), inputs);
+  return x + (attention_post_norm_ ? attention_post_norm_->forward(branch) : branch);
+}
+
+at::Tensor TransformerBlock::feed_forward(const at::Tensor& x) {
+  const at::Tensor branch = mlp_->forward(mlp_norm_->forward(x));
+  return x + (mlp_post_norm_ ? mlp_post_norm_->forward(branch) : branch);
+}
 
 at::Tensor TransformerBlock::checkpointed(const std::shared_ptr<TransformerBlock>& block, const at::Tensor& x,
                                           const AttentionInputs& inputs) {

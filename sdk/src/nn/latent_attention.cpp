@@ -61,9 +61,10 @@ at::Tensor MultiHeadLatentAttention::forward(const at::Tensor& input, const Atte
                       layer.bias.defined() ? tp_.shared_by_heads(layer.bias) : layer.bias);
   };
   const auto rotate = [&](const at::Tensor& h) {
-    if (!inputs.cos.defined()) throw Error("MultiHeadLatentAttention: the model gives no rotary tables");
-    return s.interleaved_rotary ? rotate_interleaved(h, inputs.cos, inputs.sin)
-                                : RotaryEmbedding::apply(h, inputs.cos, inputs.sin);
+    const RotaryTables* tables = inputs.rotary_at(0);
+    if (!tables) throw Error("MultiHeadLatentAttention: the model gives no rotary tables");
+    return s.interleaved_rotary ? rotate_interleaved(h, tables->cos, tables->sin)
+                                : RotaryEmbedding::apply(h, tables->cos, tables->sin);
   };
 
   const at::Tensor q_all = q_proj_ ? q_proj_->forward(x) : q_b_proj_->forward(q_a_norm_->forward(shared(*q_a_proj_, x)));

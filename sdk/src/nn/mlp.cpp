@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "tessera/error.hpp"
 #include "tessera/kernels/linear_gelu.hpp"
 #include "tessera/nn/attention.hpp"
 
@@ -31,15 +32,21 @@ void GeluMlp::plan(TensorParallelPlan& plan, const std::string& prefix, bool bia
   plan[prefix + "c_proj.weight"] = TensorShard::rows();
 }
 
-SwiGlu::SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias, TensorParallel tp)
+SwiGlu::SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias, TensorParallel tp,
+               const std::string& activation)
     : tp_(std::move(tp)),
+      gelu_(activation == "gelu_tanh"),
       gate_(register_module("gate_proj", std::make_shared<Linear>(hidden, tp_.local(intermediate), bias))),
       up_(register_module("up_proj", std::make_shared<Linear>(hidden, tp_.local(intermediate), bias))),
-      down_(register_module("down_proj", std::make_shared<Linear>(tp_.local(intermediate), hidden, bias))) {}
+      down_(register_module("down_proj", std::make_shared<Linear>(tp_.local(intermediate), hidden, bias))) {
+  if (!gelu_ && activation != "silu") throw Error("SwiGlu: activation '" + activation + "' is not silu or gelu_tanh");
+}
 
 at::Tensor SwiGlu::forward(const at::Tensor& input) {
   const at::Tensor x = tp_.column_input(input);
-  return row_parallel_output(tp_, *down_, at::silu(gate_->forward(x)) * up_->forward(x), 0.0, is_training());
+  const at::Tensor gate = gate_->forward(x);
+  const at::Tensor activated = gelu_ ? at::gelu(gate, "tanh") : at::silu(gate);
+  return row_parallel_output(tp_, *down_, activated * up_->forward(x), 0.0, is_training());
 }
 
 void SwiGlu::plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {

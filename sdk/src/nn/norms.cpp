@@ -20,13 +20,16 @@ at::Tensor LayerNorm::forward(const at::Tensor& x) const {
   return at::layer_norm(x, {dim_}, tp_.replicated(weight_), bias_.defined() ? tp_.replicated(bias_) : bias_, eps_);
 }
 
-RmsNorm::RmsNorm(std::int64_t dim, double eps, TensorParallel tp, NormOver over)
-    : dim_(dim), eps_(eps), tp_(std::move(tp)), over_(over) {
-  weight = register_parameter("weight", parameter({dim}, 1.0));
+RmsNorm::RmsNorm(std::int64_t dim, double eps, TensorParallel tp, NormOver over, RmsWeight kind)
+    : dim_(dim), eps_(eps), tp_(std::move(tp)), over_(over), kind_(kind) {
+  weight = register_parameter("weight", parameter({dim}, kind == RmsWeight::one_plus ? 0.0 : 1.0));
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {
   const at::Tensor w = over_ == NormOver::heads ? tp_.shared_by_heads(weight) : tp_.replicated(weight);
+  if (kind_ == RmsWeight::one_plus) {
+    return (at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_) * (w.to(at::kFloat) + 1.0)).to(x.scalar_type());
+  }
   return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) * w.to(x.scalar_type());
 }
 

@@ -78,6 +78,7 @@ RotaryEmbedding::RotaryEmbedding(const RotarySpec& spec) {
     const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     inv_freq = at::where(medium, blended, scaled);
   }
+  if (spec.linear_factor != 1.0) inv_freq = inv_freq / spec.linear_factor;
   const at::Tensor freqs = at::outer(at::arange(spec.max_positions, at::kLong).to(at::kFloat), inv_freq);
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
   cos_ = at::cos(angles);

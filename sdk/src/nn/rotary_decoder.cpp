@@ -1,5 +1,7 @@
 #include "tessera/nn/rotary_decoder.hpp"
 
+#include <ATen/ops/scalar_tensor.h>
+
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -13,7 +15,7 @@ RotaryDecoderModel::RotaryDecoderModel(DecoderSpec spec, const RotaryDecoderPart
                                        ContextParallel cp, ExpertParallel ep, const RunContext& run)
     : DecoderModel(std::move(spec), std::move(tp), std::move(cp), std::move(ep), run),
       parts_(parts),
-      rotary_(parts.rotary) {
+      rotaries_(parts.rotaries.begin(), parts.rotaries.end()) {
   if (pp_.holds_first_stage() || (parts.tied && pp_.holds_last_stage())) {
     embed_tokens_ =
         register_module("embed_tokens", std::make_shared<Embedding>(tp_.vocab_rows(parts.vocab_size, spec_.vocab_multiple), parts.hidden));
@@ -26,7 +28,8 @@ void RotaryDecoderModel::finish(const HfCheckpoint* hf, const std::string& init_
   plan_["embed_tokens.weight"] = TensorShard::vocabulary(parts_.vocab_size, spec_.vocab_multiple);
   plan_["lm_head.weight"] = TensorShard::vocabulary(parts_.vocab_size, spec_.vocab_multiple);
   if (pp_.holds_last_stage()) {
-    norm_ = register_module("norm", std::make_shared<RmsNorm>(parts_.hidden, parts_.norm_eps, tp_));
+    norm_ = register_module(
+        "norm", std::make_shared<RmsNorm>(parts_.hidden, parts_.norm_eps, tp_, NormOver::stream, parts_.norm_weight));
     if (!parts_.tied) {
       // Not adaptable: the loss reads the head's weight directly (Model::output_head).
       lm_head_ = register_module(
@@ -82,12 +85,20 @@ void RotaryDecoderModel::initialize_llama_style(const std::vector<at::Tensor>& p
 // The token embedding: under context parallelism this rank's slice of every sequence; under
 // sequence parallelism the residual stream is its tensor-parallel slice of that.
 at::Tensor RotaryDecoderModel::embed(const at::Tensor& input_ids, const ForwardInputs&) {
-  return tp_.vocab_embedding(cp_.slice(input_ids), embed_tokens_->weight);
+  const at::Tensor x = tp_.vocab_embedding(cp_.slice(input_ids), embed_tokens_->weight);
+  if (parts_.embedding_scale == 1.0) return x;
+  // Gemma rounds the scale to the weight's dtype first (sqrt(3072) is 55.5 in bf16).
+  return x * at::scalar_tensor(parts_.embedding_scale, at::TensorOptions().dtype(embed_tokens_->weight.scalar_type()))
+                 .to(x.device(), x.scalar_type());
 }
 
 // The rotary tables at this rank's positions, in the compute dtype.
 void RotaryDecoderModel::complete_inputs(ForwardInputs& inputs, const at::Tensor& input_ids, const at::Tensor& stream) {
-  std::tie(inputs.attention.cos, inputs.attention.sin) = rotary_.tables_for(input_ids.size(1), inputs.positions, stream);
+  inputs.attention.rotary.clear();
+  for (RotaryEmbedding& rotary : rotaries_) {
+    const auto [cos, sin] = rotary.tables_for(input_ids.size(1), inputs.positions, stream);
+    inputs.attention.rotary.push_back({cos, sin});
+  }
 }
 
 at::Tensor RotaryDecoderModel::final_norm(const at::Tensor& x) { return norm_->forward(x); }

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -63,6 +64,13 @@ struct AttentionSpec {
   // Qwen3's q_norm and k_norm: RMSNorm over head_dim of every query and key head, before the
   // rotation, with this epsilon. Unset: none.
   std::optional<double> qk_norm_eps;
+  RmsWeight qk_norm_weight = RmsWeight::scale;  // Gemma's: 1 + weight
+  // The softmax's scale of q·k (Gemma's query_pre_attn_scalar^-1/2). Unset: 1 / sqrt(head_dim).
+  std::optional<double> scale;
+  // Gemma 2's attn_logit_softcapping: scores become cap · tanh(scores / cap). Unset: none.
+  std::optional<double> logit_softcap;
+  // Which of the model's rotary tables the heads are rotated with (AttentionInputs::rotary).
+  std::size_t rotary = 0;
   // Sliding-window attention (Mistral, Qwen2's use_sliding_window): a query sees itself and the
   // window - 1 positions before it. 0: the whole causal past.
   std::int64_t sliding_window = 0;
@@ -79,9 +87,16 @@ class TESSERA_API GroupedQueryAttention : public AttentionLayer {
   static void plan(TensorParallelPlan& plan, const std::string& prefix, const AttentionSpec& spec);
 
  private:
+  // softmax(cap · tanh(q·kᵀ · scale / cap) where `mask`) · v, in float32: the math SDPA has no
+  // option for.
+  at::Tensor softcapped_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                                  double dropout) const;
+
   std::int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
   double dropout_;
   std::int64_t window_;
+  std::optional<double> scale_, softcap_;
+  std::size_t rotary_;
   TensorParallel tp_;
   ContextParallel cp_;
   std::shared_ptr<Linear> q_, k_, v_, o_;

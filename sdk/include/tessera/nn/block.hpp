@@ -1,6 +1,10 @@
-// One pre-norm transformer block: x + attention(attention_norm(x)), then x + mlp(mlp_norm(x)).
+// One pre-norm transformer block: x + attention(attention_norm(x)), then x + mlp(mlp_norm(x));
+// a "sandwich" block (Gemma 2 and 3) also normalises each branch's output before adding it:
+// x + attention_post_norm(attention(attention_norm(x))), the same around the MLP.
 // A family says which parts and under which names (its checkpoints' and Hugging Face's): GPT-2's
-// ln_1 / attn / ln_2 / mlp, Llama's input_layernorm / self_attn / post_attention_layernorm / mlp.
+// ln_1 / attn / ln_2 / mlp, Llama's input_layernorm / self_attn / post_attention_layernorm / mlp,
+// Gemma's input_layernorm / self_attn / post_attention_layernorm / pre_feedforward_layernorm / mlp /
+// post_feedforward_layernorm.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +30,9 @@ struct BlockParts {
   Named<AttentionLayer> attention;
   Named<Norm> mlp_norm;
   Named<FeedForward> mlp;  // dense, or a MoeLayer
+  // The sandwich's output norms; a null part: none.
+  Named<Norm> attention_post_norm;
+  Named<Norm> mlp_post_norm;
 };
 
 class TESSERA_API TransformerBlock : public torch::nn::Module {
@@ -49,6 +56,7 @@ class TESSERA_API TransformerBlock : public torch::nn::Module {
 
  private:
   std::shared_ptr<Norm> attention_norm_, mlp_norm_;
+  std::shared_ptr<Norm> attention_post_norm_, mlp_post_norm_;  // null outside a sandwich
   std::shared_ptr<AttentionLayer> attention_;
   std::shared_ptr<FeedForward> mlp_;
   MoeLayer* experts_ = nullptr;

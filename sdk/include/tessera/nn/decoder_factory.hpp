@@ -11,6 +11,7 @@
 #include "tessera/components/model.hpp"
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/nn/deferred_init.hpp"
+#include "tessera/nn/family.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
@@ -19,8 +20,10 @@
 
 namespace tessera::nn {
 
-template <class ModelT, class Config, class Settle, class CheckMesh>
-std::shared_ptr<Model> build_decoder(const Config& yaml, const RunContext& run, Settle settle, CheckMesh check_mesh) {
+// The same with the model made by `make(config, hf or nullptr, tp, cp, ep)`.
+template <class Config, class Settle, class CheckMesh, class Make>
+std::shared_ptr<Model> build_decoder_with(const Config& yaml, const RunContext& run, Settle settle,
+                                          CheckMesh check_mesh, Make make) {
   const TensorParallel tp = TensorParallel::of(run);
   const ContextParallel cp = ContextParallel::of(run);
   const ExpertParallel ep = ExpertParallel::of(run);
@@ -28,9 +31,29 @@ std::shared_ptr<Model> build_decoder(const Config& yaml, const RunContext& run, 
   check_mesh(c, run, yaml);
   std::optional<DeferredInitSuspension> whole;
   if (!yaml.init_from.empty()) whole.emplace();
-  if (!is_hf_checkpoint(yaml.init_from)) return std::make_shared<ModelT>(c, nullptr, tp, cp, ep, run);
+  if (!is_hf_checkpoint(yaml.init_from)) return make(c, nullptr, tp, cp, ep);
   const HfCheckpoint hf = hf_import::at_init_from([&] { return read_hf_checkpoint(yaml.init_from); });
-  return std::make_shared<ModelT>(c, &hf, tp, cp, ep, run);
+  return make(c, &hf, tp, cp, ep);
+}
+
+template <class ModelT, class Config, class Settle, class CheckMesh>
+std::shared_ptr<Model> build_decoder(const Config& yaml, const RunContext& run, Settle settle, CheckMesh check_mesh) {
+  return build_decoder_with(yaml, run, settle, check_mesh,
+                            [&](const auto& c, const HfCheckpoint* hf, const TensorParallel& tp,
+                                const ContextParallel& cp, const ExpertParallel& ep) -> std::shared_ptr<Model> {
+                              return std::make_shared<ModelT>(c, hf, tp, cp, ep, run);
+                            });
+}
+
+// A family's model: FamilyDecoder built from `spec_of(settled config)` (tessera/nn/family.hpp).
+template <class Config, class Settle, class CheckMesh, class SpecOf>
+std::shared_ptr<Model> build_family(const Config& yaml, const RunContext& run, Settle settle, CheckMesh check_mesh,
+                                    SpecOf spec_of) {
+  return build_decoder_with(yaml, run, settle, check_mesh,
+                            [&](const Config& c, const HfCheckpoint* hf, const TensorParallel& tp,
+                                const ContextParallel& cp, const ExpertParallel& ep) -> std::shared_ptr<Model> {
+                              return std::make_shared<FamilyDecoder>(spec_of(c), hf, yaml.init_from, tp, cp, ep, run);
+                            });
 }
 
 }  // namespace tessera::nn

@@ -7,15 +7,28 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <cstddef>
+#include <vector>
+
 #include "tessera/export.hpp"
 
 namespace tessera::nn {
+
+// One rotary embedding's tables for a forward pass (RotaryEmbedding::tables).
+struct RotaryTables {
+  at::Tensor cos, sin;
+};
 
 // What packed documents and rotary positions give every attention layer of a forward pass.
 struct AttentionInputs {
   at::Tensor mask;       // optional [batch, 1, seq, seq] bool: which keys each query may see
   at::Tensor documents;  // under context parallelism, instead of the mask: [batch, whole seq] ids
-  at::Tensor cos, sin;   // rotary tables for this pass (RotaryEmbedding::tables); undefined: none
+  // The model's rotary tables for this pass, one per rotary embedding it has (Gemma 3: the
+  // sliding layers' and the global layers'); an attention layer reads the one its spec names.
+  // Empty: none.
+  std::vector<RotaryTables> rotary;
+
+  const RotaryTables* rotary_at(std::size_t index) const { return index < rotary.size() ? &rotary[index] : nullptr; }
 };
 
 class TESSERA_API Norm : public torch::nn::Module {

@@ -1,7 +1,8 @@
 // The feed-forward layers of a transformer block, tensor-parallel by hidden units (the input
 // projections column-parallel, the output projection row-parallel):
 //   GeluMlp  c_fc -> GELU -> c_proj (GPT-2), the GELU fused with c_fc where no adapter extends it
-//   SwiGlu   down_proj(silu(gate_proj(x)) * up_proj(x)) (Llama, Mistral, Qwen, DeepSeek)
+//   SwiGlu   down_proj(act(gate_proj(x)) * up_proj(x)): act silu (SwiGLU: Llama, Mistral, Qwen,
+//            DeepSeek) or the tanh GELU (GeGLU: Gemma)
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -37,13 +38,16 @@ class TESSERA_API GeluMlp : public FeedForward {
 
 class TESSERA_API SwiGlu : public FeedForward {
  public:
-  SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias = false, TensorParallel tp = {});
+  // `activation`: "silu" or "gelu_tanh".
+  SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias = false, TensorParallel tp = {},
+         const std::string& activation = "silu");
   at::Tensor forward(const at::Tensor& x) override;
   // Its splits at `prefix` ("layers.0.mlp."): gate_proj's and up_proj's units, down_proj's inputs.
   static void plan(TensorParallelPlan& plan, const std::string& prefix, bool bias = false);
 
  private:
   TensorParallel tp_;
+  bool gelu_;
   std::shared_ptr<Linear> gate_, up_, down_;
 };
 

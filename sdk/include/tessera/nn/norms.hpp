@@ -33,11 +33,19 @@ enum class NormOver {
   heads,   // each of this rank's attention heads (Qwen3's q_norm / k_norm over head_dim)
 };
 
-// x / rms(x) * weight, normalised in float32 whatever the compute dtype (as Hugging Face's
-// LlamaRMSNorm, Qwen's and DeepSeek's do), then scaled in the input's dtype.
+// How an RMSNorm's weight scales the normalised x.
+enum class RmsWeight {
+  scale,     // x̂ · weight, weight starting at one (Llama, Qwen, DeepSeek)
+  one_plus,  // x̂ · (1 + weight), weight starting at zero (Gemma)
+};
+
+// x / rms(x) · weight, normalised in float32 whatever the compute dtype (as Hugging Face's
+// LlamaRMSNorm, Qwen's and DeepSeek's do), then scaled in the input's dtype; with
+// RmsWeight::one_plus scaled by (1 + weight) in float32 and then cast (Gemma's order).
 class TESSERA_API RmsNorm : public Norm {
  public:
-  RmsNorm(std::int64_t dim, double eps, TensorParallel tp = {}, NormOver over = NormOver::stream);
+  RmsNorm(std::int64_t dim, double eps, TensorParallel tp = {}, NormOver over = NormOver::stream,
+          RmsWeight kind = RmsWeight::scale);
   at::Tensor forward(const at::Tensor& x) const override;
 
   at::Tensor weight;
@@ -47,6 +55,7 @@ class TESSERA_API RmsNorm : public Norm {
   double eps_;
   TensorParallel tp_;
   NormOver over_;
+  RmsWeight kind_;
 };
 
 }  // namespace tessera::nn

@@ -43,6 +43,9 @@ struct RotarySpec {
   // long wavelengths slowed by factor, short ones kept, the band between interpolated.
   std::optional<std::vector<double>> llama3_scaling;
   std::optional<YarnScaling> yarn;  // at most one of the two scalings
+  // Linear scaling (Hugging Face's rope_type "linear", Gemma 3's global layers): positions
+  // divided by it, i.e. every frequency. 1: none.
+  double linear_factor = 1.0;
 };
 
 class TESSERA_API RotaryEmbedding {

@@ -32,7 +32,12 @@ struct RotaryDecoderParts {
   std::int64_t hidden = 0;
   double norm_eps = 1e-5;  // the final norm's
   bool tied = false;       // the head is the token embedding
-  RotarySpec rotary;
+  // The rotary embeddings the blocks' attention reads (AttentionSpec::rotary indexes them): one,
+  // or Gemma 3's two (the sliding layers' base and the global layers').
+  std::vector<RotarySpec> rotaries;
+  // The token embedding's output is multiplied by it (Gemma: sqrt(hidden), in the weight's dtype).
+  double embedding_scale = 1.0;
+  RmsWeight norm_weight = RmsWeight::scale;  // the final norm's
 };
 
 class TESSERA_API RotaryDecoderModel : public DecoderModel {
@@ -68,7 +73,7 @@ class TESSERA_API RotaryDecoderModel : public DecoderModel {
 
  private:
   RotaryDecoderParts parts_;
-  RotaryEmbedding rotary_;  // derived from the config: neither parameters nor state
+  std::vector<RotaryEmbedding> rotaries_;  // derived from the config: neither parameters nor state
   std::shared_ptr<Embedding> embed_tokens_;
   std::shared_ptr<torch::nn::Module> layers_;
   std::shared_ptr<RmsNorm> norm_;

@@ -46,6 +46,9 @@ struct HfWeightNames {
   // The tensors of a Hugging Face folder equal to `state` (a model's whole state dict): renamed,
   // transposed, experts one tensor each.
   TESSERA_API StateDict export_tensors(const StateDict& state) const;
+
+  // A ...ForCausalLM of the Llama lineage: everything under `model.` but the output head.
+  static HfWeightNames causal_lm() { return {{{"lm_head", ""}, {"", "model."}}, {}, ".experts."}; }
 };
 
 // Copies a Hugging Face checkpoint's tensors into `model`'s parameters and buffers by `names` (each rank's part
