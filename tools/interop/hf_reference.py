@@ -325,8 +325,10 @@ def load(folder, mutate=None, strict=False):
             config.sliding_window = None
         config.use_sliding_window = False
         config.layer_types = ["full_attention"] * config.num_hidden_layers
+    # sdpa cannot cap attention scores: Gemma 2's softcap needs the eager attention.
+    attention = "eager" if getattr(config, "attn_logit_softcapping", None) else None
     model, info = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32,
-                                                       output_loading_info=True)
+                                                       output_loading_info=True, attn_implementation=attention)
     problems = {k: sorted(v) for k, v in info.items() if v}
     if strict and problems:
         sys.exit(f"{folder}: transformers reports {problems}")
