@@ -1,10 +1,10 @@
 // The config of the Llama family's models (model/llama, model/qwen2, model/qwen3,
-// model/qwen3_moe): the variants, their YAML fields, checks and mesh rules, the whole parameter
-// count and the Hugging Face weight-name table. The variants differ in their attention and their
-// experts, each difference one of the kit's options: Qwen2's q/k/v biases, Qwen3's per-head q/k
-// norms and attention_bias, the Qwens' sliding window; Qwen3-MoE's experts in some blocks
-// (decoder_sparse_step, mlp_only_layers) of their own width, gates normalised or not. The
-// mapping to and from config.json is llama_hf_format.hpp.
+// model/qwen3_moe): the variants, their YAML fields, checks and mesh rules, and config.json as
+// one table (hf_table: import, export and the architecture record; the variants' own rows say
+// which variants they hold for). The variants differ in their attention and their experts, each
+// difference one of the kit's options: Qwen2's q/k/v biases, Qwen3's per-head q/k norms and
+// attention_bias, the Qwens' sliding window; Qwen3-MoE's experts in some blocks
+// (decoder_sparse_step, mlp_only_layers) of their own width, gates normalised or not.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -21,6 +21,7 @@
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/nn/decoder_fields.hpp"
 #include "tessera/nn/experts.hpp"
+#include "tessera/nn/hf_fields.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/nn/mesh_rules.hpp"
 #include "tessera/nn/weight_names.hpp"
@@ -30,26 +31,23 @@ namespace tessera::llama {
 // The family's members, each a model variant named by Hugging Face's model_type.
 enum class Variant { llama, qwen2, qwen3, qwen3_moe };
 
-struct VariantNames {
+// What each variant is called, and where its routed blocks keep their experts under which names
+// (Mixtral's block_sparse_moe with gate, w1, w3, w2; Qwen3-MoE's mlp with gate_proj, up_proj,
+// down_proj).
+struct VariantFacts {
   const char* name;          // the variant key (model/NAME) and config.json's model_type
   const char* architecture;  // config.json's architectures
+  std::vector<std::string> model_types;  // what it imports
+  const char* experts_module;
+  nn::SwiGluExpertNames expert_names;
 };
-inline VariantNames names_of(Variant v) {
-  switch (v) {
-    case Variant::qwen2: return {"qwen2", "Qwen2ForCausalLM"};
-    case Variant::qwen3: return {"qwen3", "Qwen3ForCausalLM"};
-    case Variant::qwen3_moe: return {"qwen3_moe", "Qwen3MoeForCausalLM"};
-    case Variant::llama: break;
-  }
-  return {"llama", "LlamaForCausalLM"};
-}
-// The variant that imports a config.json of `model_type` (Mixtral is model/llama with experts).
-inline std::optional<Variant> variant_of(const std::string& model_type) {
-  if (model_type == "llama" || model_type == "mixtral") return Variant::llama;
-  if (model_type == "qwen2") return Variant::qwen2;
-  if (model_type == "qwen3") return Variant::qwen3;
-  if (model_type == "qwen3_moe") return Variant::qwen3_moe;
-  return std::nullopt;
+inline const VariantFacts& facts_of(Variant v) {
+  static const std::vector<VariantFacts> all = {
+      {"llama", "LlamaForCausalLM", {"llama", "mixtral"}, "block_sparse_moe", {}},
+      {"qwen2", "Qwen2ForCausalLM", {"qwen2"}, "mlp", {}},
+      {"qwen3", "Qwen3ForCausalLM", {"qwen3"}, "mlp", {}},
+      {"qwen3_moe", "Qwen3MoeForCausalLM", {"qwen3_moe"}, "mlp", {"gate", "gate_proj", "up_proj", "down_proj"}}};
+  return all[static_cast<std::size_t>(v)];
 }
 
 struct LlamaConfig;
@@ -93,7 +91,8 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   }
 
   std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-  const char* variant_name() const { return names_of(variant).name; }
+  const char* variant_name() const { return facts_of(variant).name; }
+  bool mixtral() const { return variant == Variant::llama && mixture_of_experts(); }
   bool any_qkv_bias() const { return qkv_bias || attention_bias; }
   std::int64_t expert_size() const { return expert_intermediate_size > 0 ? expert_intermediate_size : mlp_size(); }
   nn::MoeBlockPattern block_pattern() const { return {0, moe_every, dense_blocks}; }
@@ -197,7 +196,7 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
           .at_least(1);
       f.field("dense_blocks", &C::dense_blocks, "blocks that keep the dense SwiGLU (Hugging Face's mlp_only_layers)");
     }
-    const std::string family = llama ? "Llama or Mixtral" : std::string(names_of(variant).architecture);
+    const std::string family = llama ? "Llama or Mixtral" : std::string(facts_of(variant).architecture);
     nn::declare_init_from<C>(f,
                              "start from these weights: a Hugging Face " + family +
                                  " folder (config.json + safetensors, sharded or not; architecture fields left out of "
@@ -216,23 +215,6 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
     nn::check_pipeline_parallel(c.n_layer, dims);
   }
 };
-
-// The whole model's parameters from its config (a pipeline stage holds some of them only).
-inline std::int64_t parameter_count(const LlamaConfig& c) {
-  const std::int64_t C = c.n_embd, D = c.head_size(), I = c.mlp_size();
-  std::int64_t attention = C * c.n_head * D + 2 * C * c.kv_heads() * D + c.n_head * D * C;
-  if (c.any_qkv_bias()) attention += (c.n_head + 2 * c.kv_heads()) * D;
-  if (c.attention_bias) attention += C;
-  if (c.qk_norm) attention += 2 * D;
-  const std::int64_t routed = c.routed_block_count();
-  const std::int64_t experts = C * c.num_experts + c.num_experts * 3 * C * c.expert_size();
-  const std::int64_t mlps = routed * experts + (c.n_layer - routed) * 3 * C * I;
-  return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + 2 * C) + mlps + C;
-}
-
-// LlamaForCausalLM's (and Mixtral's) names: everything under `model.` but the output head;
-// Mixtral's experts one tensor each ("model.layers.N.block_sparse_moe.experts.E.w1.weight").
-inline nn::HfWeightNames llama_names() { return {{{"lm_head", ""}, {"", "model."}}, {}, ".experts."}; }
 
 // model/qwen2: Qwen2 and Qwen2.5 (Qwen2ForCausalLM), transformers' Qwen2Config defaults.
 struct Qwen2Config : LlamaConfig {
@@ -266,5 +248,115 @@ struct Qwen3Config : LlamaConfig {
   }
   static void declare(ConfigFields<Qwen3Config>& f) { declare_fields(f, Variant::qwen3); }
 };
+
+// The variant's defaults: what a field an export's YAML left out stood for.
+inline LlamaConfig defaults_of(Variant v) {
+  switch (v) {
+    case Variant::qwen2: return Qwen2Config();
+    case Variant::qwen3: return Qwen3Config();
+    case Variant::qwen3_moe: return Qwen3MoeConfig();
+    case Variant::llama: break;
+  }
+  return LlamaConfig();
+}
+
+// config.json, both ways, every variant: the YAML field, Hugging Face's key, its value when
+// absent, the transform; the rows of some variants only say which.
+inline const nn::HfFieldTable<LlamaConfig>& hf_table() {
+  using C = LlamaConfig;
+  using nlohmann::json;
+  namespace t = nn::hf_transforms;
+  static const auto table = [] {
+    const auto is = [](std::set<Variant> vs) { return [vs](const C& c) { return vs.count(c.variant) > 0; }; };
+    const auto qwen = is({Variant::qwen2, Variant::qwen3, Variant::qwen3_moe});
+    const auto moe = [](const C& c) { return c.mixtral() || c.variant == Variant::qwen3_moe; };
+    const auto mixtral = [](const C& c) { return c.mixtral(); };
+    const auto dense_llama = [](const C& c) { return c.variant == Variant::llama && !c.mixtral(); };
+    const auto mixtral_file = [](const json& whole) { return whole.value("model_type", "") == "mixtral"; };
+    nn::HfFieldTable<C> f([](const C& c) { return std::string("model/") + c.variant_name(); });
+    f.imports([](const C& c) { return facts_of(c.variant).model_types; }).defaults([](const C& c) {
+      return defaults_of(c.variant);
+    });
+    f.written("architectures", [](const C& c) {
+      return json::array({c.mixtral() ? "MixtralForCausalLM" : facts_of(c.variant).architecture});
+    });
+    f.written("model_type", [](const C& c) { return c.mixtral() ? "mixtral" : c.variant_name(); });
+    f.field("vocab_size", &C::vocab_size, "vocab_size").field("n_layer", &C::n_layer, "num_hidden_layers");
+    f.field("n_head", &C::n_head, "num_attention_heads").field("n_embd", &C::n_embd, "hidden_size");
+    f.field<std::int64_t>("n_kv_head", &C::n_kv_head, "num_key_value_heads", nullptr, &C::kv_heads)
+        .transform(t::or_key("num_attention_heads"));
+    f.field<std::int64_t>("head_dim", &C::head_dim, "head_dim", nullptr, &C::head_size)
+        .transform(t::or_quotient("hidden_size", "num_attention_heads"));
+    f.field<std::int64_t>("intermediate_size", &C::intermediate_size, "intermediate_size", json::value_t::discarded,
+                          &C::mlp_size);
+    // No weight depends on it (the rotary tables are computed): a YAML may train shorter sequences.
+    f.field("max_seq_len", &C::max_seq_len, "max_position_embeddings").fill_only();
+    f.field("rms_norm_eps", &C::rms_norm_eps, "rms_norm_eps");
+    f.field("tie_embeddings", &C::tie_embeddings, "tie_word_embeddings", false);
+    f.field("rope_theta", &C::rope_theta, "rope_theta|rope_parameters.rope_theta", 10000.0);
+    f.field("rope_scaling", &C::rope_scaling, "rope_scaling", nullptr)
+        .transform(t::llama3_rope("model/llama"), t::llama3_rope_out());
+    f.expect("hidden_act", {"silu"}, "silu");
+    f.expect("mlp_bias", {false}, false, [](const C& c) { return !c.mixtral(); });
+    f.expect("attention_bias", {false}, false, dense_llama);
+    f.field("attention_bias", &C::attention_bias, "attention_bias", false)
+        .when(is({Variant::qwen3, Variant::qwen3_moe}));
+    // The Qwens' window, where use_sliding_window switches it on.
+    f.written("use_sliding_window", [](const C& c) { return c.sliding_window > 0; }).when(qwen);
+    f.field("sliding_window", &C::sliding_window, "sliding_window", nullptr)
+        .transform(t::switched_by("use_sliding_window", 0), t::zero_as_null())
+        .at_least(0)
+        .when(qwen);
+    f.field("max_window_layers", &C::max_window_layers, "max_window_layers", nullptr)
+        .transform(t::switched_by("use_sliding_window", json::value_t::discarded))
+        .at_least(0)
+        .when(is({Variant::qwen2, Variant::qwen3}));
+    // Mixtral: Llama with experts (num_local_experts) in every block; a dense llama has none.
+    f.field("num_experts", &C::num_experts, "num_local_experts", nullptr)
+        .transform([=](const json& v, const json& whole) { return mixtral_file(whole) ? (v.is_null() ? json(8) : v) : json(0); },
+                   t::omitted_when(0))
+        .at_least(0)
+        .when(is({Variant::llama}));
+    f.field("num_experts", &C::num_experts, "num_experts|num_local_experts").when(is({Variant::qwen3_moe}));
+    f.field("top_k", &C::top_k, "num_experts_per_tok", 2).when(moe);
+    f.field("expert_intermediate_size", &C::expert_intermediate_size, "moe_intermediate_size",
+            json::value_t::discarded, std::function<std::int64_t(const C&)>(&C::expert_size))
+        .when(is({Variant::qwen3_moe}));
+    f.field("renormalize_topk", &C::renormalize_topk, "norm_topk_prob", false).when(is({Variant::qwen3_moe}));
+    f.field("moe_every", &C::moe_every, "decoder_sparse_step", 1).when(is({Variant::qwen3_moe}));
+    f.field("dense_blocks", &C::dense_blocks, "mlp_only_layers", json::array())
+        .transform(t::null_as_empty())
+        .when(is({Variant::qwen3_moe}));
+    f.field("aux_loss_coef", &C::aux_loss_coef, "router_aux_loss_coef").fill_only().when(moe);
+    f.written("output_router_logits", [](const C&) { return false; }).when(moe);
+    f.written("router_jitter_noise", [](const C&) { return 0.0; }).when(mixtral);
+    f.written("sliding_window", [](const C&) { return nullptr; }).when(mixtral);
+    // Attention over a sliding window shorter than the sequences is not what model/llama computes.
+    f.rule([](const C& c, const json& whole, const std::string& file) {
+      const json window = whole.value("sliding_window", json());
+      if (whole.value("model_type", "") == "mixtral" && window.is_number_integer() &&
+          window.get<std::int64_t>() < c.max_seq_len &&
+          window.get<std::int64_t>() < whole.value("max_position_embeddings", std::int64_t{0})) {
+        throw ConfigError(file + ": sliding_window " + window.dump() +
+                              " (attention within a window), which model/llama does not compute",
+                          "init_from");
+      }
+    });
+    f.written("attention_dropout", [](const C& c) { return c.dropout; });
+    f.written("initializer_range", [](const C& c) { return c.init_std; });
+    for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const C&) { return nullptr; });
+    f.written("dtype", [](const C&) { return "float32"; });
+    return f;
+  }();
+  return table;
+}
+
+inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml) {
+  const auto checked = [](LlamaConfig c) { return LlamaConfig::check(c), c; };
+  return hf_import::settled_by_init_from(
+      yaml, yaml.variant_name(),
+      [&](const LlamaConfig& c, const HfConfig& e) { return checked(hf_table().settle_export(c, e)); },
+      [&](const LlamaConfig& c, const HfConfig& j) { return checked(hf_table().settle_hf(c, j)); });
+}
 
 }  // namespace tessera::llama

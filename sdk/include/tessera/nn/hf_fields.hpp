@@ -8,7 +8,8 @@
 //   hf_config      the export's config.json
 //   architecture   the record an export keeps (Model::architecture_json)
 // and `expect` rows name the values of config.json keys the family computes (hidden_act silu),
-// any other being one error at init_from.
+// any other being one error at init_from. Rows that hold for some of a family's variants only say
+// so (`when`), instead of branches in the family's code.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,14 +18,19 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "tessera/error.hpp"
 #include "tessera/formats/hugging_face.hpp"
+#include <c10/util/StringUtil.h>
+
+#include "tessera/export.hpp"
 #include "tessera/nn/hf_import.hpp"
 
 namespace tessera::nn {
@@ -60,24 +66,116 @@ inline HfIn layers_from_pattern(std::string pattern_key, std::int64_t every, std
     return layers;
   };
 }
+// Absent: config.json's `other` key (num_key_value_heads: num_attention_heads).
+inline HfIn or_key(std::string other) {
+  return [=](const nlohmann::json& v, const nlohmann::json& whole) {
+    return v.is_null() && whole.contains(other) ? whole.at(other) : v;
+  };
+}
+// Absent: `numerator` / `denominator` of config.json (head_dim: hidden_size / num_attention_heads).
+inline HfIn or_quotient(std::string numerator, std::string denominator) {
+  return [=](const nlohmann::json& v, const nlohmann::json& whole) {
+    if (!v.is_null() || !whole.contains(numerator) || !whole.contains(denominator)) return v;
+    const auto d = whole.at(denominator).get<std::int64_t>();
+    return d > 0 ? nlohmann::json(whole.at(numerator).get<std::int64_t>() / d) : v;
+  };
+}
+// The value where config.json's boolean `flag` is true, else `off` (the Qwens' sliding_window
+// under use_sliding_window: 0; their max_window_layers: discarded, not settled).
+inline HfIn switched_by(std::string flag, nlohmann::json off) {
+  return [=](const nlohmann::json& v, const nlohmann::json& whole) {
+    const bool on = whole.contains(flag) && whole.at(flag).is_boolean() && whole.at(flag).get<bool>();
+    if (!on) return off;
+    return v.is_null() && off.is_number() ? off : v;
+  };
+}
+// Llama 3's RoPE scaling, [factor, low_freq_factor, high_freq_factor, original_max_positions],
+// from transformers 5's rope_parameters or the older rope_scaling (rope_type llama3; default or
+// none: null); any other rope_type is refused.
+TESSERA_API HfIn llama3_rope(const std::string& model);
+TESSERA_API HfOut llama3_rope_out();
+// A null list is an empty one (mlp_only_layers).
+inline HfIn null_as_empty() {
+  return [](const nlohmann::json& v, const nlohmann::json&) { return v.is_null() ? nlohmann::json::array() : v; };
+}
 }  // namespace hf_transforms
+
+// The Tessera model that imports a Hugging Face model_type, for the error that names it.
+inline std::string tessera_model_for(const std::string& model_type) {
+  static const std::map<std::string, std::string> known = {
+      {"gpt2", "gpt"},     {"llama", "llama"},   {"mixtral", "llama"},         {"qwen2", "qwen2"},
+      {"qwen3", "qwen3"},  {"qwen3_moe", "qwen3_moe"}, {"deepseek_v3", "deepseek_v3"}, {"gemma3_text", "gemma3_text"}};
+  const auto it = known.find(model_type);
+  return it == known.end() ? "" : it->second;
+}
+
+namespace hf_fields_detail {
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+template <class T>
+nlohmann::json to_json(const T& v) {
+  if constexpr (IsOptional<T>::value) {
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  } else {
+    return nlohmann::json(v);
+  }
+}
+template <class T>
+T from_json(const nlohmann::json& v) {
+  if constexpr (IsOptional<T>::value) {
+    return v.is_null() ? T() : T(v.get<typename T::value_type>());
+  } else {
+    return v.get<T>();
+  }
+}
+// A value in a message as the YAML would write it: 10000 for 10000.0, 'silu' for strings.
+inline std::string shown(const nlohmann::json& v) {
+  if (v.is_number_float()) return c10::str(v.get<double>());
+  if (v.is_string()) return "'" + v.get<std::string>() + "'";
+  return v.dump();
+}
+}  // namespace hf_fields_detail
+
 
 template <class Config>
 class HfFieldTable {
  public:
+  using Predicate = std::function<bool(const Config&)>;
   struct Row {
-    std::string yaml;            // the YAML field; empty: a constant of config.json
-    std::string hf;              // the key (dotted for nesting); alternatives "a|b", the first written
-    nlohmann::json absent;       // the value when config.json lacks the key; discarded: not settled
-    std::function<nlohmann::json(const Config&)> get;       // the field as it is meant (derived zeros resolved)
+    std::string yaml;       // the YAML field; empty: a key config.json is written with only
+    std::string hf;         // the key (dotted for nesting); alternatives "a|b", the first written
+    nlohmann::json absent;  // the value when config.json lacks the key; discarded: not settled
+    std::function<nlohmann::json(const Config&)> get;  // the field as it is meant (derived zeros resolved)
     std::function<void(Config&, const nlohmann::json&)> set;
-    HfIn in;
+    std::function<void(Config&, const Config&)> reset;  // the member back to the variant's default
+    HfIn in;                // config.json's spelling -> the YAML's; discarded: not settled
+    bool nullable = false;  // the member holds "none" as null (std::optional)
     HfOut out;
-    bool compare = true;  // false: config.json's fills the field but never disagrees (max_seq_len)
+    Predicate when;         // the variants the row holds for; empty: all
+    bool compare = true;    // false: config.json's fills the field but never disagrees (max_seq_len)
+    std::int64_t at_least = 1;  // of an integer from config.json (counts: at least 1)
   };
+  // After settling from config.json: a rule across keys (Mixtral's window against its sequences).
+  using Rule = std::function<void(const Config&, const nlohmann::json& whole, const std::string& file)>;
 
-  // `kind`: "model/gemma3_text", for messages.
-  explicit HfFieldTable(std::string kind) : kind_(std::move(kind)) {}
+  // `kind`: the model's name in messages ("model/gemma3_text"), by variant.
+  explicit HfFieldTable(std::function<std::string(const Config&)> kind) : kind_(std::move(kind)) {}
+  explicit HfFieldTable(const std::string& kind) : kind_([kind](const Config&) { return kind; }) {}
+
+  // The model_types config.json may name (by variant); any other is one error naming the model
+  // that imports it.
+  HfFieldTable& imports(std::function<std::vector<std::string>(const Config&)> model_types) {
+    model_types_ = std::move(model_types);
+    return *this;
+  }
+  // The default configs the variants' left-out fields stand for (settle_export); Config{} when unset.
+  HfFieldTable& defaults(std::function<Config(const Config&)> of) {
+    defaults_ = std::move(of);
+    return *this;
+  }
 
   // The YAML's `member` as config.json's `hf`. `get`: the value it means where the member may
   // say "derived" (0 for n_head's heads).
@@ -90,19 +188,29 @@ class HfFieldTable {
     row.yaml = yaml;
     row.hf = hf;
     row.absent = std::move(absent);
-    row.get = [member, get](const Config& c) { return nlohmann::json(get ? get(c) : c.*member); };
-    row.set = [member](Config& c, const nlohmann::json& v) { c.*member = v.get<T>(); };
+    row.get = [member, get](const Config& c) { return hf_fields_detail::to_json(get ? get(c) : c.*member); };
+    row.set = [member](Config& c, const nlohmann::json& v) { c.*member = hf_fields_detail::from_json<T>(v); };
+    row.reset = [member](Config& c, const Config& d) { c.*member = d.*member; };
+    row.nullable = hf_fields_detail::IsOptional<T>::value;
     rows_.push_back(std::move(row));
     return *this;
   }
-  // The last row's transforms, and whether it compares.
+  // The last row's transforms, variants, and how it settles.
   HfFieldTable& transform(HfIn in, HfOut out = {}) {
     rows_.back().in = std::move(in);
     rows_.back().out = std::move(out);
     return *this;
   }
+  HfFieldTable& when(Predicate holds) {
+    rows_.back().when = std::move(holds);
+    return *this;
+  }
   HfFieldTable& fill_only() {
     rows_.back().compare = false;
+    return *this;
+  }
+  HfFieldTable& at_least(std::int64_t n) {
+    rows_.back().at_least = n;
     return *this;
   }
   // A key the export writes from the config (the architecture's name, a rope_type); not read.
@@ -115,43 +223,70 @@ class HfFieldTable {
   }
   // config.json's `hf` (`absent` when left out) must be one of `computed`, which the export
   // writes the first of.
-  HfFieldTable& expect(const std::string& hf, std::vector<nlohmann::json> computed, nlohmann::json absent) {
-    expects_.push_back({hf, std::move(computed), std::move(absent)});
+  HfFieldTable& expect(const std::string& hf, std::vector<nlohmann::json> computed, nlohmann::json absent,
+                       Predicate holds = {}) {
+    expects_.push_back({hf, std::move(computed), std::move(absent), std::move(holds)});
+    return *this;
+  }
+  HfFieldTable& rule(Rule r) {
+    rules_.push_back(std::move(r));
     return *this;
   }
 
   Config settle_hf(Config c, const HfConfig& file) const {
     const nlohmann::json whole = nlohmann::json::parse(file.dump());
+    check_model_type(c, whole, file.file());
     for (const Row& row : rows_) {
-      if (row.yaml.empty()) continue;
+      if (row.yaml.empty() || (row.when && !row.when(c))) continue;
       std::optional<nlohmann::json> value = lookup(whole, row.hf);
       if (!value) {
         if (row.absent.is_discarded() && !row.in) continue;
         value = row.absent.is_discarded() ? nlohmann::json(nullptr) : row.absent;
       }
-      if (row.in) value = row.in(*value, whole);
+      if (row.in) {
+        try {
+          value = row.in(*value, whole);
+        } catch (const ConfigError& e) {
+          throw ConfigError(file.file() + ": " + e.what(), "init_from");
+        }
+      }
+      if (value->is_discarded() || (value->is_null() && !row.nullable)) continue;
       settle(c, row, *value, file.file(), first_key(row.hf));
     }
     for (const Expect& e : expects_) {
+      if (e.when && !e.when(c)) continue;
       const nlohmann::json value = lookup(whole, e.hf).value_or(e.absent);
       if (std::find(e.computed.begin(), e.computed.end(), value) == e.computed.end()) {
-        throw ConfigError(file.file() + ": " + e.hf + " is " + value.dump() + ", which " + kind_ + " does not compute",
+        throw ConfigError(file.file() + ": " + first_key(e.hf) + " is " + hf_fields_detail::shown(value) + ", which " +
+                              kind_(c) + " does not compute",
                           "init_from");
       }
     }
+    for (const Rule& r : rules_) r(c, whole, file.file());
     return c;
   }
 
+  // From a Tessera export's config.json (its "config": the fields of the run that wrote it and
+  // the architecture it built). A field it leaves out stands for its default, unless that run took
+  // its architecture from an init_from of its own: then it is unknown and not settled.
   Config settle_export(Config c, const HfConfig& exported) const {
-    const Config defaults;
+    const nlohmann::json all = nlohmann::json::parse(exported.dump());
+    const nlohmann::json fields = all.contains("config") && all["config"].is_object() ? all["config"] : nlohmann::json();
+    const bool unknown_if_absent = fields.is_object() && fields.contains("init_from") && !fields["init_from"].is_null();
+    const Config defaults = defaults_ ? defaults_(c) : Config{};
     for (const Row& row : rows_) {
-      if (row.yaml.empty()) continue;
-      std::optional<nlohmann::json> value = hf_import::exported_value(exported, row.yaml);
-      if (!value) {
-        if (hf_import::exported_from_elsewhere(exported)) continue;
-        value = row.get(defaults);
+      if (row.yaml.empty() || (row.when && !row.when(c))) continue;
+      nlohmann::json value;
+      if (fields.is_object() && fields.contains(row.yaml)) {
+        value = fields[row.yaml];
+      } else if (unknown_if_absent) {
+        continue;
+      } else {
+        Config probe = c;  // what the default means in this config (0: derived from it)
+        row.reset(probe, defaults);
+        value = row.get(probe);
       }
-      settle(c, row, *value, exported.file(), row.yaml);
+      settle(c, row, value, exported.file(), row.yaml);
     }
     return c;
   }
@@ -159,8 +294,11 @@ class HfFieldTable {
   nlohmann::ordered_json hf_config(const Config& c) const {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     // The expected values first: a row may write a key they share (a rope_type it chose).
-    for (const Expect& e : expects_) place(out, first_key(e.hf), e.computed.front());
+    for (const Expect& e : expects_) {
+      if (!e.when || e.when(c)) place(out, first_key(e.hf), e.computed.front());
+    }
     for (const Row& row : rows_) {
+      if (row.when && !row.when(c)) continue;
       const nlohmann::json value = row.out ? row.out(row.get(c)) : row.get(c);
       if (!value.is_discarded()) place(out, first_key(row.hf), value);
     }
@@ -170,7 +308,7 @@ class HfFieldTable {
   nlohmann::ordered_json architecture(const Config& c) const {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
     for (const Row& row : rows_) {
-      if (!row.yaml.empty()) out[row.yaml] = row.get(c);
+      if (!row.yaml.empty() && (!row.when || row.when(c))) out[row.yaml] = row.get(c);
     }
     return out;
   }
@@ -180,7 +318,21 @@ class HfFieldTable {
     std::string hf;
     std::vector<nlohmann::json> computed;
     nlohmann::json absent;
+    Predicate when;
   };
+
+  void check_model_type(const Config& c, const nlohmann::json& whole, const std::string& file) const {
+    if (!model_types_) return;
+    const std::vector<std::string> accepted = model_types_(c);
+    const std::string type = whole.contains("model_type") && whole["model_type"].is_string() ? whole["model_type"].get<std::string>() : "";
+    if (std::find(accepted.begin(), accepted.end(), type) != accepted.end()) return;
+    std::string list;
+    for (const std::string& t : accepted) list += (list.empty() ? "" : ", ") + t;
+    const std::string theirs = tessera_model_for(type);
+    throw ConfigError(file + ": model_type '" + type + "' is not one " + kind_(c) + " imports (" + list +
+                          (theirs.empty() ? "" : "; use model/" + theirs) + ")",
+                      "init_from");
+  }
 
   static std::string first_key(const std::string& keys) { return keys.substr(0, keys.find('|')); }
 
@@ -231,28 +383,42 @@ class HfFieldTable {
 
   void settle(Config& c, const Row& row, const nlohmann::json& value, const std::string& file,
               const std::string& key) const {
+    using hf_fields_detail::shown;
     const nlohmann::json mine = row.get(c);
-    const bool numeric_kind = mine.is_number() && value.is_number();
-    if (!numeric_kind && mine.type() != value.type() && !(mine.is_array() && value.is_array())) {
+    if (mine.is_number_integer() && value.is_number() && value.get<double>() < static_cast<double>(row.at_least)) {
+      throw ConfigError(file + " says " + key + ": " + shown(value) + "; it must be at least " +
+                            std::to_string(row.at_least),
+                        "init_from");
+    }
+    Config taken = c;
+    try {
+      row.set(taken, value);
+    } catch (const nlohmann::json::exception&) {
       throw ConfigError(file + ": " + key + " is " + value.dump() + ", not a value of " + row.yaml + " (like " +
                             mine.dump() + ")",
                         "init_from");
     }
-    if (mine.is_number_integer() && value.is_number() && value.get<double>() < 0) {
-      throw ConfigError(file + ": " + key + " is " + value.dump() + "; it must not be negative", "init_from");
-    }
     if (!c.given.count(row.yaml)) {
-      row.set(c, value);
-    } else if (row.compare && !same(mine, value)) {
-      throw ConfigError("the YAML says " + row.yaml + ": " + mine.dump() + " but " + file + " says " + key + ": " +
-                            value.dump() + " (leave " + row.yaml + " out to take the checkpoint's)",
+      c = std::move(taken);
+    } else if (row.compare && !same(mine, row.get(taken))) {
+      const nlohmann::json theirs = row.get(taken);
+      if (mine.is_array() || theirs.is_array()) {
+        throw ConfigError("the YAML's " + row.yaml + " differs from " + file + "'s " + key + " (" + shown(theirs) +
+                              "); leave " + row.yaml + " out to take the checkpoint's",
+                          row.yaml);
+      }
+      throw ConfigError("the YAML says " + row.yaml + ": " + shown(mine) + " but " + file + " says " + key + ": " +
+                            shown(value) + " (leave " + row.yaml + " out to take the checkpoint's)",
                         row.yaml);
     }
   }
 
-  std::string kind_;
+  std::function<std::string(const Config&)> kind_;
+  std::function<std::vector<std::string>(const Config&)> model_types_;
+  std::function<Config(const Config&)> defaults_;
   std::vector<Row> rows_;
   std::vector<Expect> expects_;
+  std::vector<Rule> rules_;
 };
 
 }  // namespace tessera::nn
