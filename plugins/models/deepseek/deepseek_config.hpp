@@ -1,9 +1,8 @@
 // model/deepseek_v3's config: what the family adds to the kit's decoder and routing fields
 // (multi-head latent attention's ranks and head parts, dense first blocks, shared experts, grouped
 // sigmoid routing with a correction bias and routed scaling, the auxiliary-loss-free balancing's
-// speed), their checks and mesh rules, the whole parameter count and the Hugging Face tensor names
-// (Hugging Face's without `model.`; stacked experts one tensor per weight here, one per expert
-// there). The mapping to and from config.json is deepseek_hf_format.hpp.
+// speed), their checks and mesh rules, and config.json as one table (hf_table: import, export and
+// the architecture record).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/nn/decoder_fields.hpp"
 #include "tessera/nn/experts.hpp"
+#include "tessera/nn/hf_fields.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/nn/latent_attention.hpp"
 #include "tessera/nn/mesh_rules.hpp"
@@ -201,25 +201,66 @@ struct DeepseekConfig : nn::DecoderFields, nn::MoeFields {
   }
 };
 
-// The whole model's parameters from its config (a pipeline stage holds some of them only).
-inline std::int64_t parameter_count(const DeepseekConfig& c) {
-  const std::int64_t C = c.n_embd, H = c.n_head;
-  const std::int64_t q = c.q_lora_rank > 0 ? C * c.q_lora_rank + c.q_lora_rank + c.q_lora_rank * H * c.qk_head_dim()
-                                           : C * H * c.qk_head_dim();
-  const std::int64_t kv = C * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank +
-                          c.kv_lora_rank * H * (c.qk_nope_head_dim + c.v_head_dim);
-  const std::int64_t biases = c.attention_bias ? (c.q_lora_rank > 0 ? c.q_lora_rank : 0) + c.kv_lora_rank + c.qk_rope_head_dim + C : 0;
-  const std::int64_t attention = q + kv + H * c.v_head_dim * C + biases;
-  const std::int64_t dense = 3 * C * c.intermediate_size;
-  const std::int64_t routed = C * c.num_experts + c.num_experts * 3 * C * c.expert_intermediate_size +
-                              3 * C * c.shared_experts * c.expert_intermediate_size;
-  const std::int64_t dense_blocks = std::min(c.first_dense_blocks, c.n_layer);
-  return c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.n_layer * (attention + 2 * C) + dense_blocks * dense +
-         c.routed_blocks() * routed + C;
+// DeepseekV3ForCausalLM's config.json, both ways (no multi-token-prediction layers).
+inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
+  using C = DeepseekConfig;
+  using nlohmann::json;
+  namespace t = nn::hf_transforms;
+  static const auto table = [] {
+    nn::HfFieldTable<C> f("model/deepseek_v3");
+    f.imports([](const C&) { return std::vector<std::string>{"deepseek_v3"}; });
+    f.written("architectures", [](const C&) { return json::array({"DeepseekV3ForCausalLM"}); })
+        .written("model_type", [](const C&) { return "deepseek_v3"; });
+    f.field("vocab_size", &C::vocab_size, "vocab_size").field("n_layer", &C::n_layer, "num_hidden_layers");
+    f.field("n_head", &C::n_head, "num_attention_heads").field("n_embd", &C::n_embd, "hidden_size");
+    f.written("num_key_value_heads", [](const C& c) { return c.n_head; });
+    f.field("max_seq_len", &C::max_seq_len, "max_position_embeddings").fill_only();
+    f.field("q_lora_rank", &C::q_lora_rank, "q_lora_rank", nullptr)
+        .transform(t::null_as_zero(), t::zero_as_null())
+        .at_least(0);
+    f.field("kv_lora_rank", &C::kv_lora_rank, "kv_lora_rank");
+    f.field("qk_nope_head_dim", &C::qk_nope_head_dim, "qk_nope_head_dim").at_least(0);
+    f.field("qk_rope_head_dim", &C::qk_rope_head_dim, "qk_rope_head_dim");
+    f.field("v_head_dim", &C::v_head_dim, "v_head_dim");
+    f.field("intermediate_size", &C::intermediate_size, "intermediate_size");
+    f.field("expert_intermediate_size", &C::expert_intermediate_size, "moe_intermediate_size");
+    f.field("num_experts", &C::num_experts, "n_routed_experts").field("top_k", &C::top_k, "num_experts_per_tok");
+    f.field("shared_experts", &C::shared_experts, "n_shared_experts", 0).at_least(0);
+    f.field("first_dense_blocks", &C::first_dense_blocks, "first_k_dense_replace", 0).at_least(0);
+    f.field("expert_groups", &C::expert_groups, "n_group").field("expert_groups_kept", &C::expert_groups_kept, "topk_group");
+    f.field("routed_scaling", &C::routed_scaling, "routed_scaling_factor");
+    f.field("renormalize_topk", &C::renormalize_topk, "norm_topk_prob", true);
+    f.field("rms_norm_eps", &C::rms_norm_eps, "rms_norm_eps");
+    f.field("tie_embeddings", &C::tie_embeddings, "tie_word_embeddings", false);
+    f.field("attention_bias", &C::attention_bias, "attention_bias", false);
+    f.field("rope_interleave", &C::rope_interleave, "rope_interleave", true);
+    f.field("rope_theta", &C::rope_theta, "rope_parameters.rope_theta|rope_theta", 10000.0);
+    f.field("rope_yarn", &C::rope_yarn, "rope_parameters", nullptr)
+        .transform(t::yarn_rope("model/deepseek_v3"), t::yarn_rope_out());
+    f.expect("hidden_act", {"silu"}, "silu").expect("scoring_func", {"sigmoid"}, "sigmoid");
+    // Latent attention has one key/value head per query head.
+    f.rule([](const C& c, const json& whole, const std::string& file) {
+      const json kv = whole.value("num_key_value_heads", json(c.n_head));
+      if (kv != json(c.n_head)) {
+        throw ConfigError(file + ": num_key_value_heads " + kv.dump() +
+                              " differs from num_attention_heads; latent attention has one key/value head per query head",
+                          "init_from");
+      }
+    });
+    f.written("attention_dropout", [](const C& c) { return c.dropout; });
+    f.written("initializer_range", [](const C& c) { return c.init_std; });
+    for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const C&) { return nullptr; });
+    f.written("dtype", [](const C&) { return "float32"; });
+    return f;
+  }();
+  return table;
 }
 
-// DeepseekV3ForCausalLM's names: everything under `model.` but the output head; the experts one
-// tensor each ("model.layers.N.mlp.experts.E.gate_proj.weight").
-inline nn::HfWeightNames deepseek_names() { return {{{"lm_head", ""}, {"", "model."}}, {}, ".experts."}; }
+inline DeepseekConfig settled_by_init_from(const DeepseekConfig& yaml) {
+  const auto checked = [](DeepseekConfig c) { return DeepseekConfig::check(c), c; };
+  return hf_import::settled_by_init_from(
+      yaml, "deepseek_v3", [&](const DeepseekConfig& c, const HfConfig& e) { return checked(hf_table().settle_export(c, e)); },
+      [&](const DeepseekConfig& c, const HfConfig& j) { return checked(hf_table().settle_hf(c, j)); });
+}
 
 }  // namespace tessera::deepseek

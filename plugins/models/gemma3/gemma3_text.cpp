@@ -174,12 +174,7 @@ nn::FamilySpec family(const Gemma3Config& c) {
   }
   f.init = {c.init_std, /*scaled_residual=*/false};
   f.names = nn::HfWeightNames::causal_lm();
-  f.architecture_json = [c] { return table().architecture(c).dump(); };
-  f.hf_config_json = [c](const std::string& ids) {
-    nlohmann::ordered_json out = table().hf_config(c);
-    tessera::hf_import::carry_special_token_ids(out, ids);
-    return out.dump(2) + "\n";
-  };
+  nn::describe_by_table(f, table(), c);
   return f;
 }
 

@@ -49,12 +49,7 @@ nn::FamilySpec family(const LlamaConfig& c) {
   }
   f.init = {c.init_std, /*scaled_residual=*/true};
   f.names = nn::HfWeightNames::causal_lm();
-  f.architecture_json = [c] { return tessera::llama::hf_table().architecture(c).dump(); };
-  f.hf_config_json = [c](const std::string& special_ids) {
-    nlohmann::ordered_json out = tessera::llama::hf_table().hf_config(c);
-    tessera::hf_import::carry_special_token_ids(out, special_ids);
-    return out.dump(2) + "\n";
-  };
+  nn::describe_by_table(f, tessera::llama::hf_table(), c);
   return f;
 }
 

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "tessera/error.hpp"
+#include "tessera/log.hpp"
+#include "tessera/parallel/device_mesh.hpp"
 #include "tessera/nn/deferred_init.hpp"
 #include "tessera/nn/mlp.hpp"
 #include "tessera/nn/norms.hpp"
@@ -19,8 +21,10 @@ DecoderSpec completed(const FamilySpec& f) {
                 std::to_string(f.decoder.n_layer));
   }
   DecoderSpec spec = f.decoder;
-  const AttentionSpec& attention = f.blocks.front().attention;
-  spec.attention_width = attention.heads * attention.head_dim;
+  const BlockSpec& first = f.blocks.front();
+  // Scores over the query/key size, the weighted sum over the value size: W is their mean.
+  spec.attention_width = first.latent ? first.latent->heads * (first.latent->qk_head_dim() + first.latent->v_head_dim) / 2
+                                      : first.attention.heads * first.attention.head_dim;
   spec.tied_embedding = f.parts.tied ? "embed_tokens.weight" : "";
   return spec;
 }
@@ -37,12 +41,13 @@ std::shared_ptr<TransformerBlock> FamilyDecoder::make_block(const BlockSpec& s, 
   const FeedForwardSpec& ff = s.feed_forward;
   std::shared_ptr<FeedForward> mlp;
   if (ff.experts) {
-    mlp = std::make_shared<SwiGluExperts>(*ff.experts, ep, hidden, ff.expert_width, ff.expert_names);
+    mlp = std::make_shared<SwiGluExperts>(*ff.experts, ep, hidden, ff.expert_width, ff.expert_names, ff.shared_width, tp);
   } else {
     mlp = std::make_shared<SwiGlu>(hidden, ff.width, false, tp, ff.activation);
   }
   BlockParts parts{{"input_layernorm", rms(hidden, s.norm, tp)},
-                   {"self_attn", std::make_shared<GroupedQueryAttention>(s.attention, tp, cp)},
+                   {"self_attn", s.latent ? std::shared_ptr<AttentionLayer>(std::make_shared<MultiHeadLatentAttention>(*s.latent, tp, cp))
+                                          : std::make_shared<GroupedQueryAttention>(s.attention, tp, cp)},
                    {s.sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm", rms(hidden, s.norm, tp)},
                    {ff.module, mlp}};
   if (s.sandwich) {
@@ -53,9 +58,14 @@ std::shared_ptr<TransformerBlock> FamilyDecoder::make_block(const BlockSpec& s, 
 }
 
 void FamilyDecoder::plan_block(TensorParallelPlan& plan, const std::string& prefix, const BlockSpec& s) {
-  GroupedQueryAttention::plan(plan, prefix + "self_attn.", s.attention);
+  if (s.latent) {
+    MultiHeadLatentAttention::plan(plan, prefix + "self_attn.", *s.latent);
+  } else {
+    GroupedQueryAttention::plan(plan, prefix + "self_attn.", s.attention);
+  }
   if (s.feed_forward.experts) {
-    SwiGluExperts::plan(plan, prefix + s.feed_forward.module + ".", s.feed_forward.expert_names);
+    SwiGluExperts::plan(plan, prefix + s.feed_forward.module + ".", s.feed_forward.expert_names,
+                        s.feed_forward.shared_width > 0);
   } else {
     SwiGlu::plan(plan, prefix + s.feed_forward.module + ".");
   }
@@ -64,14 +74,21 @@ void FamilyDecoder::plan_block(TensorParallelPlan& plan, const std::string& pref
 FamilyDecoder::FamilyDecoder(FamilySpec spec, const HfCheckpoint* hf, const std::string& init_from, TensorParallel tp,
                              ContextParallel cp, ExpertParallel ep, const RunContext& run)
     : RotaryDecoderModel(completed(spec), spec.parts, std::move(tp), std::move(cp), std::move(ep), run),
-      family_(std::move(spec)) {
+      family_(std::move(spec)),
+      routing_group_(run.mesh ? run.mesh->group_ptr({MeshAxis::dp_replicate, MeshAxis::dp_shard, MeshAxis::cp})
+                              : run.communicator) {
   const std::int64_t hidden = family_.parts.hidden;
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(family_.blocks.size()); ++i) {
     const BlockSpec& block = family_.blocks[static_cast<std::size_t>(i)];
     plan_block(plan_, "layers." + std::to_string(i) + ".", block);
     add_block(layers(), i, [&] { return make_block(block, hidden, tp_, cp_, ep_); });
   }
-  finish(hf, init_from, family_.names, num_experts());
+  if (hf && family_.skipped_tensors) {
+    std::int64_t skipped = 0;
+    for (const auto& item : hf->tensors) skipped += family_.skipped_tensors(item.first) ? 1 : 0;
+    if (skipped > 0) log::warn(spec_.kind, ": skipped ", skipped, " tensors of ", hf->folder, ": ", family_.why_skipped);
+  }
+  finish(hf, init_from, family_.names, num_experts(), family_.skipped_tensors);
   set_flop_parameters(flop_parameters());
 }
 
@@ -112,13 +129,18 @@ std::int64_t FamilyDecoder::experts_per_token() const {
   return routed ? routed->feed_forward.experts->top_k : 0;
 }
 
+void FamilyDecoder::after_optimizer_step(bool applied) {
+  if (family_.bias_update_speed <= 0) return;
+  for (MoeLayer* layer : moe_layers()) layer->balance_by_bias(applied ? family_.bias_update_speed : 0.0, routing_group_.get());
+}
+
 TransformerShape FamilyDecoder::transformer_shape() const {
   TransformerShape shape = decoder_shape();
   const BlockSpec& first = family_.blocks.front();
   shape.hidden = family_.parts.hidden;
-  shape.heads = first.attention.heads;
-  shape.kv_heads = first.attention.kv_heads;
-  shape.head_dim = first.attention.head_dim;
+  shape.heads = first.latent ? first.latent->heads : first.attention.heads;
+  shape.kv_heads = first.latent ? first.latent->heads : first.attention.kv_heads;  // latent: a key per head
+  shape.head_dim = first.latent ? first.latent->qk_head_dim() : first.attention.head_dim;
   shape.mlp_hidden = first.feed_forward.width;
   shape.gated_mlp = true;
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(family_.blocks.size()); ++i) {
@@ -128,6 +150,7 @@ TransformerShape FamilyDecoder::transformer_shape() const {
     shape.experts = routed->feed_forward.experts->num_experts;
     shape.experts_per_token = routed->feed_forward.experts->top_k;
     shape.expert_hidden = routed->feed_forward.expert_width;
+    shape.shared_expert_hidden = routed->feed_forward.shared_width;
   }
   return shape;
 }

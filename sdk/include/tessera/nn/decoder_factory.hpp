@@ -12,6 +12,7 @@
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/nn/deferred_init.hpp"
 #include "tessera/nn/family.hpp"
+#include "tessera/nn/hf_fields.hpp"
 #include "tessera/nn/hf_import.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
@@ -43,6 +44,18 @@ std::shared_ptr<Model> build_decoder(const Config& yaml, const RunContext& run, 
                                 const ContextParallel& cp, const ExpertParallel& ep) -> std::shared_ptr<Model> {
                               return std::make_shared<ModelT>(c, hf, tp, cp, ep, run);
                             });
+}
+
+// The family's config.json writers from its table (tessera/nn/hf_fields.hpp): the architecture
+// record, and the export's config.json carrying the imported checkpoint's special token ids.
+template <class Config>
+void describe_by_table(FamilySpec& f, const HfFieldTable<Config>& table, const Config& c) {
+  f.architecture_json = [&table, c] { return table.architecture(c).dump(); };
+  f.hf_config_json = [&table, c](const std::string& special_ids) {
+    nlohmann::ordered_json out = table.hf_config(c);
+    hf_import::carry_special_token_ids(out, special_ids);
+    return out.dump(2) + "\n";
+  };
 }
 
 // A family's model: FamilyDecoder built from `spec_of(settled config)` (tessera/nn/family.hpp).

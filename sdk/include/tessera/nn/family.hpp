@@ -24,6 +24,7 @@
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/block.hpp"
 #include "tessera/nn/experts.hpp"
+#include "tessera/nn/latent_attention.hpp"
 #include "tessera/nn/rotary_decoder.hpp"
 
 namespace tessera::nn {
@@ -41,6 +42,7 @@ struct FeedForwardSpec {
   std::optional<ExpertRouting> experts;
   std::int64_t expert_width = 0;
   SwiGluExpertNames expert_names;
+  std::int64_t shared_width = 0;  // the shared experts' units beside the routed ones (DeepSeek-V3's); 0: none
 };
 
 struct BlockSpec {
@@ -49,6 +51,8 @@ struct BlockSpec {
   // post_feedforward_layernorm), the MLP's input by pre_feedforward_layernorm.
   bool sandwich = false;
   AttentionSpec attention;
+  // Set: multi-head latent attention (DeepSeek-V3's) instead of `attention`.
+  std::optional<LatentAttentionSpec> latent;
   FeedForwardSpec feed_forward;
 };
 
@@ -66,6 +70,14 @@ struct FamilySpec {
   std::vector<BlockSpec> blocks;  // every block of the whole model, in order
   InitSpec init;
   HfWeightNames names;
+  // Auxiliary-loss-free balancing (DeepSeek-V3): after each applied step every routed block's
+  // correction bias moves this much towards balance, the loads summed over the ranks that route
+  // different tokens (data- and context-parallel). 0: frozen.
+  double bias_update_speed = 0.0;
+  // Tensors of a Hugging Face checkpoint the model does not build (DeepSeek-V3's
+  // multi-token-prediction layers): skipped, and said so with `why`.
+  std::function<bool(const std::string& hf_name)> skipped_tensors;
+  std::string why_skipped;
   // Model::architecture_json, and the Hugging Face export's config.json given the imported
   // checkpoint's special token ids (hf_fields.hpp writes both from the family's table).
   std::function<std::string()> architecture_json;
@@ -96,6 +108,7 @@ class TESSERA_API FamilyDecoder : public RotaryDecoderModel, public MoeRouting {
   std::int64_t num_experts() const override;
   std::int64_t experts_per_token() const override;
   std::vector<RouterStatistics> take_router_statistics() override { return router_statistics(); }
+  void after_optimizer_step(bool applied) override;
 
  private:
   // N of 6N: the whole model's parameters counted on blocks built on the meta device, less a
@@ -104,6 +117,7 @@ class TESSERA_API FamilyDecoder : public RotaryDecoderModel, public MoeRouting {
   const BlockSpec* first_routed() const;
 
   FamilySpec family_;
+  std::shared_ptr<Communicator> routing_group_;  // the ranks whose tokens differ
 };
 
 }  // namespace tessera::nn

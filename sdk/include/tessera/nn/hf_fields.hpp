@@ -94,6 +94,10 @@ inline HfIn switched_by(std::string flag, nlohmann::json off) {
 // none: null); any other rope_type is refused.
 TESSERA_API HfIn llama3_rope(const std::string& model);
 TESSERA_API HfOut llama3_rope_out();
+// YaRN (DeepSeek-V3's), [factor, original_max_positions, beta_fast, beta_slow, mscale,
+// mscale_all_dim] (0 for an mscale: none), the same way; written as rope_parameters' fields.
+TESSERA_API HfIn yarn_rope(const std::string& model);
+TESSERA_API HfOut yarn_rope_out();
 // A null list is an empty one (mlp_only_layers).
 inline HfIn null_as_empty() {
   return [](const nlohmann::json& v, const nlohmann::json&) { return v.is_null() ? nlohmann::json::array() : v; };
@@ -364,7 +368,13 @@ class HfFieldTable {
       at = &(*at)[key.substr(from, dot - from)];
       from = dot + 1;
     }
-    (*at)[key.substr(from)] = nlohmann::ordered_json::parse(value.dump());
+    nlohmann::ordered_json& target = (*at)[key.substr(from)];
+    const nlohmann::ordered_json written = nlohmann::ordered_json::parse(value.dump());
+    if (target.is_object() && written.is_object()) {
+      target.update(written);  // rows that share an object (rope_parameters' theta and its type)
+    } else {
+      target = written;
+    }
   }
 
   static bool same(const nlohmann::json& a, const nlohmann::json& b) {
