@@ -27,8 +27,10 @@ nn::FamilySpec family(const DeepseekConfig& c) {
   f.decoder = nn::DecoderSpec::of("model/deepseek_v3", c);
   f.decoder.aux_loss_coef = c.aux_loss_coef;
   f.decoder.z_loss_coef = c.z_loss_coef;
-  f.parts = {c.vocab_size, c.n_embd, c.rms_norm_eps, c.tie_embeddings,
-             {{c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, std::nullopt, c.yarn()}}};
+  f.hidden = c.n_embd;
+  f.tied = c.tie_embeddings;
+  f.rotaries = {{c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, std::nullopt, c.yarn()}};
+  f.final_norm = {c.rms_norm_eps};
   for (std::int64_t i = 0; i < c.n_layer; ++i) {
     nn::BlockSpec block;
     block.norm = {c.rms_norm_eps};
@@ -43,7 +45,6 @@ nn::FamilySpec family(const DeepseekConfig& c) {
     f.blocks.push_back(block);
   }
   f.init = {c.init_std, /*scaled_residual=*/true};
-  f.names = nn::HfWeightNames::causal_lm();
   f.bias_update_speed = c.bias_update_speed;
   // Multi-token-prediction layers (model.layers.N from num_hidden_layers on) are not built.
   f.skipped_tensors = [n_layer = c.n_layer](const std::string& name) {

@@ -208,13 +208,9 @@ inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
   namespace t = nn::hf_transforms;
   static const auto table = [] {
     nn::HfFieldTable<C> f("model/deepseek_v3");
-    f.imports([](const C&) { return std::vector<std::string>{"deepseek_v3"}; });
-    f.written("architectures", [](const C&) { return json::array({"DeepseekV3ForCausalLM"}); })
-        .written("model_type", [](const C&) { return "deepseek_v3"; });
-    f.field("vocab_size", &C::vocab_size, "vocab_size").field("n_layer", &C::n_layer, "num_hidden_layers");
-    f.field("n_head", &C::n_head, "num_attention_heads").field("n_embd", &C::n_embd, "hidden_size");
+    f.architecture("DeepseekV3ForCausalLM", "deepseek_v3");
+    nn::causal_lm_sizes(f);
     f.written("num_key_value_heads", [](const C& c) { return c.n_head; });
-    f.field("max_seq_len", &C::max_seq_len, "max_position_embeddings").fill_only();
     f.field("q_lora_rank", &C::q_lora_rank, "q_lora_rank", nullptr)
         .transform(t::null_as_zero(), t::zero_as_null())
         .at_least(0);
@@ -247,8 +243,6 @@ inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
                           "init_from");
       }
     });
-    f.written("attention_dropout", [](const C& c) { return c.dropout; });
-    f.written("initializer_range", [](const C& c) { return c.init_std; });
     for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const C&) { return nullptr; });
     f.written("dtype", [](const C&) { return "float32"; });
     return f;
@@ -257,10 +251,7 @@ inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
 }
 
 inline DeepseekConfig settled_by_init_from(const DeepseekConfig& yaml) {
-  const auto checked = [](DeepseekConfig c) { return DeepseekConfig::check(c), c; };
-  return hf_import::settled_by_init_from(
-      yaml, "deepseek_v3", [&](const DeepseekConfig& c, const HfConfig& e) { return checked(hf_table().settle_export(c, e)); },
-      [&](const DeepseekConfig& c, const HfConfig& j) { return checked(hf_table().settle_hf(c, j)); });
+  return nn::settled_by_table(yaml, "deepseek_v3", hf_table(), &DeepseekConfig::check);
 }
 
 }  // namespace tessera::deepseek

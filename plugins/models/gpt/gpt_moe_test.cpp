@@ -23,7 +23,7 @@
 #include "autograd_graph.hpp"
 #include "test_support.hpp"
 #include "trainer_parts.hpp"
-#include "gpt_moe_config.hpp"
+#include "gpt_family.hpp"
 #include "tessera/nn/experts.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 
@@ -331,7 +331,7 @@ TEST(GptMoe, TrainsOnARepeatedSequence) {
 // rank's output is the whole layer's on its tokens, its experts get the gradients the whole layer
 // gets from both ranks' tokens, and its router gets its own tokens' gradient.
 TEST(GptMoe, AnExpertParallelLayerComputesWhatTheWholeLayerDoes) {
-  gpt_moe::GptMoeConfig s;
+  gpt_family::GptMoeConfig s;
   s.n_embd = 16;
   s.num_experts = 4;
   s.top_k = 2;

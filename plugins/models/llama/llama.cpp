@@ -29,8 +29,10 @@ nn::FamilySpec family(const LlamaConfig& c) {
   f.decoder = nn::DecoderSpec::of(std::string("model/") + c.variant_name(), c);
   f.decoder.aux_loss_coef = c.aux_loss_coef;
   f.decoder.z_loss_coef = c.z_loss_coef;
-  f.parts = {c.vocab_size, c.n_embd, c.rms_norm_eps, c.tie_embeddings,
-             {{c.head_size(), c.max_seq_len, c.rope_theta, c.rope_scaling, std::nullopt}}};
+  f.hidden = c.n_embd;
+  f.tied = c.tie_embeddings;
+  f.rotaries = {{c.head_size(), c.max_seq_len, c.rope_theta, c.rope_scaling, std::nullopt}};
+  f.final_norm = {c.rms_norm_eps};
   const tessera::llama::VariantFacts& facts = tessera::llama::facts_of(c.variant);
   for (std::int64_t i = 0; i < c.n_layer; ++i) {
     nn::BlockSpec block;
@@ -48,7 +50,6 @@ nn::FamilySpec family(const LlamaConfig& c) {
     f.blocks.push_back(block);
   }
   f.init = {c.init_std, /*scaled_residual=*/true};
-  f.names = nn::HfWeightNames::causal_lm();
   nn::describe_by_table(f, tessera::llama::hf_table(), c);
   return f;
 }

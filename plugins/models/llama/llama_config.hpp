@@ -116,12 +116,7 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
                             std::to_string(c.n_head) + "), or set head_dim",
                         "n_embd");
     }
-    if (c.n_head % c.kv_heads() != 0) {
-      throw ConfigError("n_head (" + std::to_string(c.n_head) + ") must be a multiple of n_kv_head (" +
-                            std::to_string(c.kv_heads()) + ")",
-                        "n_kv_head");
-    }
-    if (c.head_size() % 2 != 0) throw ConfigError("the head size must be even for rotary embeddings", "head_dim");
+    nn::check_grouped_heads(c.n_head, c.kv_heads(), c.head_size());
     if (c.variant == Variant::llama && c.mixture_of_experts() && !c.renormalize_topk) {
       throw ConfigError("Mixtral divides its k gate probabilities by their sum; renormalize_topk: false is not a "
                         "model model/llama imports or exports",
@@ -281,16 +276,13 @@ inline const nn::HfFieldTable<LlamaConfig>& hf_table() {
       return json::array({c.mixtral() ? "MixtralForCausalLM" : facts_of(c.variant).architecture});
     });
     f.written("model_type", [](const C& c) { return c.mixtral() ? "mixtral" : c.variant_name(); });
-    f.field("vocab_size", &C::vocab_size, "vocab_size").field("n_layer", &C::n_layer, "num_hidden_layers");
-    f.field("n_head", &C::n_head, "num_attention_heads").field("n_embd", &C::n_embd, "hidden_size");
+    nn::causal_lm_sizes(f);
     f.field<std::int64_t>("n_kv_head", &C::n_kv_head, "num_key_value_heads", nullptr, &C::kv_heads)
         .transform(t::or_key("num_attention_heads"));
     f.field<std::int64_t>("head_dim", &C::head_dim, "head_dim", nullptr, &C::head_size)
         .transform(t::or_quotient("hidden_size", "num_attention_heads"));
     f.field<std::int64_t>("intermediate_size", &C::intermediate_size, "intermediate_size", json::value_t::discarded,
                           &C::mlp_size);
-    // No weight depends on it (the rotary tables are computed): a YAML may train shorter sequences.
-    f.field("max_seq_len", &C::max_seq_len, "max_position_embeddings").fill_only();
     f.field("rms_norm_eps", &C::rms_norm_eps, "rms_norm_eps");
     f.field("tie_embeddings", &C::tie_embeddings, "tie_word_embeddings", false);
     f.field("rope_theta", &C::rope_theta, "rope_theta|rope_parameters.rope_theta", 10000.0);
@@ -342,8 +334,6 @@ inline const nn::HfFieldTable<LlamaConfig>& hf_table() {
                           "init_from");
       }
     });
-    f.written("attention_dropout", [](const C& c) { return c.dropout; });
-    f.written("initializer_range", [](const C& c) { return c.init_std; });
     for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const C&) { return nullptr; });
     f.written("dtype", [](const C&) { return "float32"; });
     return f;
@@ -352,11 +342,7 @@ inline const nn::HfFieldTable<LlamaConfig>& hf_table() {
 }
 
 inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml) {
-  const auto checked = [](LlamaConfig c) { return LlamaConfig::check(c), c; };
-  return hf_import::settled_by_init_from(
-      yaml, yaml.variant_name(),
-      [&](const LlamaConfig& c, const HfConfig& e) { return checked(hf_table().settle_export(c, e)); },
-      [&](const LlamaConfig& c, const HfConfig& j) { return checked(hf_table().settle_hf(c, j)); });
+  return nn::settled_by_table(yaml, yaml.variant_name(), hf_table(), &LlamaConfig::check);
 }
 
 }  // namespace tessera::llama

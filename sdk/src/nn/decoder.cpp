@@ -1,6 +1,7 @@
 #include "tessera/nn/decoder.hpp"
 
 #include <ATen/ops/arange.h>
+#include <cctype>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/linear.h>
 
@@ -42,9 +43,29 @@ at::Tensor logits_of_any_length(const at::Tensor& input_ids, std::int64_t multip
 
 }  // namespace
 
+namespace {
+
+// The model's name as a class's: "model/gpt_moe" is GptMoe.
+std::string module_name(const std::string& kind) {
+  std::string name;
+  bool upper = true;
+  for (const char ch : kind.substr(kind.find('/') + 1)) {
+    if (ch == '_') {
+      upper = true;
+      continue;
+    }
+    name += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    upper = false;
+  }
+  return name;
+}
+
+}  // namespace
+
 DecoderModel::DecoderModel(DecoderSpec spec, TensorParallel tp, ContextParallel cp, ExpertParallel ep,
                            const RunContext& run)
-    : spec_(std::move(spec)),
+    : Model(module_name(spec.kind)),
+      spec_(std::move(spec)),
       tp_(std::move(tp)),
       cp_(std::move(cp)),
       ep_(std::move(ep)),

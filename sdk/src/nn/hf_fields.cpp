@@ -57,6 +57,24 @@ HfIn yarn_rope(const std::string& model) {
                       {"mscale_all_dim", 0.0}});
 }
 
+HfIn renamed(const std::map<std::string, std::string>& in, const std::string& model) {
+  return [=](const nlohmann::json& v, const nlohmann::json&) -> nlohmann::json {
+    if (v.is_null()) return v;
+    const auto it = v.is_string() ? in.find(v.get<std::string>()) : in.end();
+    if (it != in.end()) return it->second;
+    std::string known;
+    for (const auto& [spelling, ignored] : in) known += (known.empty() ? "" : ", ") + spelling;
+    throw ConfigError(v.dump() + " is not one " + model + " computes (" + known + ")", "init_from");
+  };
+}
+
+HfOut renamed_out(const std::map<std::string, std::string>& out) {
+  return [=](const nlohmann::json& v) -> nlohmann::json {
+    const auto it = v.is_string() ? out.find(v.get<std::string>()) : out.end();
+    return it != out.end() ? nlohmann::json(it->second) : v;
+  };
+}
+
 HfOut yarn_rope_out() {
   return [](const nlohmann::json& v) -> nlohmann::json {
     if (!v.is_array() || v.size() != 6) return {{"rope_type", "default"}};

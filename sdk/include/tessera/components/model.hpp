@@ -62,6 +62,9 @@ class TESSERA_API ForwardHooks {
 class TESSERA_API Model : public torch::nn::Module {
  public:
   static constexpr const char* kKind = "model";
+  Model() = default;
+  // `name`: the module's name (torch::nn::Module::name), where the class's is not the model's.
+  explicit Model(std::string name) : torch::nn::Module(std::move(name)) {}
   ~Model() override;
 
   // input_ids [batch, seq] int64 -> logits [batch, seq, vocab_size()]. Runs compute() between

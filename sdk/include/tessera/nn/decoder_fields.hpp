@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tessera/config/config_fields.hpp"
+#include "tessera/error.hpp"
 #include "tessera/parallel/parallel_dims.hpp"
 #include "tessera/run/context.hpp"
 
@@ -30,6 +31,17 @@ struct DecoderFields {
   bool activation_checkpointing = false;
   std::int64_t activation_checkpointing_every = 1;
 };
+
+// Query heads grouped over key/value heads, each head's size even for the rotation: the checks
+// of grouped-query attention with rotary positions.
+inline void check_grouped_heads(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_size) {
+  if (kv_heads < 1 || heads % kv_heads != 0) {
+    throw ConfigError("n_head (" + std::to_string(heads) + ") must be a multiple of n_kv_head (" +
+                          std::to_string(kv_heads) + ")",
+                      "n_kv_head");
+  }
+  if (head_size % 2 != 0) throw ConfigError("the head size must be even for rotary embeddings", "head_dim");
+}
 
 // What the fields mean differs a little between families; the docs say so.
 struct DecoderDocs {
@@ -79,13 +91,15 @@ void declare_decoder_fields(ConfigFields<Config>& f, const DecoderDocs& docs) {
 // fields the YAML gave, the config's own `check`, the sequence-parallel split, and the mesh rules
 // (`check_mesh(settled, run, yaml)`) on the sizes `settle` takes from init_from's config.json,
 // so that `tessera validate` refuses what the factory will. `Base` holds init_from and given.
+// `sequence_slices`: the model's layers run on sequence parallelism's slices (experts that route
+// whole sequences do not).
 template <class Base, class Config, class Check, class Settle, class CheckMesh>
 void declare_init_from(ConfigFields<Config>& f, const std::string& doc, Check check, Settle settle,
-                       CheckMesh check_mesh) {
+                       CheckMesh check_mesh, bool sequence_slices = true) {
   f.field("init_from", &Base::init_from, doc).existing_path();
   f.record_given(&Base::given);
   f.check(check);
-  f.splits_sequence();
+  if (sequence_slices) f.splits_sequence();
   f.check_in_run([=](const Base& c, const RunContext& run) { check_mesh(settle(c), run, c); });
 }
 

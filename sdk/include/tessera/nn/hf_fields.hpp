@@ -98,6 +98,10 @@ TESSERA_API HfOut llama3_rope_out();
 // mscale_all_dim] (0 for an mscale: none), the same way; written as rope_parameters' fields.
 TESSERA_API HfIn yarn_rope(const std::string& model);
 TESSERA_API HfOut yarn_rope_out();
+// A value config.json spells otherwise: `in` maps its spellings to the YAML's (any other is
+// refused, naming `model`), `out` the YAML's back.
+TESSERA_API HfIn renamed(const std::map<std::string, std::string>& in, const std::string& model);
+TESSERA_API HfOut renamed_out(const std::map<std::string, std::string>& out);
 // A null list is an empty one (mlp_only_layers).
 inline HfIn null_as_empty() {
   return [](const nlohmann::json& v, const nlohmann::json&) { return v.is_null() ? nlohmann::json::array() : v; };
@@ -155,6 +159,9 @@ class HfFieldTable {
     std::function<nlohmann::json(const Config&)> get;  // the field as it is meant (derived zeros resolved)
     std::function<void(Config&, const nlohmann::json&)> set;
     std::function<void(Config&, const Config&)> reset;  // the member back to the variant's default
+    // A Tessera export's value of the field as that run's YAML reader read it (an integral 1e3 an
+    // integer, "True" a boolean); nullopt when the export does not name it.
+    std::function<std::optional<nlohmann::json>(const HfConfig&, const std::string&)> exported;
     HfIn in;                // config.json's spelling -> the YAML's; discarded: not settled
     bool nullable = false;  // the member holds "none" as null (std::optional)
     HfOut out;
@@ -181,6 +188,14 @@ class HfFieldTable {
     return *this;
   }
 
+  // A family that is one Hugging Face architecture: config.json's architectures and model_type,
+  // the only model_type it imports.
+  HfFieldTable& architecture(const std::string& name, const std::string& model_type) {
+    written("architectures", [name](const Config&) { return nlohmann::json::array({name}); });
+    written("model_type", [model_type](const Config&) { return model_type; });
+    return imports([model_type](const Config&) { return std::vector<std::string>{model_type}; });
+  }
+
   // The YAML's `member` as config.json's `hf`. `get`: the value it means where the member may
   // say "derived" (0 for n_head's heads).
   template <class T, class Owner>
@@ -196,6 +211,17 @@ class HfFieldTable {
     row.set = [member](Config& c, const nlohmann::json& v) { c.*member = hf_fields_detail::from_json<T>(v); };
     row.reset = [member](Config& c, const Config& d) { c.*member = d.*member; };
     row.nullable = hf_fields_detail::IsOptional<T>::value;
+    row.exported = [](const HfConfig& file, const std::string& key) -> std::optional<nlohmann::json> {
+      if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double> || std::is_same_v<T, bool> ||
+                    std::is_same_v<T, std::string>) {
+        if (const std::optional<T> value = hf_import::read_exported<T>(file, key)) return nlohmann::json(*value);
+      }
+      // Named with null ("none", a Llama's rope_scaling) or a list: as written.
+      const nlohmann::json all = nlohmann::json::parse(file.dump());
+      const auto fields = all.find("config");
+      if (fields == all.end() || !fields->is_object() || !fields->contains(key)) return std::nullopt;
+      return (*fields)[key];
+    };
     rows_.push_back(std::move(row));
     return *this;
   }
@@ -241,12 +267,13 @@ class HfFieldTable {
     const nlohmann::json whole = nlohmann::json::parse(file.dump());
     check_model_type(c, whole, file.file());
     for (const Row& row : rows_) {
-      if (row.yaml.empty() || (row.when && !row.when(c))) continue;
+      if (row.yaml.empty() || row.hf.empty() || (row.when && !row.when(c))) continue;
       std::optional<nlohmann::json> value = lookup(whole, row.hf);
       if (!value) {
         if (row.absent.is_discarded() && !row.in) continue;
         value = row.absent.is_discarded() ? nlohmann::json(nullptr) : row.absent;
       }
+      const nlohmann::json raw = *value;
       if (row.in) {
         try {
           value = row.in(*value, whole);
@@ -255,7 +282,7 @@ class HfFieldTable {
         }
       }
       if (value->is_discarded() || (value->is_null() && !row.nullable)) continue;
-      settle(c, row, *value, file.file(), first_key(row.hf));
+      settle(c, row, *value, file.file(), first_key(row.hf), raw);
     }
     for (const Expect& e : expects_) {
       if (e.when && !e.when(c)) continue;
@@ -274,23 +301,21 @@ class HfFieldTable {
   // the architecture it built). A field it leaves out stands for its default, unless that run took
   // its architecture from an init_from of its own: then it is unknown and not settled.
   Config settle_export(Config c, const HfConfig& exported) const {
-    const nlohmann::json all = nlohmann::json::parse(exported.dump());
-    const nlohmann::json fields = all.contains("config") && all["config"].is_object() ? all["config"] : nlohmann::json();
-    const bool unknown_if_absent = fields.is_object() && fields.contains("init_from") && !fields["init_from"].is_null();
+    const bool unknown_if_absent = hf_import::exported_from_elsewhere(exported);
     const Config defaults = defaults_ ? defaults_(c) : Config{};
     for (const Row& row : rows_) {
       if (row.yaml.empty() || (row.when && !row.when(c))) continue;
+      const std::optional<nlohmann::json> written = row.exported(exported, row.yaml);
+      if (!written && unknown_if_absent) continue;
       nlohmann::json value;
-      if (fields.is_object() && fields.contains(row.yaml)) {
-        value = fields[row.yaml];
-      } else if (unknown_if_absent) {
-        continue;
+      if (written) {
+        value = *written;
       } else {
         Config probe = c;  // what the default means in this config (0: derived from it)
         row.reset(probe, defaults);
         value = row.get(probe);
       }
-      settle(c, row, value, exported.file(), row.yaml);
+      settle(c, row, value, exported.file(), row.yaml, value, written ? "" : "left out, so the default");
     }
     return c;
   }
@@ -302,7 +327,7 @@ class HfFieldTable {
       if (!e.when || e.when(c)) place(out, first_key(e.hf), e.computed.front());
     }
     for (const Row& row : rows_) {
-      if (row.when && !row.when(c)) continue;
+      if (row.hf.empty() || (row.when && !row.when(c))) continue;
       const nlohmann::json value = row.out ? row.out(row.get(c)) : row.get(c);
       if (!value.is_discarded()) place(out, first_key(row.hf), value);
     }
@@ -391,8 +416,9 @@ class HfFieldTable {
     return a == b;
   }
 
-  void settle(Config& c, const Row& row, const nlohmann::json& value, const std::string& file,
-              const std::string& key) const {
+  // `raw`: config.json's value as the file spells it, shown beside the YAML's spelling.
+  void settle(Config& c, const Row& row, const nlohmann::json& value, const std::string& file, const std::string& key,
+              const nlohmann::json& raw, const std::string& as_written = "") const {
     using hf_fields_detail::shown;
     const nlohmann::json mine = row.get(c);
     if (mine.is_number_integer() && value.is_number() && value.get<double>() < static_cast<double>(row.at_least)) {
@@ -417,8 +443,11 @@ class HfFieldTable {
                               "); leave " + row.yaml + " out to take the checkpoint's",
                           row.yaml);
       }
-      throw ConfigError("the YAML says " + row.yaml + ": " + shown(mine) + " but " + file + " says " + key + ": " +
-                            shown(value) + " (leave " + row.yaml + " out to take the checkpoint's)",
+      const std::string said = !as_written.empty() ? as_written + " (" + shown(value) + ")"
+                               : raw == value       ? shown(value)
+                                                    : shown(raw) + " (" + shown(value) + ")";
+      throw ConfigError("the YAML says " + row.yaml + ": " + shown(mine) + " but " + file + " says " + key + ": " + said +
+                            " (leave " + row.yaml + " out to take the checkpoint's)",
                         row.yaml);
     }
   }
@@ -430,5 +459,31 @@ class HfFieldTable {
   std::vector<Expect> expects_;
   std::vector<Rule> rules_;
 };
+
+// The rows every ...ForCausalLM of the Llama lineage shares: the decoder fields' sizes under
+// transformers' names (max_position_embeddings filling max_seq_len only: no weight depends on it
+// with rotary positions), the attention's dropout and the init's scale written.
+template <class Config>
+void causal_lm_sizes(HfFieldTable<Config>& f) {
+  f.field("vocab_size", &Config::vocab_size, "vocab_size").field("n_layer", &Config::n_layer, "num_hidden_layers");
+  f.field("n_head", &Config::n_head, "num_attention_heads").field("n_embd", &Config::n_embd, "hidden_size");
+  f.field("max_seq_len", &Config::max_seq_len, "max_position_embeddings").fill_only();
+  f.written("attention_dropout", [](const Config& c) { return c.dropout; });
+  f.written("initializer_range", [](const Config& c) { return c.init_std; });
+}
+
+// The YAML's config with init_from's config.json settled in by `table` (a Hugging Face folder's,
+// or a Tessera export's record), then `check`ed; `variant`: the model's variant key, which a
+// Tessera export must name.
+template <class Config, class Check>
+Config settled_by_table(const Config& yaml, const std::string& variant, const HfFieldTable<Config>& table, Check check) {
+  const auto checked = [&](Config c) {
+    check(c);
+    return c;
+  };
+  return hf_import::settled_by_init_from(
+      yaml, variant, [&](const Config& c, const HfConfig& e) { return checked(table.settle_export(c, e)); },
+      [&](const Config& c, const HfConfig& j) { return checked(table.settle_hf(c, j)); });
+}
 
 }  // namespace tessera::nn

@@ -47,6 +47,7 @@ class TESSERA_API RmsNorm : public Norm {
   RmsNorm(std::int64_t dim, double eps, TensorParallel tp = {}, NormOver over = NormOver::stream,
           RmsWeight kind = RmsWeight::scale);
   at::Tensor forward(const at::Tensor& x) const override;
+  RmsWeight kind() const { return kind_; }
 
   at::Tensor weight;
 
