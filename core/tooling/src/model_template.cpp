@@ -17,7 +17,7 @@ const tessera::nn::HfFieldTable<@CLASS@Config>& @NAME@_table() {
   static const auto table = [] {
     tessera::nn::HfFieldTable<C> f("model/@NAME@");
     f.architecture("LlamaForCausalLM", "llama");
-    tessera::nn::causal_lm_sizes(f);
+    tessera::nn::causal_lm_rows(f);
     f.field("n_kv_head", &C::n_kv_head, "num_key_value_heads");
     f.field("intermediate_size", &C::intermediate_size, "intermediate_size");
     f.field("rope_theta", &C::rope_theta, "rope_theta|rope_parameters.rope_theta", 10000.0);
@@ -68,8 +68,7 @@ tessera::nn::FamilySpec @NAME@_family(const @CLASS@Config& c) {
   std::int64_t head_dim() const { return n_embd / n_head; }
 
   static void check(const @CLASS@Config& c) {
-    if (c.n_embd % c.n_head != 0) throw tessera::ConfigError("n_embd must be a multiple of n_head", "n_embd");
-    tessera::nn::check_grouped_heads(c.n_head, c.n_kv_head, c.head_dim());
+    tessera::nn::check_grouped_heads(c.n_embd, c.n_head, c.n_kv_head, 0, c.head_dim());
   }
   // What each mesh axis needs of the sizes: refused by `tessera validate` before anything is built.
   static void check_mesh(const @CLASS@Config& c, const tessera::RunContext& run, const @CLASS@Config&) {

@@ -29,7 +29,7 @@
 namespace tessera::deepseek {
 
 struct DeepseekConfig;
-// The YAML's config with what init_from's config.json says settled in (deepseek_hf_format.hpp).
+// The YAML's config with what init_from's config.json says settled in (by hf_table, below).
 inline DeepseekConfig settled_by_init_from(const DeepseekConfig& yaml);
 
 struct DeepseekConfig : nn::DecoderFields, nn::MoeFields {
@@ -201,6 +201,11 @@ struct DeepseekConfig : nn::DecoderFields, nn::MoeFields {
   }
 };
 
+inline const nn::HfFieldTable<DeepseekConfig>& hf_table();
+inline DeepseekConfig settled_by_init_from(const DeepseekConfig& yaml) {
+  return nn::settled_by_table(yaml, "deepseek_v3", hf_table(), &DeepseekConfig::check);
+}
+
 // DeepseekV3ForCausalLM's config.json, both ways (no multi-token-prediction layers).
 inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
   using C = DeepseekConfig;
@@ -209,7 +214,7 @@ inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
   static const auto table = [] {
     nn::HfFieldTable<C> f("model/deepseek_v3");
     f.architecture("DeepseekV3ForCausalLM", "deepseek_v3");
-    nn::causal_lm_sizes(f);
+    nn::causal_lm_rows(f);
     f.written("num_key_value_heads", [](const C& c) { return c.n_head; });
     f.field("q_lora_rank", &C::q_lora_rank, "q_lora_rank", nullptr)
         .transform(t::null_as_zero(), t::zero_as_null())
@@ -235,23 +240,13 @@ inline const nn::HfFieldTable<DeepseekConfig>& hf_table() {
         .transform(t::yarn_rope("model/deepseek_v3"), t::yarn_rope_out());
     f.expect("hidden_act", {"silu"}, "silu").expect("scoring_func", {"sigmoid"}, "sigmoid");
     // Latent attention has one key/value head per query head.
-    f.rule([](const C& c, const json& whole, const std::string& file) {
+    f.rule([](const C& c, const json& whole) -> std::string {
       const json kv = whole.value("num_key_value_heads", json(c.n_head));
-      if (kv != json(c.n_head)) {
-        throw ConfigError(file + ": num_key_value_heads " + kv.dump() +
-                              " differs from num_attention_heads; latent attention has one key/value head per query head",
-                          "init_from");
-      }
+      return kv == json(c.n_head) ? "" : "num_key_value_heads " + kv.dump() + " apart from num_attention_heads";
     });
-    for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const C&) { return nullptr; });
-    f.written("dtype", [](const C&) { return "float32"; });
     return f;
   }();
   return table;
-}
-
-inline DeepseekConfig settled_by_init_from(const DeepseekConfig& yaml) {
-  return nn::settled_by_table(yaml, "deepseek_v3", hf_table(), &DeepseekConfig::check);
 }
 
 }  // namespace tessera::deepseek

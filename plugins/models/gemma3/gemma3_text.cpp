@@ -36,7 +36,7 @@ struct Gemma3Config : nn::DecoderFields {
 
   static void check(const Gemma3Config& c) {
     nn::check_layer_kinds(c.layers(), c.n_layer, {kSliding, "full_attention"}, "layer_types");
-    nn::check_grouped_heads(c.n_head, c.n_kv_head, c.head_size());
+    nn::check_grouped_heads(c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.head_size());
   }
   static void check_mesh(const Gemma3Config& c, const tessera::RunContext& run, const Gemma3Config&) {
     const auto kinds = c.layers();
@@ -56,7 +56,7 @@ const nn::HfFieldTable<Gemma3Config>& table() {
   static const auto rows = [] {
     nn::HfFieldTable<C> f("model/gemma3_text");
     f.architecture("Gemma3ForCausalLM", "gemma3_text");
-    nn::causal_lm_sizes(f);
+    nn::causal_lm_rows(f);
     f.field("n_kv_head", &C::n_kv_head, "num_key_value_heads", 4);
     f.field<I>("head_dim", &C::head_dim, "head_dim", 256, &C::head_size);
     f.field<I>("intermediate_size", &C::intermediate_size, "intermediate_size", 9216, &C::mlp_size);

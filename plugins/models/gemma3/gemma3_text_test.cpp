@@ -13,28 +13,25 @@
 
 #include "tessera/components/model.hpp"
 #include "tessera/error.hpp"
-#include "tessera/nn/deferred_init.hpp"
+#include "deferred_init_check.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
 namespace gemma3_text_test {
 
-using testing::build_components;
-using testing::built;
-
 constexpr std::int64_t kVocab = 32, kLayers = 4, kEmbd = 16, kHeadDim = 8, kHeads = 4;
 
+// Four blocks, every second one global, windows of 3; `extra` YAML fields after these.
 std::string gemma_yaml(const std::string& extra = "") {
-  return "model: {component_key: model, variant_key: gemma3_text, config: {vocab_size: 32, n_layer: 4, n_head: 4, "
-         "n_kv_head: 2, n_embd: 16, head_dim: 8, intermediate_size: 24, max_seq_len: 16, sliding_window: 3, "
-         "sliding_window_pattern: 2" +
-         (extra.empty() ? "" : ", " + extra) + "}}\n";
+  const std::string fields = "vocab_size: 32, n_layer: 4, n_head: 4, n_kv_head: 2, n_embd: 16, head_dim: 8, "
+                             "intermediate_size: 24, max_seq_len: 16, sliding_window: 3, sliding_window_pattern: 2";
+  return "model: {component_key: model, variant_key: gemma3_text, config: {" + fields + (extra.empty() ? "" : ", ") +
+         extra + "}}\n";
 }
 
-std::shared_ptr<Model> make_gemma(const std::string& extra = "", std::uint64_t seed = 1234) {
-  core::seed_everything(seed, "cpu");
-  auto components = build_components(gemma_yaml(extra));
-  return built<Model>(components, "model");
+std::shared_ptr<Model> make_gemma(const std::string& extra = "") {
+  core::seed_everything(1234, "cpu");
+  return testing::built<Model>(testing::build_components(gemma_yaml(extra)), "model");
 }
 
 TEST(Gemma3Model, TheKitDerivesNamesShapeAndFlopsFromTheSpec) {
@@ -70,22 +67,7 @@ TEST(Gemma3Model, NormsStartAtZeroAndProjectionsAreUnscaled) {
 }
 
 TEST(Gemma3Model, DeferredInitGivesTheWeightsOfTheModelBuiltWhole) {
-  auto whole = make_gemma("", 11);
-  core::seed_everything(11, "cpu");
-  std::shared_ptr<Model> deferred;
-  {
-    DeferredInitScope scope;
-    auto components = build_components(gemma_yaml());
-    deferred = built<Model>(components, "model");
-  }
-  ASSERT_TRUE(deferred->has_deferred_parameters());
-  std::vector<at::Tensor> params = deferred->parameters();
-  for (const at::Tensor& p : params) materialize_parameter(p, at::empty(p.sizes(), at::kFloat));
-  deferred->initialize_parameters(params);
-  const auto expected = whole->named_parameters();
-  for (const auto& item : deferred->named_parameters()) {
-    EXPECT_TRUE(item.value().equal(expected[item.key()])) << item.key();
-  }
+  testing::expect_deferred_init_gives_whole_weights(gemma_yaml(), 11);
 }
 
 TEST(Gemma3Model, SlidingLayersSeeTheirWindowOnly) {

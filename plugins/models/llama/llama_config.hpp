@@ -31,27 +31,38 @@ namespace tessera::llama {
 // The family's members, each a model variant named by Hugging Face's model_type.
 enum class Variant { llama, qwen2, qwen3, qwen3_moe };
 
-// What each variant is called, and where its routed blocks keep their experts under which names
-// (Mixtral's block_sparse_moe with gate, w1, w3, w2; Qwen3-MoE's mlp with gate_proj, up_proj,
-// down_proj).
+// What each variant is called, which YAML fields it has, and where its routed blocks keep their
+// experts under which names (Mixtral's block_sparse_moe with gate, w1, w3, w2; Qwen3-MoE's mlp
+// with gate_proj, up_proj, down_proj): the variants as data.
 struct VariantFacts {
   const char* name;          // the variant key (model/NAME) and config.json's model_type
   const char* architecture;  // config.json's architectures
   std::vector<std::string> model_types;  // what it imports
   const char* experts_module;
   nn::SwiGluExpertNames expert_names;
+  const char* family;         // what init_from starts from
+  bool attention_bias;        // Qwen3's attention_bias field
+  const char* window;         // where sliding_window applies (null: no window field)
+  const char* experts;        // what num_experts counts (null: no expert fields)
+  bool routed_blocks;         // Qwen3-MoE's expert width and routed-block pattern
 };
 inline const VariantFacts& facts_of(Variant v) {
+  static const char* kFromMaxWindowLayers = " on the blocks from max_window_layers on";
   static const std::vector<VariantFacts> all = {
-      {"llama", "LlamaForCausalLM", {"llama", "mixtral"}, "block_sparse_moe", {}},
-      {"qwen2", "Qwen2ForCausalLM", {"qwen2"}, "mlp", {}},
-      {"qwen3", "Qwen3ForCausalLM", {"qwen3"}, "mlp", {}},
-      {"qwen3_moe", "Qwen3MoeForCausalLM", {"qwen3_moe"}, "mlp", {"gate", "gate_proj", "up_proj", "down_proj"}}};
+      {"llama", "LlamaForCausalLM", {"llama", "mixtral"}, "block_sparse_moe", {}, "Llama or Mixtral", false, nullptr,
+       "experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP", false},
+      {"qwen2", "Qwen2ForCausalLM", {"qwen2"}, "mlp", {}, "Qwen2ForCausalLM", false, kFromMaxWindowLayers, nullptr,
+       false},
+      {"qwen3", "Qwen3ForCausalLM", {"qwen3"}, "mlp", {}, "Qwen3ForCausalLM", true, kFromMaxWindowLayers, nullptr,
+       false},
+      {"qwen3_moe", "Qwen3MoeForCausalLM", {"qwen3_moe"}, "mlp", {"gate", "gate_proj", "up_proj", "down_proj"},
+       "Qwen3MoeForCausalLM", true, " on every block",
+       "experts per routed block's MLP, each a SwiGLU of expert_intermediate_size", true}};
   return all[static_cast<std::size_t>(v)];
 }
 
 struct LlamaConfig;
-// The YAML's config with what init_from's config.json says settled in (llama_hf_format.hpp).
+// The YAML's config with what init_from's config.json says settled in (by hf_table, below).
 inline LlamaConfig settled_by_init_from(const LlamaConfig& yaml);
 
 // The mixture-of-experts fields (num_experts, top_k, ...) are the kit's (nn::MoeFields): a llama
@@ -111,13 +122,8 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   }
 
   static void check(const LlamaConfig& c) {
-    if (c.head_dim == 0 && c.n_embd % c.n_head != 0) {
-      throw ConfigError("n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
-                            std::to_string(c.n_head) + "), or set head_dim",
-                        "n_embd");
-    }
-    nn::check_grouped_heads(c.n_head, c.kv_heads(), c.head_size());
-    if (c.variant == Variant::llama && c.mixture_of_experts() && !c.renormalize_topk) {
+    nn::check_grouped_heads(c.n_embd, c.n_head, c.kv_heads(), c.head_dim, c.head_size());
+    if (c.mixtral() && !c.renormalize_topk) {
       throw ConfigError("Mixtral divides its k gate probabilities by their sum; renormalize_topk: false is not a "
                         "model model/llama imports or exports",
                         "renormalize_topk");
@@ -144,7 +150,7 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
   template <class Config>
   static void declare_fields(ConfigFields<Config>& f, Variant variant) {
     using C = LlamaConfig;
-    const bool llama = variant == Variant::llama;
+    const VariantFacts& facts = facts_of(variant);
     nn::declare_decoder_fields(f, nn::DecoderDocs::rotary("query heads per block",
                                                           "dropout on the attention probabilities (Llama's "
                                                           "attention_dropout)"));
@@ -158,29 +164,25 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
             "Llama 3 RoPE scaling [factor, low_freq_factor, high_freq_factor, original_max_seq_len] (absent: none)");
     f.field("rms_norm_eps", &C::rms_norm_eps, "epsilon of the RMS norms").greater_than(0);
     f.field("tie_embeddings", &C::tie_embeddings, "the output head reuses the token embedding (no lm_head)");
-    if (llama) {
-      nn::declare_moe_fields(
-          f, {"experts per block's MLP, each a SwiGLU of intermediate_size (Mixtral); 0: the dense MLP",
-              /*dense_allowed=*/true, "blocks"});
-    } else {
-      if (variant != Variant::qwen2) {
-        f.field("attention_bias", &C::attention_bias, "biases on q_proj, k_proj, v_proj and o_proj (Qwen3's attention_bias)");
-      }
-      const bool per_block_window = variant != Variant::qwen3_moe;
+    if (facts.experts && !facts.routed_blocks) {
+      nn::declare_moe_fields(f, {facts.experts, /*dense_allowed=*/true, "blocks"});
+    }
+    if (facts.attention_bias) {
+      f.field("attention_bias", &C::attention_bias, "biases on q_proj, k_proj, v_proj and o_proj (Qwen3's attention_bias)");
+    }
+    if (facts.window) {
       f.field("sliding_window", &C::sliding_window,
               std::string("attention within this many positions (a query and the window - 1 before it)") +
-                  (per_block_window ? " on the blocks from max_window_layers on" : " on every block") +
-                  "; 0: the whole causal past (Hugging Face's use_sliding_window false)")
+                  facts.window + "; 0: the whole causal past (Hugging Face's use_sliding_window false)")
           .at_least(0);
-      if (per_block_window) {
-        f.field("max_window_layers", &C::max_window_layers,
-                "the blocks before this index attend over the whole causal past (with sliding_window)")
-            .at_least(0);
-      }
     }
-    if (variant == Variant::qwen3_moe) {
-      nn::declare_moe_fields(f, {"experts per routed block's MLP, each a SwiGLU of expert_intermediate_size",
-                                 /*dense_allowed=*/false, "routed blocks"});
+    if (facts.window && !facts.routed_blocks) {
+      f.field("max_window_layers", &C::max_window_layers,
+              "the blocks before this index attend over the whole causal past (with sliding_window)")
+          .at_least(0);
+    }
+    if (facts.routed_blocks) {
+      nn::declare_moe_fields(f, {facts.experts, /*dense_allowed=*/false, "routed blocks"});
       f.field("expert_intermediate_size", &C::expert_intermediate_size,
               "hidden width of each expert (Hugging Face's moe_intermediate_size; 0: intermediate_size, the dense "
               "blocks' MLP width)")
@@ -191,9 +193,8 @@ struct LlamaConfig : nn::DecoderFields, nn::MoeFields {
           .at_least(1);
       f.field("dense_blocks", &C::dense_blocks, "blocks that keep the dense SwiGLU (Hugging Face's mlp_only_layers)");
     }
-    const std::string family = llama ? "Llama or Mixtral" : std::string(facts_of(variant).architecture);
     nn::declare_init_from<C>(f,
-                             "start from these weights: a Hugging Face " + family +
+                             "start from these weights: a Hugging Face " + std::string(facts.family) +
                                  " folder (config.json + safetensors, sharded or not; architecture fields left out of "
                                  "the YAML come from config.json), a Tessera export folder or a safetensors file",
                              &LlamaConfig::check, &settled_by_init_from, &LlamaConfig::check_mesh);
@@ -246,13 +247,8 @@ struct Qwen3Config : LlamaConfig {
 
 // The variant's defaults: what a field an export's YAML left out stood for.
 inline LlamaConfig defaults_of(Variant v) {
-  switch (v) {
-    case Variant::qwen2: return Qwen2Config();
-    case Variant::qwen3: return Qwen3Config();
-    case Variant::qwen3_moe: return Qwen3MoeConfig();
-    case Variant::llama: break;
-  }
-  return LlamaConfig();
+  static const std::vector<LlamaConfig> all = {LlamaConfig(), Qwen2Config(), Qwen3Config(), Qwen3MoeConfig()};
+  return all[static_cast<std::size_t>(v)];
 }
 
 // config.json, both ways, every variant: the YAML field, Hugging Face's key, its value when
@@ -276,7 +272,7 @@ inline const nn::HfFieldTable<LlamaConfig>& hf_table() {
       return json::array({c.mixtral() ? "MixtralForCausalLM" : facts_of(c.variant).architecture});
     });
     f.written("model_type", [](const C& c) { return c.mixtral() ? "mixtral" : c.variant_name(); });
-    nn::causal_lm_sizes(f);
+    nn::causal_lm_rows(f);
     f.field<std::int64_t>("n_kv_head", &C::n_kv_head, "num_key_value_heads", nullptr, &C::kv_heads)
         .transform(t::or_key("num_attention_heads"));
     f.field<std::int64_t>("head_dim", &C::head_dim, "head_dim", nullptr, &C::head_size)
@@ -323,19 +319,15 @@ inline const nn::HfFieldTable<LlamaConfig>& hf_table() {
     f.written("output_router_logits", [](const C&) { return false; }).when(moe);
     f.written("router_jitter_noise", [](const C&) { return 0.0; }).when(mixtral);
     f.written("sliding_window", [](const C&) { return nullptr; }).when(mixtral);
-    // Attention over a sliding window shorter than the sequences is not what model/llama computes.
-    f.rule([](const C& c, const json& whole, const std::string& file) {
+    // Mixtral's attention over a sliding window shorter than the sequences.
+    f.rule([](const C& c, const json& whole) -> std::string {
       const json window = whole.value("sliding_window", json());
-      if (whole.value("model_type", "") == "mixtral" && window.is_number_integer() &&
-          window.get<std::int64_t>() < c.max_seq_len &&
-          window.get<std::int64_t>() < whole.value("max_position_embeddings", std::int64_t{0})) {
-        throw ConfigError(file + ": sliding_window " + window.dump() +
-                              " (attention within a window), which model/llama does not compute",
-                          "init_from");
-      }
+      const bool short_window = window.is_number_integer() && window.get<std::int64_t>() < c.max_seq_len &&
+                                window.get<std::int64_t>() < whole.value("max_position_embeddings", std::int64_t{0});
+      return whole.value("model_type", "") == "mixtral" && short_window
+                 ? "sliding_window " + window.dump() + " (attention within a window)"
+                 : "";
     });
-    for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const C&) { return nullptr; });
-    f.written("dtype", [](const C&) { return "float32"; });
     return f;
   }();
   return table;

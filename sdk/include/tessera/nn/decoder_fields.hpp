@@ -32,9 +32,16 @@ struct DecoderFields {
   std::int64_t activation_checkpointing_every = 1;
 };
 
-// Query heads grouped over key/value heads, each head's size even for the rotation: the checks
-// of grouped-query attention with rotary positions.
-inline void check_grouped_heads(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_size) {
+// Heads n_embd / n_head wide unless head_dim says otherwise (0: derived), query heads grouped
+// over key/value heads, each head's size even for the rotation: the checks of grouped-query
+// attention with rotary positions.
+inline void check_grouped_heads(std::int64_t n_embd, std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
+                                std::int64_t head_size) {
+  if (head_dim == 0 && n_embd % heads != 0) {
+    throw ConfigError("n_embd (" + std::to_string(n_embd) + ") must be divisible by n_head (" + std::to_string(heads) +
+                          "), or set head_dim",
+                      "n_embd");
+  }
   if (kv_heads < 1 || heads % kv_heads != 0) {
     throw ConfigError("n_head (" + std::to_string(heads) + ") must be a multiple of n_kv_head (" +
                           std::to_string(kv_heads) + ")",

@@ -169,8 +169,9 @@ class HfFieldTable {
     bool compare = true;    // false: config.json's fills the field but never disagrees (max_seq_len)
     std::int64_t at_least = 1;  // of an integer from config.json (counts: at least 1)
   };
-  // After settling from config.json: a rule across keys (Mixtral's window against its sequences).
-  using Rule = std::function<void(const Config&, const nlohmann::json& whole, const std::string& file)>;
+  // After settling from config.json: a rule across keys (Mixtral's window against its sequences),
+  // saying what in config.json the model does not compute ("" when nothing).
+  using Rule = std::function<std::string(const Config&, const nlohmann::json& whole)>;
 
   // `kind`: the model's name in messages ("model/gemma3_text"), by variant.
   explicit HfFieldTable(std::function<std::string(const Config&)> kind) : kind_(std::move(kind)) {}
@@ -293,7 +294,11 @@ class HfFieldTable {
                           "init_from");
       }
     }
-    for (const Rule& r : rules_) r(c, whole, file.file());
+    for (const Rule& r : rules_) {
+      if (const std::string refused = r(c, whole); !refused.empty()) {
+        throw ConfigError(file.file() + ": " + refused + ", which " + kind_(c) + " does not compute", "init_from");
+      }
+    }
     return c;
   }
 
@@ -462,14 +467,18 @@ class HfFieldTable {
 
 // The rows every ...ForCausalLM of the Llama lineage shares: the decoder fields' sizes under
 // transformers' names (max_position_embeddings filling max_seq_len only: no weight depends on it
-// with rotary positions), the attention's dropout and the init's scale written.
+// with rotary positions); written, the attention's dropout, the init's scale, float32, and no
+// special token ids (an imported checkpoint's are carried over them: describe_by_table), rather
+// than transformers' defaults for another tokenizer.
 template <class Config>
-void causal_lm_sizes(HfFieldTable<Config>& f) {
+void causal_lm_rows(HfFieldTable<Config>& f) {
   f.field("vocab_size", &Config::vocab_size, "vocab_size").field("n_layer", &Config::n_layer, "num_hidden_layers");
   f.field("n_head", &Config::n_head, "num_attention_heads").field("n_embd", &Config::n_embd, "hidden_size");
   f.field("max_seq_len", &Config::max_seq_len, "max_position_embeddings").fill_only();
   f.written("attention_dropout", [](const Config& c) { return c.dropout; });
   f.written("initializer_range", [](const Config& c) { return c.init_std; });
+  for (const char* id : {"bos_token_id", "eos_token_id"}) f.written(id, [](const Config&) { return nullptr; });
+  f.written("dtype", [](const Config&) { return "float32"; });
 }
 
 // The YAML's config with init_from's config.json settled in by `table` (a Hugging Face folder's,
