@@ -106,7 +106,8 @@ inline const nn::HfFieldTable<GptConfig>& hf_table() {
     }
     f.written("dtype", [](const C&) { return "float32"; });
     f.field("num_experts", &C::num_experts, "").when(moe).field("top_k", &C::top_k, "").when(moe);
-    f.field("expert_hidden", &C::expert_hidden, "").when(moe).field("moe_every", &C::moe_every, "").when(moe);
+    f.field<std::int64_t>("expert_hidden", &C::expert_hidden, "", json::value_t::discarded, &C::expert_width).when(moe);
+    f.field("moe_every", &C::moe_every, "").when(moe);
     f.field("renormalize_topk", &C::renormalize_topk, "").when(moe);
     return f;
   }();

@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <tuple>
 
@@ -24,6 +25,9 @@
 #include "test_support.hpp"
 #include "trainer_parts.hpp"
 #include "gpt_family.hpp"
+#include "tessera/core/checkpoint/checkpoint_settings.hpp"
+#include "tessera/formats/safetensors.hpp"
+#include "tessera/error.hpp"
 #include "tessera/nn/experts.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 
@@ -426,6 +430,43 @@ void expect_two_ranks_match_one(const std::string& strategy) {
 
 TEST(GptMoe, TwoGlooRanksMatchOneRankWithTwiceTheMicroBatchesUnderDdp) { expect_two_ranks_match_one("ddp"); }
 TEST(GptMoe, TwoGlooRanksMatchOneRankWithTwiceTheMicroBatchesUnderFsdp) { expect_two_ranks_match_one("fsdp"); }
+
+}  // namespace gpt_moe_test
+}  // namespace tessera
+
+namespace tessera {
+namespace gpt_moe_test {
+
+// gpt_moe starts from its own export (weights and the record of the architecture it built): the
+// same logits; a YAML whose experts differ from the record's is told so, naming the field.
+TEST(GptMoe, StartsFromItsOwnExportAndRefusesOtherExperts) {
+  testing::TempDir dir;
+  auto model = make_moe("n_layer: 2, moe_every: 2", 7);
+  StateDict state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();
+  write_safetensors(dir.file("model.safetensors"), state);
+  std::ofstream(dir.file("config.json")) << core::export_config_json(
+      R"({"component_key": "model", "variant_key": "gpt_moe", "config": {"init_from": "/elsewhere"}})",
+      model->architecture_json());
+  const std::string from = "init_from: " + dir.path().string();
+  auto loaded = built<Model>(build_components(
+                                 "model: {component_key: model, variant_key: gpt_moe, config: {" + from + "}}\n"),
+                             "model");
+  model->eval();
+  loaded->eval();
+  const at::Tensor input = ids({1, 2, 3, 4, 5, 6});
+  EXPECT_TRUE(at::allclose(loaded->forward(input), model->forward(input), 1e-6, 1e-6));
+  EXPECT_EQ(routing(*loaded).num_experts(), kExperts);
+  try {
+    build_components(moe_yaml("n_layer: 2, moe_every: 2, num_experts: 8, " + from));
+    ADD_FAILURE() << "8 experts over an export of 4 were accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("components.model.config.num_experts: the YAML says num_experts: 8 but"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("says num_experts: 4"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace gpt_moe_test
 }  // namespace tessera
