@@ -35,11 +35,17 @@ TEST_F(HfInterop, Gemma3ImportsGiveTransformersLossAndEveryMeshTrainsAsOneRank) 
       << refused;
   EXPECT_NE(refused.find("attn_logit_softcapping: 2"), std::string::npos) << refused;
 
-  // Three steps on one rank, under tp 2 and under pp 2 (two micro-batches each: the pipeline's).
+  // Three steps on one rank accumulating two micro-batches, and on two ranks: under tp 2 (with
+  // sequence parallelism too), pp 2 (the pipeline's two micro-batches) and fsdp over 2 ranks (one
+  // micro-batch each).
   double one_rank = NAN;
-  for (const std::string mesh : {"", "parallelism.tp=2", "parallelism.pp=2"}) {
+  const std::string fsdp = "parallelism.dp_shard=2 --set components.parallel.component_key=parallel --set "
+                           "components.parallel.variant_key=fsdp --set trainer.grad_accum=1";
+  for (const std::string mesh : {std::string(), std::string("parallelism.tp=2"),
+                                 std::string("parallelism.tp=2 --set parallelism.sequence_parallel=true"),
+                                 std::string("parallelism.pp=2"), fsdp}) {
     SCOPED_TRACE(mesh);
-    const std::string name = mesh.empty() ? "one-rank" : mesh.substr(12, 2);
+    const std::string name = mesh.empty() ? "one-rank" : "mesh" + std::to_string(mesh.size());
     const std::string path = spec(name, model_yaml("gemma3_text", gemma), tokens);
     const std::string train = " train " + path + " --set checkpoint.export_format=hf --set trainer.grad_accum=2";
     std::string out;
@@ -57,6 +63,13 @@ TEST_F(HfInterop, Gemma3ImportsGiveTransformersLossAndEveryMeshTrainsAsOneRank) 
       EXPECT_LT(relative(exported, one_rank), 1e-5) << mesh << " against one rank";
     }
   }
+  // Context parallelism refuses the sliding window, as for the Qwens.
+  EXPECT_EQ(run_command(testing::tessera_binary() + " validate " + spec("cp", model_yaml("gemma3_text", gemma), tokens) +
+                            " --set parallelism.cp=2",
+                        refused),
+            2)
+      << refused;
+  EXPECT_NE(refused.find("window"), std::string::npos) << refused;
 }
 
 }  // namespace gemma3_interop_test
