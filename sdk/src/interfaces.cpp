@@ -2,6 +2,7 @@
 // host and plugins agree on them across shared-library boundaries.
 #include <ATen/ops/linear.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/tanh.h>
 #include <torch/nn/module.h>
 
 #include <set>
@@ -126,8 +127,14 @@ at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
 }
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
+at::Tensor softcapped(const at::Tensor& logits, double cap) {
+  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
+}
+at::Tensor OutputHead::logits(const at::Tensor& hidden) const {
+  return softcapped(at::linear(hidden, weight, bias), logit_softcap);
+}
 LossSum Loss::compute_from_hidden(const at::Tensor& hidden, const OutputHead& head, const at::Tensor& labels) {
-  const at::Tensor logits = at::linear(hidden, head.weight, head.bias);
+  const at::Tensor logits = head.logits(hidden);
   return compute(head.real_logits(head.vocab_parallel() ? collectives::gather_from(logits, -1, head.vocab_group) : logits),
                  labels);
 }

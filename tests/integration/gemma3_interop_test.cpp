@@ -1,9 +1,11 @@
-// model/gemma3_text against transformers itself: tiny random Gemma3ForCausalLM folders (sliding
-// layers with a window shorter than the sequences beside global ones, the global rotary base
-// scaled linearly, (1 + weight) norms perturbed) is imported by `init_from`: `tessera eval` gives
-// transformers' loss; a few steps' `hf` export loads strictly in transformers with Tessera's loss;
-// tp 2 and pp 2 train what one rank trains. (transformers' Gemma3 ignores attn_logit_softcapping,
-// which Tessera computes as Gemma 2 does: the kit's unit tests check the capped scores.)
+// model/gemma3_text against transformers itself: a tiny random Gemma3ForCausalLM (sliding layers
+// with a window shorter than the sequences beside global ones, the global rotary base scaled
+// linearly, (1 + weight) norms perturbed, the logits softcapped) imported by `init_from`:
+// `tessera eval` gives transformers' loss, from whole logits and chunked; a few steps' `hf` export
+// loads strictly in transformers with Tessera's loss; tp 2 (with and without sequence
+// parallelism), pp 2 and fsdp train what one rank trains; cp refuses the window. (transformers'
+// Gemma3 ignores attn_logit_softcapping, which Tessera computes as Gemma 2 does: the kit's unit
+// tests check the capped scores.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,12 +22,16 @@ TEST_F(HfInterop, Gemma3ImportsGiveTransformersLossAndEveryMeshTrainsAsOneRank) 
   const std::string tokens = dir_.file("tokens.bin");
   reference("tokens " + tokens + " --count 20000 --vocab 256");
   const std::string gemma = dir_.file("gemma3"), softcapped = dir_.file("gemma3_softcapped");
-  reference("make-gemma3 " + gemma + " --window 8 --pattern 2 --rope-factor 8 --std 0.2");
+  reference("make-gemma3 " + gemma + " --window 8 --pattern 2 --rope-factor 8 --final-softcap 3 --std 0.2");
   reference("make-gemma3 " + softcapped + " --layers 3 --pattern 3 --attn-softcap 2 --std 0.2");
   const double expected = reference_loss(gemma, tokens);
-  // The window and the softcap are in effect: without them transformers' loss is another.
+  // The window and the logits' softcap are in effect: without them transformers' loss is another.
   EXPECT_GT(relative(reference_loss(gemma, tokens, "--mutate window"), expected), 3 * kLossTolerance);
-  EXPECT_LT(relative(tessera_eval(spec("eval", model_yaml("gemma3_text", gemma), tokens)), expected), kLossTolerance);
+  EXPECT_GT(relative(reference_loss(gemma, tokens, "--mutate final-softcap"), expected), 3 * kLossTolerance);
+  // The logits whole, and a chunk of tokens at a time (the chunked cross-entropy caps them too).
+  const std::string eval = spec("eval", model_yaml("gemma3_text", gemma), tokens);
+  EXPECT_LT(relative(tessera_eval(eval), expected), kLossTolerance);
+  EXPECT_LT(relative(tessera_eval(eval, "--set components.loss.config.chunk_size=16"), expected), kLossTolerance);
   // A YAML that disagrees with config.json is one positioned error naming both.
   std::string refused;
   EXPECT_EQ(run_command(testing::tessera_binary() + " validate " +

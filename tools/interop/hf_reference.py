@@ -6,7 +6,7 @@
     hf_reference.py make-mixtral DIR [--experts E] [--top-k K] [--kv-heads K] ...   a MixtralForCausalLM
     hf_reference.py make-qwen2 DIR [--window W --max-window-layers L] [--tied] ...   a Qwen2ForCausalLM
     hf_reference.py make-qwen3 DIR [--head-dim D] [--attention-bias] [--window W ...] ...   a Qwen3ForCausalLM
-    hf_reference.py make-gemma3 DIR [--window W] [--pattern K] [--rope-factor F] [--attn-softcap C] ...
+    hf_reference.py make-gemma3 DIR [--window W] [--pattern K] [--rope-factor F] [--final-softcap C] ...
     hf_reference.py make-qwen3-moe DIR [--experts E] [--top-k K] [--dense-blocks 0 ...] [--norm-topk] ...
     hf_reference.py make-deepseek-v3 DIR [--layers L] [--q-lora-rank R] [--yarn] [--skew S] [--mtp] ...
     hf_reference.py tokens FILE --count N --vocab V [--seed S]      uint16 token ids, uniform
@@ -146,7 +146,7 @@ def make_qwen(args):
 def make_gemma3(args):
     """Gemma3ForCausalLM: sliding layers (every --pattern-th one global) attending within --window,
     two rotary bases (the global one scaled linearly by --rope-factor), (1 + weight) norms
-    perturbed around their identity, Gemma 2's --attn-softcap where given."""
+    perturbed around their identity, Gemma 2's --attn-softcap and --final-softcap where given."""
     import transformers
 
     full = {"rope_type": "default", "rope_theta": 1000000.0}
@@ -159,7 +159,7 @@ def make_gemma3(args):
         layer_types=["full_attention" if (i + 1) % args.pattern == 0 else "sliding_attention" for i in range(args.layers)],
         rope_parameters={"full_attention": full, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
         query_pre_attn_scalar=args.query_pre_attn_scalar, attn_logit_softcapping=args.attn_softcap or None,
-        tie_word_embeddings=True)
+        final_logit_softcapping=args.final_softcap or None, tie_word_embeddings=True)
     model = transformers.Gemma3ForCausalLM(config)
     model.config._attn_implementation = "eager" if args.attn_softcap else "sdpa"  # sdpa cannot softcap
     realistic_(model, args.std, args.seed)
@@ -320,6 +320,8 @@ def load(folder, mutate=None, strict=False):
         if getattr(config, "rope_parameters", None) and "rope_theta" in config.rope_parameters:
             config.rope_parameters["rope_theta"] = 10000.0
         config.rope_theta = 10000.0
+    elif mutate == "final-softcap":
+        config.final_logit_softcapping = None
     elif mutate == "window":
         if config.model_type != "gemma3_text":  # Gemma's masks need a window even when no layer slides
             config.sliding_window = None
@@ -476,7 +478,7 @@ def main(argv=None):
                           ("--layers", 4), ("--heads", 4), ("--kv-heads", 2), ("--head-dim", 16), ("--window", 8),
                           ("--pattern", 2), ("--query-pre-attn-scalar", 24), ("--seed", 0)):
         ge.add_argument(flag, type=int, default=default)
-    for flag, default in (("--rope-factor", 1.0), ("--attn-softcap", 0.0), ("--std", 0.1)):
+    for flag, default in (("--rope-factor", 1.0), ("--attn-softcap", 0.0), ("--final-softcap", 0.0), ("--std", 0.1)):
         ge.add_argument(flag, type=float, default=default)
     ge.set_defaults(fn=make_gemma3)
 
@@ -554,7 +556,7 @@ def main(argv=None):
         c.set_defaults(fn=fn)
         if name == "loss":
             c.add_argument("--batches", type=int, required=True)
-            c.add_argument("--mutate", choices=["gelu", "theta", "interleaved", "window"])
+            c.add_argument("--mutate", choices=["gelu", "theta", "interleaved", "window", "final-softcap"])
             c.add_argument("--strict", action="store_true",
                            help="fail when transformers reports missing, unexpected or misshapen tensors")
             c.add_argument("--adapter", help="a PEFT adapter folder loaded over the model")

@@ -41,7 +41,7 @@ at::Tensor Trainer::reference_logits(const at::Tensor& input_ids, const at::Tens
       const at::Tensor hidden = in_component(parts_.names.model, "reference forward", step,
                                              [&] { return parts_.model->forward_hidden(input_ids, documents); });
       const OutputHead& head = parts_.model->output_head();
-      logits = at::linear(hidden, head.weight, head.bias);
+      logits = head.logits(hidden);
       if (head.vocab_parallel()) logits = collectives::gather_from(logits, -1, head.vocab_group);
       logits = head.real_logits(logits);
     } else {

@@ -6,6 +6,7 @@
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/tanh.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -60,7 +61,7 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& labels, std::int64_t chunk_size,
                             double label_smoothing, std::int64_t ignore_index, at::ScalarType matmul_dtype,
-                            bool with_grad, VocabSplit split) {
+                            bool with_grad, VocabSplit split, double softcap) {
     tessera::NoAutocast no_autocast(hidden.device());  // it chooses its dtypes itself
     const at::Tensor h_all = hidden.to(matmul_dtype);
     const at::Tensor w = weight.to(matmul_dtype);
@@ -78,9 +79,16 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
       const std::int64_t n = std::min(chunk_size, tokens - start);
       const at::Tensor h = h_all.narrow(0, start, n);
       const at::Tensor y = labels.narrow(0, start, n);
-      auto [loss, grad] = chunk_loss(at::linear(h, w, b), y, label_smoothing, ignore_index, with_grad, split);
+      at::Tensor logits = at::linear(h, w, b);
+      at::Tensor capped;  // tanh(z / cap), for the chain rule: d(cap · tanh(z / cap))/dz = 1 - tanh²
+      if (softcap > 0) {
+        capped = at::tanh(logits.to(at::kFloat) / softcap);
+        logits = capped * softcap;
+      }
+      auto [loss, grad] = chunk_loss(logits, y, label_smoothing, ignore_index, with_grad, split);
       total += loss;
       if (!with_grad) continue;
+      if (capped.defined()) grad = grad * (1 - capped * capped);
       const at::Tensor d_logits = grad.to(matmul_dtype);
       grad_hidden.narrow(0, start, n).copy_(d_logits.mm(w));
       grad_weight.add_(d_logits.t().mm(h));
@@ -99,7 +107,7 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
     at::Tensor grad_hidden = saved[0].defined() ? saved[0] * scale.to(saved[0].scalar_type()) : at::Tensor();
     at::Tensor grad_weight = saved[1].defined() ? (saved[1] * scale).to(weight_dtype) : at::Tensor();
     at::Tensor grad_bias = saved[2].defined() ? (saved[2] * scale).to(weight_dtype) : at::Tensor();
-    return {grad_hidden, grad_weight, grad_bias, {}, {}, {}, {}, {}, {}, {}};
+    return {grad_hidden, grad_weight, grad_bias, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
@@ -123,7 +131,7 @@ at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const tessera:
   // Custom functions take defined tensors only: no bias is an empty one.
   const at::Tensor bias_or_empty = bias.defined() ? bias : at::empty({0}, weight.options());
   return ChunkedLinearCrossEntropy::apply(hidden, weight, bias_or_empty, labels, chunk_size, label_smoothing, ignore_index,
-                                          matmul_dtype, with_grad, split);
+                                          matmul_dtype, with_grad, split, head.logit_softcap);
 }
 
 }  // namespace tessera_plugins

@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,33 @@ TEST(CrossEntropyLoss, WithoutChunkSizeHiddenStatesGiveTheWholeLogitsLoss) {
   const LossSum from_logits = whole->compute(at::linear(c.hidden, c.weight, c.bias), c.labels);
   EXPECT_TRUE(from_hidden.sum.allclose(from_logits.sum, 1e-6, 1e-6));
   EXPECT_EQ(from_hidden.count.item<std::int64_t>(), from_logits.count.item<std::int64_t>());
+}
+
+// A softcapped head (Gemma 2's final_logit_softcapping): the chunked loss and its gradients are
+// those of cross-entropy over cap · tanh(logits / cap), through autograd; the cap matters here.
+TEST(CrossEntropyLoss, ChunkedLogitsOfASoftcappedHeadEqualTheCappedWholeLogits) {
+  const HeadCase c = head_case(true);
+  const double cap = 1.5;
+  auto grads = [&](const std::function<LossSum()>& loss) {
+    for (const at::Tensor& t : {c.hidden, c.weight, c.bias}) t.mutable_grad() = at::Tensor();
+    const LossSum sum = loss();
+    sum.sum.backward();
+    return std::vector<at::Tensor>{sum.sum.detach(), c.hidden.grad(), c.weight.grad(), c.bias.grad()};
+  };
+  OutputHead head{c.weight, c.bias};
+  head.logit_softcap = cap;
+  auto whole = make_loss();
+  const auto expected = grads([&] { return whole->compute(at::tanh(at::linear(c.hidden, c.weight, c.bias) / cap) * cap, c.labels); });
+  const auto uncapped = grads([&] { return whole->compute(at::linear(c.hidden, c.weight, c.bias), c.labels); });
+  EXPECT_GT((uncapped[0] - expected[0]).abs().item<double>(), 1e-2) << "the cap matters";
+  auto chunked = make_loss("{chunk_size: 4}");
+  for (Loss* loss : {whole.get(), chunked.get()}) {
+    const auto got = grads([&] { return loss->compute_from_hidden(c.hidden, head, c.labels); });
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(got[i].allclose(expected[i], 1e-5, 1e-6))
+          << "output " << i << " differs by " << (got[i] - expected[i]).abs().max().item<double>();
+    }
+  }
 }
 
 }  // namespace cross_entropy_test

@@ -64,10 +64,7 @@ void register_components(tessera::Registrar& registrar) {
       "DeepSeek-V3 decoder (DeepseekV3ForCausalLM): multi-head latent attention, dense first blocks, then shared and "
       "routed SwiGLU experts (sigmoid scores, grouped routing, correction bias, routed scaling, auxiliary-loss-free "
       "balancing); Hugging Face import/export",
-      [](const DeepseekConfig& yaml, const tessera::RunContext& run) {
-        return nn::build_family(yaml, run, tessera::deepseek::settled_by_init_from, &DeepseekConfig::check_mesh,
-                                &family);
-      });
+      nn::family_factory<DeepseekConfig>(tessera::deepseek::settled_by_init_from, &DeepseekConfig::check_mesh, &family));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Model `gemma3_text`: Gemma 3's text decoder (Gemma3ForCausalLM) as a family spec over the kit: sliding
 // and global layers with their rotary bases, q/k norms, four (1 + weight) RMSNorms a block, the embedding
-// scaled by sqrt(n_embd), query_pre_attn_scalar, GeGLU, a tied head; Gemma 2's attn_logit_softcapping.
+// scaled by sqrt(n_embd), query_pre_attn_scalar, GeGLU, a tied head; Gemma 2's two softcaps where set.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -23,7 +23,7 @@ struct Gemma3Config : nn::DecoderFields {
   bool tie_embeddings = true, attention_bias = false;
   std::int64_t query_pre_attn_scalar = 0, sliding_window = 4096, sliding_window_pattern = 6;  // 0: head_dim
   std::vector<std::string> layer_types;  // empty: from sliding_window_pattern
-  double attn_logit_softcapping = 0;     // 0: none
+  double attn_logit_softcapping = 0, final_logit_softcapping = 0;  // Gemma 2's caps; 0: none
   std::string init_from;
   std::set<std::string> given;
 
@@ -73,11 +73,10 @@ const nn::HfFieldTable<Gemma3Config>& table() {
         .transform(t::layers_from_pattern("sliding_window_pattern", 6, kSliding, "full_attention"));
     f.field<I>("query_pre_attn_scalar", &C::query_pre_attn_scalar, "query_pre_attn_scalar", 256, &C::pre_attn_scalar);
     f.field("attention_bias", &C::attention_bias, "attention_bias", false);
-    f.field("attn_logit_softcapping", &C::attn_logit_softcapping, "attn_logit_softcapping", nullptr)
-        .transform(t::null_as_zero(), t::zero_as_null());
+    f.field("attn_logit_softcapping", &C::attn_logit_softcapping, "attn_logit_softcapping", nullptr).zero_is_null();
+    f.field("final_logit_softcapping", &C::final_logit_softcapping, "final_logit_softcapping", nullptr).zero_is_null();
     f.expect("hidden_activation", {"gelu_pytorch_tanh", "gelu_tanh"}, "gelu_pytorch_tanh")
         .expect("use_bidirectional_attention", {false, nullptr}, false)
-        .expect("final_logit_softcapping", {nullptr}, nullptr)  // Gemma 2's capped logits: not computed
         .expect(global + "rope_type|rope_scaling.rope_type", {"default", "linear"}, "default")
         .expect(local + "rope_type", {"default"}, "default");
     return f;
@@ -107,6 +106,7 @@ void Gemma3Config::declare(tessera::ConfigFields<Gemma3Config>& f) {
   f.field("sliding_window_pattern", &C::sliding_window_pattern, "every k-th layer is global").at_least(1);
   f.field("layer_types", &C::layer_types, "each block's sliding_attention or full_attention (empty: the pattern)");
   f.field("attn_logit_softcapping", &C::attn_logit_softcapping, "cap of the attention scores (0: none)").at_least(0);
+  f.field("final_logit_softcapping", &C::final_logit_softcapping, "cap of the logits (0: none)").at_least(0);
   nn::declare_init_from<C>(f, "start from these weights: a Hugging Face Gemma3ForCausalLM folder, a Tessera export "
                            "folder or a safetensors file", &C::check, &settled, &C::check_mesh);
 }
@@ -114,6 +114,7 @@ void Gemma3Config::declare(tessera::ConfigFields<Gemma3Config>& f) {
 // The model as the kit's family spec: a sandwich of (1 + weight) RMSNorms around every branch.
 nn::FamilySpec family(const Gemma3Config& c) {
   nn::FamilySpec f = nn::FamilySpec::of("model/gemma3_text", c);
+  f.decoder.logit_softcap = c.final_logit_softcapping;
   f.tied = c.tie_embeddings;
   f.embedding_scale = std::sqrt(static_cast<double>(c.n_embd));
   f.rotaries = {{c.head_size(), c.max_seq_len, c.rope_local_theta}, {c.head_size(), c.max_seq_len, c.rope_theta}};
@@ -140,9 +141,7 @@ void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, Gemma3Config>(
       "gemma3_text",
       "Gemma 3 text decoder (Gemma3ForCausalLM): sliding and global layers, sandwich norms; Hugging Face import/export",
-      [](const Gemma3Config& yaml, const tessera::RunContext& run) {
-        return nn::build_family(yaml, run, &settled, &Gemma3Config::check_mesh, &family);
-      });
+      nn::family_factory<Gemma3Config>(&settled, &Gemma3Config::check_mesh, &family));
 }
 
 }  // namespace

@@ -102,11 +102,22 @@ TEST(Gemma3Model, TheExportsConfigIsTheTablesAndReadsBack) {
   EXPECT_EQ(record.at("rope_scaling_factor"), 8.0);
 }
 
+// Gemma 2's final_logit_softcapping caps the logits the model gives (and the head the losses
+// read carries the cap); without it they pass the cap.
+TEST(Gemma3Model, TheFinalSoftcapBoundsTheLogits) {
+  c10::NoGradGuard no_grad;
+  const at::Tensor ids = at::randint(kVocab, {2, 12}, at::kLong);
+  auto capped = make_gemma("final_logit_softcapping: 0.01");
+  EXPECT_LE(capped->forward(ids).abs().max().item<double>(), 0.01);
+  EXPECT_DOUBLE_EQ(capped->output_head().logit_softcap, 0.01);
+  EXPECT_GT(make_gemma()->forward(ids).abs().max().item<double>(), 0.01);
+}
+
 TEST(Gemma3Model, ConfigMistakesAreConfigIssues) {
   EXPECT_THROW(make_gemma("layer_types: [sliding_attention]"), ConfigError);
   EXPECT_THROW(make_gemma("layer_types: [sliding_attention, local, full_attention, full_attention]"), ConfigError);
   EXPECT_THROW(make_gemma("n_kv_head: 3"), ConfigError);
-  EXPECT_THROW(make_gemma("final_logit_softcapping: 30"), ConfigError);
+  EXPECT_THROW(make_gemma("final_logit_softcapping: -1"), ConfigError);
 }
 
 }  // namespace gemma3_text_test

@@ -18,10 +18,9 @@ struct GptYaml : GptConfig {
 
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptYaml>(
-      "gpt", "GPT-2 style decoder-only transformer with tied head", [](const GptYaml& yaml, const tessera::RunContext& run) {
-        return tessera::nn::build_family<GptConfig>(yaml, run, tessera::gpt_family::settled_by_init_from,
-                                                    &GptConfig::check_mesh, &tessera::gpt_family::family);
-      });
+      "gpt", "GPT-2 style decoder-only transformer with tied head",
+      tessera::nn::family_factory<GptYaml>(tessera::gpt_family::settled_by_init_from, &GptConfig::check_mesh,
+                                           &tessera::gpt_family::family));
 }
 
 }  // namespace

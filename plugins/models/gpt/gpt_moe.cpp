@@ -25,10 +25,8 @@ struct GptMoeYaml : GptMoeConfig {
 void register_components(tessera::Registrar& registrar) {
   registrar.add<tessera::Model, GptMoeYaml>(
       "gpt_moe", "GPT-2 style decoder with top-k mixture-of-experts feed-forward layers",
-      [](const GptMoeYaml& yaml, const tessera::RunContext& run) {
-        return tessera::nn::build_family<GptConfig>(yaml, run, tessera::gpt_family::settled_by_init_from,
-                                                    &GptConfig::check_mesh, &tessera::gpt_family::family);
-      });
+      tessera::nn::family_factory<GptMoeYaml>(tessera::gpt_family::settled_by_init_from, &GptConfig::check_mesh,
+                                              &tessera::gpt_family::family));
 }
 
 }  // namespace

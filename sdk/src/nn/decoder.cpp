@@ -79,6 +79,7 @@ std::vector<std::shared_ptr<torch::nn::Module>> DecoderModel::sharding_units() {
 OutputHead DecoderModel::output_head() {
   OutputHead head{head_weight(), {}};
   head.vocab_size = spec_.vocab_size;  // the head's rows past it are padding (TensorParallel::vocab_rows)
+  head.logit_softcap = spec_.logit_softcap;
   if (tp_.size() > 1) {
     head.vocab_group = tp_.group();
     head.vocab_start = tp_.vocab_start(spec_.vocab_size, spec_.vocab_multiple);
@@ -138,8 +139,9 @@ at::Tensor DecoderModel::compute(const at::Tensor& input_ids) {
   // (the loss never asks for them: it takes the hidden states and the head).
   return logits_of_any_length(input_ids, sequence_multiple(tp_, cp_), document_ids().defined(),
                               [&](const at::Tensor& ids) {
-                                return cp_.gather(tp_.gather_vocabulary(at::linear(compute_hidden(ids), head_weight()),
-                                                                        spec_.vocab_size));
+                                const at::Tensor logits = at::linear(compute_hidden(ids), head_weight());
+                                return softcapped(cp_.gather(tp_.gather_vocabulary(logits, spec_.vocab_size)),
+                                                  spec_.logit_softcap);
                               });
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "tessera/export.hpp"
 #include "tessera/run/communicator.hpp"
 
 namespace tessera {
@@ -25,11 +26,19 @@ struct OutputHead {
   // logits tensor drops them (real_logits()).
   std::int64_t vocab_size = 0;
 
+  // Gemma 2's final_logit_softcapping: logits become cap · tanh(logits / cap). 0: none.
+  double logit_softcap = 0.0;
+
   bool vocab_parallel() const { return vocab_group && vocab_group->world_size() > 1; }
+  // This rank's logits of `hidden`: hidden · weightᵀ + bias, softcapped where the head is.
+  TESSERA_API at::Tensor logits(const at::Tensor& hidden) const;
   // Whole logits (gathered over the ranks, or of a head that is not split) less the padding.
   at::Tensor real_logits(const at::Tensor& whole_logits) const {
     return vocab_size > 0 && whole_logits.size(-1) > vocab_size ? whole_logits.narrow(-1, 0, vocab_size) : whole_logits;
   }
 };
+
+// cap · tanh(logits / cap); `logits` itself when cap is 0.
+TESSERA_API at::Tensor softcapped(const at::Tensor& logits, double cap);
 
 }  // namespace tessera

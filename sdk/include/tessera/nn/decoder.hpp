@@ -50,6 +50,8 @@ struct DecoderSpec {
   // The weights of the mixture-of-experts layers' balance and z-losses (Model::auxiliary_loss).
   double aux_loss_coef = 0.0;
   double z_loss_coef = 0.0;
+  // The logits capped as cap · tanh(logits / cap) (Gemma 2's final_logit_softcapping). 0: none.
+  double logit_softcap = 0.0;
 
   // The spec from a config's decoder fields: sizes and checkpointing; attention_width n_embd
   // (a model whose heads are not n_embd / n_head wide sets its own).

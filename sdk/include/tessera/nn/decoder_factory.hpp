@@ -63,10 +63,16 @@ template <class Config, class Settle, class CheckMesh, class SpecOf>
 std::shared_ptr<Model> build_family(const Config& yaml, const RunContext& run, Settle settle, CheckMesh check_mesh,
                                     SpecOf spec_of) {
   return build_decoder_with(yaml, run, settle, check_mesh,
-                            [&](const Config& c, const HfCheckpoint* hf, const TensorParallel& tp,
+                            [&](const auto& c, const HfCheckpoint* hf, const TensorParallel& tp,
                                 const ContextParallel& cp, const ExpertParallel& ep) -> std::shared_ptr<Model> {
                               return std::make_shared<FamilyDecoder>(spec_of(c), hf, yaml.init_from, tp, cp, ep, run);
                             });
+}
+
+// The registered factory of a family's model: build_family with these.
+template <class Config, class Settle, class CheckMesh, class SpecOf>
+auto family_factory(Settle settle, CheckMesh check_mesh, SpecOf spec_of) {
+  return [=](const Config& yaml, const RunContext& run) { return build_family(yaml, run, settle, check_mesh, spec_of); };
 }
 
 }  // namespace tessera::nn

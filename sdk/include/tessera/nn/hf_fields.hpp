@@ -236,6 +236,8 @@ class HfFieldTable {
     rows_.back().when = std::move(holds);
     return *this;
   }
+  // 0 in the YAML is "none", null in config.json (a softcap, a window).
+  HfFieldTable& zero_is_null() { return transform(hf_transforms::null_as_zero(), hf_transforms::zero_as_null()); }
   HfFieldTable& fill_only() {
     rows_.back().compare = false;
     return *this;
