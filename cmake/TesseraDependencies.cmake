@@ -14,6 +14,15 @@ if(NOT Torch_DIR AND NOT "${CMAKE_PREFIX_PATH}" MATCHES "torch")
                     RESULT_VARIABLE _torch_found ERROR_QUIET)
     if(_torch_found EQUAL 0 AND EXISTS "${_torch_prefix}")
       list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+      # TorchConfig finds libc10 and libtorch with find_library, which searches the system before
+      # the wheel: with Debian's libtorch-dev installed (LibTorch 1.13, setup.sh's fallback) a fresh
+      # configure linked /usr/lib's libc10.so beside the wheel's, two c10 runtimes in one process
+      # (LeakSanitizer's report of both one's statics). The wheel's own, named up front, are the ones.
+      get_filename_component(_torch_lib "${_torch_prefix}/../../lib" ABSOLUTE)
+      if(EXISTS "${_torch_lib}/libc10.so" AND EXISTS "${_torch_lib}/libtorch.so")
+        set(c10_LIBRARY "${_torch_lib}/libc10.so" CACHE FILEPATH "libc10 of the torch wheel")
+        set(TORCH_LIBRARY "${_torch_lib}/libtorch.so" CACHE FILEPATH "libtorch of the torch wheel")
+      endif()
       break()
     endif()
   endforeach()
