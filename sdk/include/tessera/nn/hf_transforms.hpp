@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "tessera/export.hpp"
+#include "tessera/nn/layer_kinds.hpp"
 
 namespace tessera::nn {
 
@@ -44,9 +45,7 @@ inline HfIn layers_from_pattern(std::string pattern_key, std::int64_t every, std
     if (!v.is_null()) return v;
     const std::int64_t n = whole.value("num_hidden_layers", std::int64_t{0});
     const std::int64_t k = whole.contains(pattern_key) ? whole.at(pattern_key).get<std::int64_t>() : every;
-    nlohmann::json layers = nlohmann::json::array();
-    for (std::int64_t i = 0; i < n; ++i) layers.push_back(k > 0 && (i + 1) % k == 0 ? last_kind : kind);
-    return layers;
+    return nlohmann::json(layer_kinds({}, n, k, kind, last_kind));
   };
 }
 // Absent: config.json's `other` key (num_key_value_heads: num_attention_heads).
