@@ -21,9 +21,10 @@ const tessera::nn::HfFieldTable<@CLASS@Config>& @NAME@_table() {
     f.field("n_kv_head", &C::n_kv_head, "num_key_value_heads");
     f.field("intermediate_size", &C::intermediate_size, "intermediate_size");
     f.field("rope_theta", &C::rope_theta, "rope_theta|rope_parameters.rope_theta", 10000.0);
-    f.written("rms_norm_eps", [](const C&) { return 1e-5; });
-    f.written("tie_word_embeddings", [](const C&) { return false; });
-    f.expect("hidden_act", {"silu"}, "silu");
+    // What this model computes one way only (transformers' defaults when absent): anything else
+    // is refused at init_from.
+    f.expect("hidden_act", {"silu"}, "silu").expect("rms_norm_eps", {1e-5}, 1e-6);
+    f.expect("tie_word_embeddings", {false}, false);
     return f;
   }();
   return table;

@@ -84,7 +84,8 @@ const nn::HfFieldTable<Gemma3Config>& table() {
   return rows;
 }
 
-Gemma3Config settled(const Gemma3Config& yaml) {
+Gemma3Config settled(Gemma3Config yaml) {
+  if (yaml.given.count("sliding_window_pattern")) yaml.given.insert("layer_types");  // compared as what it means
   return nn::settled_by_table(yaml, "gemma3_text", table(), &Gemma3Config::check);
 }
 
@@ -125,7 +126,7 @@ nn::FamilySpec family(const Gemma3Config& c) {
     nn::AttentionSpec& a = block.attention;
     a = {c.n_embd, c.n_head, c.n_kv_head, c.head_size(), c.attention_bias, c.attention_bias, c.dropout, c.rms_norm_eps};
     a.qk_norm_weight = nn::RmsWeight::one_plus;
-    a.scale = 1.0 / std::sqrt(static_cast<double>(c.pre_attn_scalar()));
+    if (c.pre_attn_scalar() != c.head_size()) a.scale = 1.0 / std::sqrt(static_cast<double>(c.pre_attn_scalar()));
     if (c.attn_logit_softcapping > 0) a.logit_softcap = c.attn_logit_softcapping;
     a.sliding_window = kind == kSliding ? c.sliding_window : 0;
     a.rotary = kind == kSliding ? 0 : 1;

@@ -2,7 +2,7 @@
 // derives from its family spec (Hugging Face's parameter names with the four norms per block, the
 // transformer shape, FLOPs from the whole parameter count), its init (norms at zero, scaling by
 // 1 + weight), deferred init equal to the model built whole, the sliding layers' window, the
-// export's config.json read back by the table, and config errors.
+// export's config.json and record, the final softcap, and config errors.
 // (Agreement with transformers itself is tests/integration/gemma3_interop_test.cpp.)
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -83,7 +83,7 @@ TEST(Gemma3Model, SlidingLayersSeeTheirWindowOnly) {
   EXPECT_TRUE(at::allclose(before.narrow(1, 9, 3), after.narrow(1, 9, 3)));
 }
 
-TEST(Gemma3Model, TheExportsConfigIsTheTablesAndReadsBack) {
+TEST(Gemma3Model, TheExportsConfigAndRecordAreTheTables) {
   auto model = make_gemma("rope_scaling_factor: 8, query_pre_attn_scalar: 12");
   StateDict state;
   for (const auto& item : model->named_parameters()) state[item.key()] = item.value().detach();

@@ -132,7 +132,9 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
     std::optional<ShardedRandomness> own;
     if (dropout > 0) own.emplace(tp_, q.device());
     if (cp_.size() > 1) {
-      y = cp_.attend(q, k, v, inputs.documents);
+      // Context-parallel attention scales by 1 / sqrt(head_dim): a scale of its own is folded into q.
+      const at::Tensor scaled = scale_ ? q * (*scale_ * std::sqrt(static_cast<double>(head_dim_))) : q;
+      y = cp_.attend(scaled, k, v, inputs.documents);
     } else if (softcap_) {
       y = softcapped_attention(q, k, v, mask.defined() ? mask : causal_window_mask(seq, seq, x.device()), dropout);
     } else if (mask.defined() || scale_) {

@@ -170,6 +170,10 @@ class HfFieldTable {
           value = row.in(*value, whole);
         } catch (const ConfigError& e) {
           throw ConfigError(file.file() + ": " + e.what(), "init_from");
+        } catch (const nlohmann::json::exception&) {
+          throw ConfigError(file.file() + ": " + first_key(row.hf) + " is " + raw.dump() + ", not what " + row.yaml +
+                                " is read from",
+                            "init_from");
         }
       }
       if (value->is_discarded() || (value->is_null() && !row.nullable)) continue;
