@@ -1,8 +1,9 @@
 // What the kit gives a family spec, each against its definition: Gemma's attention (q/k norms
 // scaling by 1 + weight, its own softmax scale, Gemma 2's softcapped scores, a window) written
-// out in float64; the sandwich block's four norms; and the config table (nn::HfFieldTable): a
-// layer list from a pattern, a value renamed by a transform, the YAML against config.json, the
-// export read back, and the keys a family computes only some values of.
+// out in float64; and the config table (nn::HfFieldTable): a layer list from a pattern, a value
+// renamed by a transform, the YAML against config.json, the export's config.json read back, a
+// Tessera export's record settled (a left-out field its default), and the keys a family computes
+// only some values of.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -87,7 +88,7 @@ TEST(KitFamily, GemmasAttentionIsItsDefinition) {
     const at::Tensor got = attention.forward(x, inputs).to(at::kDouble);
     const at::Tensor expected = reference(w, x, spec, cos, sin);
     EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-5)) << (got - expected).abs().max().item<double>();
-    // The cap and the norms' 1 + weight are in effect: without them the output differs.
+    // The cap is in effect: with it toggled the output differs.
     nn::AttentionSpec other = spec;
     other.logit_softcap = cap ? std::nullopt : std::optional<double>(1.5);
     EXPECT_FALSE(at::allclose(reference(w, x, other, cos, sin), expected, 1e-3, 1e-3));
@@ -97,6 +98,7 @@ TEST(KitFamily, GemmasAttentionIsItsDefinition) {
 struct Tiny {
   std::int64_t n_layer = 2, pattern = 2, width = 0;  // width 0: 4 · 8
   std::vector<std::string> kinds;
+  std::string act = "gelu_tanh";
   double cap = 0;
   std::set<std::string> given;
   std::int64_t resolved_width() const { return width > 0 ? width : 32; }
@@ -111,6 +113,8 @@ nn::HfFieldTable<Tiny> tiny_table() {
   table.field("kinds", &Tiny::kinds, "layer_types", {})
       .transform(t::layers_from_pattern("sliding_window_pattern", 6, "sliding", "full"));
   table.field("cap", &Tiny::cap, "softcap", nullptr).transform(t::null_as_zero(), t::zero_as_null());
+  table.field("act", &Tiny::act, "activation").transform(t::renamed({{"gelu_new", "gelu_tanh"}}, "model/tiny"),
+                                                          t::renamed_out({{"gelu_tanh", "gelu_new"}}));
   table.expect("hidden_act", {"gelu", "gelu_tanh"}, "gelu");
   return table;
 }
@@ -146,6 +150,30 @@ TEST(KitFamily, TheConfigTableSettlesWritesAndRefusesAsOneTable) {
   }
   EXPECT_THROW(table.settle_hf(Tiny{}, json(R"({"hidden_act": "relu"})")), ConfigError);
   EXPECT_THROW(table.settle_hf(Tiny{}, json(R"({"num_hidden_layers": "four"})")), ConfigError);
+  // A renamed value: config.json's spelling in, the YAML's kept, config.json's written; another refused.
+  EXPECT_EQ(table.settle_hf(Tiny{}, json(R"({"activation": "gelu_new"})")).act, "gelu_tanh");
+  EXPECT_EQ(table.hf_config(Tiny{}).at("activation"), "gelu_new");
+  EXPECT_THROW(table.settle_hf(Tiny{}, json(R"({"activation": "relu"})")), ConfigError);
+}
+
+// A Tessera export's record: what it wrote settles the fields the YAML leaves out; one it left
+// out stands for its default, and a YAML saying otherwise is told so; an export whose run took its
+// architecture from an init_from of its own leaves such a field unknown.
+TEST(KitFamily, TheTableSettlesATesseraExportsRecord) {
+  const nn::HfFieldTable<Tiny> table = tiny_table();
+  const Tiny c = table.settle_export(Tiny{}, json(R"({"config": {"n_layer": 3, "width": 48}})"));
+  EXPECT_EQ(c.n_layer, 3);
+  EXPECT_EQ(c.width, 48);
+  Tiny yaml;
+  yaml.given = {"cap"};
+  yaml.cap = 5;
+  try {
+    table.settle_export(yaml, json(R"({"config": {"n_layer": 3}})"));
+    ADD_FAILURE() << "a YAML against the default the export's run had was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("says cap: left out, so the default (0)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(table.settle_export(yaml, json(R"({"config": {"init_from": "/elsewhere"}})")).cap, 5);
 }
 
 }  // namespace kit_family_test

@@ -23,11 +23,7 @@ using tessera::deepseek::DeepseekConfig;
 namespace nn = tessera::nn;
 
 nn::FamilySpec family(const DeepseekConfig& c) {
-  nn::FamilySpec f;
-  f.decoder = nn::DecoderSpec::of("model/deepseek_v3", c);
-  f.decoder.aux_loss_coef = c.aux_loss_coef;
-  f.decoder.z_loss_coef = c.z_loss_coef;
-  f.hidden = c.n_embd;
+  nn::FamilySpec f = nn::FamilySpec::of("model/deepseek_v3", c, c);
   f.tied = c.tie_embeddings;
   f.rotaries = {{c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, std::nullopt, c.yarn()}};
   f.final_norm = {c.rms_norm_eps};
@@ -44,7 +40,6 @@ nn::FamilySpec family(const DeepseekConfig& c) {
     }
     f.blocks.push_back(block);
   }
-  f.init = {c.init_std, /*scaled_residual=*/true};
   f.bias_update_speed = c.bias_update_speed;
   // Multi-token-prediction layers (model.layers.N from num_hidden_layers on) are not built.
   f.skipped_tensors = [n_layer = c.n_layer](const std::string& name) {

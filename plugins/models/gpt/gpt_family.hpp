@@ -142,11 +142,7 @@ void declare_gpt_fields(ConfigFields<Config>& f, const char* dropout, const char
 
 // The model as the kit's family spec.
 inline nn::FamilySpec family(const GptConfig& c) {
-  nn::FamilySpec f;
-  f.decoder = nn::DecoderSpec::of(c.moe() ? "model/gpt_moe" : "model/gpt", c);
-  f.decoder.aux_loss_coef = c.aux_loss_coef;
-  f.decoder.z_loss_coef = c.z_loss_coef;
-  f.hidden = c.n_embd;
+  nn::FamilySpec f = nn::FamilySpec::of(c.moe() ? "model/gpt_moe" : "model/gpt", c, c);
   f.layout = {"wte", "wpe", "h", "ln_f", "lm_head"};
   f.tied = true;
   f.embedding_dropout = c.dropout;
@@ -167,7 +163,6 @@ inline nn::FamilySpec family(const GptConfig& c) {
     }
     f.blocks.push_back(block);
   }
-  f.init = {c.init_std, /*scaled_residual=*/true};
   const auto names = [](const std::string& prefix) -> nn::HfWeightNames {
     return {{{"lm_head", ""}, {"", prefix}}, {".c_attn.weight", ".c_proj.weight", ".c_fc.weight"}, ""};
   };

@@ -25,11 +25,7 @@ using tessera::llama::LlamaConfig;
 namespace nn = tessera::nn;
 
 nn::FamilySpec family(const LlamaConfig& c) {
-  nn::FamilySpec f;
-  f.decoder = nn::DecoderSpec::of(std::string("model/") + c.variant_name(), c);
-  f.decoder.aux_loss_coef = c.aux_loss_coef;
-  f.decoder.z_loss_coef = c.z_loss_coef;
-  f.hidden = c.n_embd;
+  nn::FamilySpec f = nn::FamilySpec::of(std::string("model/") + c.variant_name(), c, c);
   f.tied = c.tie_embeddings;
   f.rotaries = {{c.head_size(), c.max_seq_len, c.rope_theta, c.rope_scaling, std::nullopt}};
   f.final_norm = {c.rms_norm_eps};
@@ -49,7 +45,6 @@ nn::FamilySpec family(const LlamaConfig& c) {
     }
     f.blocks.push_back(block);
   }
-  f.init = {c.init_std, /*scaled_residual=*/true};
   nn::describe_by_table(f, tessera::llama::hf_table(), c);
   return f;
 }

@@ -110,10 +110,6 @@ void DecoderModel::add_block(torch::nn::Module& container, std::int64_t index,
   }
 }
 
-std::int64_t DecoderModel::whole_parameters() const {
-  return whole_parameter_count(*this, plan_, tp_, ep_.size());
-}
-
 TransformerShape DecoderModel::decoder_shape() const {
   TransformerShape shape;
   shape.blocks = spec_.n_layer;

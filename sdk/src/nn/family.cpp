@@ -24,6 +24,12 @@ DecoderSpec completed(const FamilySpec& f) {
     throw Error(f.decoder.kind + ": the family spec has " + std::to_string(f.blocks.size()) + " blocks for n_layer " +
                 std::to_string(f.decoder.n_layer));
   }
+  for (const BlockSpec& block : f.blocks) {
+    if (!block.latent && !block.fused_qkv && !f.rotaries.empty() && block.attention.rotary >= f.rotaries.size()) {
+      throw Error(f.decoder.kind + ": a block reads rotary table " + std::to_string(block.attention.rotary) + " of " +
+                  std::to_string(f.rotaries.size()));
+    }
+  }
   DecoderSpec spec = f.decoder;
   const BlockSpec& first = f.blocks.front();
   // Scores over the query/key size, the weighted sum over the value size: W is their mean.
@@ -51,28 +57,27 @@ std::shared_ptr<AttentionLayer> make_attention(const BlockSpec& s, const TensorP
   return std::make_shared<GroupedQueryAttention>(a, tp, cp);
 }
 
-}  // namespace
-
-std::shared_ptr<Norm> FamilyDecoder::make_norm(std::int64_t dim, const NormSpec& norm, const TensorParallel& tp) {
+std::shared_ptr<Norm> make_norm(std::int64_t dim, const NormSpec& norm, const TensorParallel& tp) {
   if (norm.layer_norm) return std::make_shared<LayerNorm>(dim, norm.bias, norm.eps, tp);
   return std::make_shared<RmsNorm>(dim, norm.eps, tp, NormOver::stream, norm.weight);
 }
 
-std::shared_ptr<TransformerBlock> FamilyDecoder::make_block(const BlockSpec& s, std::int64_t hidden,
-                                                            const TensorParallel& tp, const ContextParallel& cp,
-                                                            const ExpertParallel& ep) {
+// Block `s` over these ranks: on the meta device when deferring (tessera/nn/deferred_init.hpp).
+std::shared_ptr<TransformerBlock> make_block(const BlockSpec& s, std::int64_t hidden, const TensorParallel& tp,
+                                             const ContextParallel& cp, const ExpertParallel& ep) {
   BlockParts parts{{s.names.attention_norm, make_norm(hidden, s.norm, tp)},
                    {s.names.attention, make_attention(s, tp, cp)},
-                   {s.sandwich ? "pre_feedforward_layernorm" : s.names.mlp_norm, make_norm(hidden, s.norm, tp)},
+                   {s.sandwich ? s.names.sandwich_mlp_norm : s.names.mlp_norm, make_norm(hidden, s.norm, tp)},
                    {s.feed_forward.module, make_feed_forward(s.feed_forward, hidden, tp, ep)}};
   if (s.sandwich) {
-    parts.attention_post_norm = {"post_attention_layernorm", make_norm(hidden, s.norm, tp)};
-    parts.mlp_post_norm = {"post_feedforward_layernorm", make_norm(hidden, s.norm, tp)};
+    parts.attention_post_norm = {s.names.attention_post_norm, make_norm(hidden, s.norm, tp)};
+    parts.mlp_post_norm = {s.names.mlp_post_norm, make_norm(hidden, s.norm, tp)};
   }
   return std::make_shared<TransformerBlock>(parts);
 }
 
-void FamilyDecoder::plan_block(TensorParallelPlan& plan, const std::string& prefix, const BlockSpec& s) {
+// Its splits, at `prefix` ("layers.3."): what each part type says of its own.
+void plan_block(TensorParallelPlan& plan, const std::string& prefix, const BlockSpec& s) {
   const std::string attention = prefix + s.names.attention + ".";
   if (s.latent) {
     MultiHeadLatentAttention::plan(plan, attention, *s.latent);
@@ -93,6 +98,8 @@ void FamilyDecoder::plan_block(TensorParallelPlan& plan, const std::string& pref
     GeluMlp::plan(plan, mlp, ff.bias);
   }
 }
+
+}  // namespace
 
 FamilyDecoder::FamilyDecoder(FamilySpec spec, const HfCheckpoint* hf, const std::string& init_from, TensorParallel tp,
                              ContextParallel cp, ExpertParallel ep, const RunContext& run)
@@ -125,6 +132,13 @@ FamilyDecoder::FamilyDecoder(FamilySpec spec, const HfCheckpoint* hf, const std:
   }
   load(hf, init_from);
   set_flop_parameters(flop_parameters());
+  if (embedding_ && family_.embedding_scale != 1.0) {
+    // Gemma rounds the scale to the weight's dtype first (sqrt(3072) is 55.5 in bf16): rounded
+    // here once, on the CPU, not copied to the device every pass.
+    embedding_scale_ =
+        at::scalar_tensor(family_.embedding_scale, at::TensorOptions().dtype(embedding_->weight.scalar_type()))
+            .item<double>();
+  }
 }
 
 // Under context parallelism this rank's slice of every sequence; under sequence parallelism the
@@ -138,11 +152,7 @@ at::Tensor FamilyDecoder::embed(const at::Tensor& input_ids, const ForwardInputs
                               : at::arange(input_ids.size(1), input_ids.options().dtype(at::kLong)).unsqueeze(0);
     x = x + at::embedding(tp_.replicated(positions_->weight), tp_.sequence_slice(at));
   }
-  if (family_.embedding_scale != 1.0) {
-    // Gemma rounds the scale to the weight's dtype first (sqrt(3072) is 55.5 in bf16).
-    x = x * at::scalar_tensor(family_.embedding_scale, at::TensorOptions().dtype(embedding_->weight.scalar_type()))
-                .to(x.device(), x.scalar_type());
-  }
+  if (embedding_scale_ != 1.0) x = x * embedding_scale_;
   return family_.embedding_dropout > 0 ? tp_.stream_dropout(x, family_.embedding_dropout, is_training()) : x;
 }
 

@@ -114,8 +114,6 @@ class TESSERA_API DecoderModel : public Model {
                  const std::function<std::shared_ptr<TransformerBlock>()>& make);
   // The model's N for FLOPs per token: the whole model's, whatever part of it this rank holds.
   void set_flop_parameters(double n) { flop_params_ = n; }
-  // The elements of this model's parameters counted whole (nn::whole_parameter_count).
-  std::int64_t whole_parameters() const;
   // The shape fields every block shares: blocks and the checkpointed ones.
   TransformerShape decoder_shape() const;
   // The router statistics of this rank's mixture-of-experts layers (MoeRouting), by block.

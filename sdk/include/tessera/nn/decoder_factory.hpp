@@ -1,8 +1,5 @@
-// The factory of a kit model that may start from `init_from`: the run's tensor-, context- and
-// expert-parallel groups, the YAML's config with what init_from's config.json settles (`settle`)
-// checked against the mesh as `tessera validate` checked it (`check_mesh`), the model built whole
-// when weights are read at construction, a Hugging Face folder read once. `ModelT` is built as
-// ModelT(config, const HfCheckpoint* or nullptr, tp, cp, ep, run).
+// How a family plugin makes its model (tessera/nn/family.hpp): its factory, which settles
+// init_from and checks the mesh, and its config.json writers from its table.
 #pragma once
 
 #include <memory>
@@ -21,31 +18,6 @@
 
 namespace tessera::nn {
 
-// The same with the model made by `make(config, hf or nullptr, tp, cp, ep)`.
-template <class Config, class Settle, class CheckMesh, class Make>
-std::shared_ptr<Model> build_decoder_with(const Config& yaml, const RunContext& run, Settle settle,
-                                          CheckMesh check_mesh, Make make) {
-  const TensorParallel tp = TensorParallel::of(run);
-  const ContextParallel cp = ContextParallel::of(run);
-  const ExpertParallel ep = ExpertParallel::of(run);
-  const auto c = settle(yaml);
-  check_mesh(c, run, yaml);
-  std::optional<DeferredInitSuspension> whole;
-  if (!yaml.init_from.empty()) whole.emplace();
-  if (!is_hf_checkpoint(yaml.init_from)) return make(c, nullptr, tp, cp, ep);
-  const HfCheckpoint hf = hf_import::at_init_from([&] { return read_hf_checkpoint(yaml.init_from); });
-  return make(c, &hf, tp, cp, ep);
-}
-
-template <class ModelT, class Config, class Settle, class CheckMesh>
-std::shared_ptr<Model> build_decoder(const Config& yaml, const RunContext& run, Settle settle, CheckMesh check_mesh) {
-  return build_decoder_with(yaml, run, settle, check_mesh,
-                            [&](const auto& c, const HfCheckpoint* hf, const TensorParallel& tp,
-                                const ContextParallel& cp, const ExpertParallel& ep) -> std::shared_ptr<Model> {
-                              return std::make_shared<ModelT>(c, hf, tp, cp, ep, run);
-                            });
-}
-
 // The family's config.json writers from its table (tessera/nn/hf_fields.hpp): the architecture
 // record, and the export's config.json carrying the imported checkpoint's special token ids.
 template <class Config>
@@ -58,15 +30,26 @@ void describe_by_table(FamilySpec& f, const HfFieldTable<Config>& table, const C
   };
 }
 
-// A family's model: FamilyDecoder built from `spec_of(settled config)` (tessera/nn/family.hpp).
+// A family's model: the run's tensor-, context- and expert-parallel groups, the YAML's config
+// with what init_from's config.json settles (`settle`) checked against the mesh as `tessera
+// validate` checked it (`check_mesh`), and FamilyDecoder built from `spec_of(settled config)`
+// (tessera/nn/family.hpp): whole when it reads weights at construction, a Hugging Face folder
+// read once.
 template <class Config, class Settle, class CheckMesh, class SpecOf>
 std::shared_ptr<Model> build_family(const Config& yaml, const RunContext& run, Settle settle, CheckMesh check_mesh,
                                     SpecOf spec_of) {
-  return build_decoder_with(yaml, run, settle, check_mesh,
-                            [&](const auto& c, const HfCheckpoint* hf, const TensorParallel& tp,
-                                const ContextParallel& cp, const ExpertParallel& ep) -> std::shared_ptr<Model> {
-                              return std::make_shared<FamilyDecoder>(spec_of(c), hf, yaml.init_from, tp, cp, ep, run);
-                            });
+  const TensorParallel tp = TensorParallel::of(run);
+  const ContextParallel cp = ContextParallel::of(run);
+  const ExpertParallel ep = ExpertParallel::of(run);
+  const auto c = settle(yaml);
+  check_mesh(c, run, yaml);
+  std::optional<DeferredInitSuspension> whole;
+  if (!yaml.init_from.empty()) whole.emplace();
+  if (!is_hf_checkpoint(yaml.init_from)) {
+    return std::make_shared<FamilyDecoder>(spec_of(c), nullptr, yaml.init_from, tp, cp, ep, run);
+  }
+  const HfCheckpoint hf = hf_import::at_init_from([&] { return read_hf_checkpoint(yaml.init_from); });
+  return std::make_shared<FamilyDecoder>(spec_of(c), &hf, yaml.init_from, tp, cp, ep, run);
 }
 
 // The registered factory of a family's model: build_family with these.

@@ -60,11 +60,16 @@ struct FeedForwardSpec {
   std::int64_t shared_width = 0;  // the shared experts' units beside the routed ones (DeepSeek-V3's); 0: none
 };
 
-// A block's parts' names: Llama's, or GPT-2's ln_1 / attn / ln_2.
+// A block's parts' names: Llama's, or GPT-2's ln_1 / attn / ln_2; in a sandwich Gemma's (the
+// MLP's input norm is then pre_feedforward_layernorm, post_attention_layernorm the attention's
+// output norm).
 struct BlockNames {
   std::string attention_norm = "input_layernorm";
   std::string attention = "self_attn";
   std::string mlp_norm = "post_attention_layernorm";
+  std::string sandwich_mlp_norm = "pre_feedforward_layernorm";
+  std::string attention_post_norm = "post_attention_layernorm";
+  std::string mlp_post_norm = "post_feedforward_layernorm";
 };
 
 struct BlockSpec {
@@ -106,6 +111,13 @@ struct FamilySpec {
     f.init.std = fields.init_std;
     return f;
   }
+  // The same for a family with experts: their losses' weights too.
+  static FamilySpec of(const std::string& kind, const DecoderFields& fields, const MoeFields& routing) {
+    FamilySpec f = of(kind, fields);
+    f.decoder.aux_loss_coef = routing.aux_loss_coef;
+    f.decoder.z_loss_coef = routing.z_loss_coef;
+    return f;
+  }
 
   DecoderSpec decoder;  // kind, vocabulary, blocks, sequence, checkpointing, losses' weights
   std::int64_t hidden = 0;
@@ -144,14 +156,6 @@ class TESSERA_API FamilyDecoder : public DecoderModel, public MoeRouting {
   FamilyDecoder(FamilySpec spec, const HfCheckpoint* hf, const std::string& init_from, TensorParallel tp,
                 ContextParallel cp, ExpertParallel ep, const RunContext& run);
 
-  // Block `spec` over these ranks: on the meta device when deferring (tessera/nn/deferred_init.hpp).
-  static std::shared_ptr<TransformerBlock> make_block(const BlockSpec& spec, std::int64_t hidden,
-                                                      const TensorParallel& tp, const ContextParallel& cp,
-                                                      const ExpertParallel& ep);
-  static std::shared_ptr<Norm> make_norm(std::int64_t dim, const NormSpec& spec, const TensorParallel& tp);
-  // Its splits, at `prefix` ("layers.3."): what each part type says of its own.
-  static void plan_block(TensorParallelPlan& plan, const std::string& prefix, const BlockSpec& spec);
-
   bool exports_hugging_face() const override { return static_cast<bool>(family_.hf_config_json); }
   HfModuleName hugging_face_module(const std::string& module) const override { return family_.names.module(module); }
   std::string architecture_json() const override { return family_.architecture_json(); }
@@ -187,6 +191,7 @@ class TESSERA_API FamilyDecoder : public DecoderModel, public MoeRouting {
   std::shared_ptr<Linear> head_;  // null when tied
   std::map<std::string, double> norm_start_;  // each norm parameter's identity (1, or 0 for 1 + weight; biases 0)
   std::shared_ptr<Communicator> routing_group_;  // the ranks whose tokens differ
+  double embedding_scale_ = 1.0;  // the spec's, rounded to the embedding's dtype once
   std::vector<std::string> tokenizer_files_;
   std::string special_ids_;
 };

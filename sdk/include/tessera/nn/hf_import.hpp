@@ -1,7 +1,7 @@
 // What every kit model needs to import a Hugging Face folder (tessera/formats/hugging_face.hpp) or a
-// Tessera export: filling the architecture fields the YAML left out from config.json (and refusing
-// those that disagree), and copying tensors into parameters with every missing, extra or
-// misshapen tensor one error naming it.
+// Tessera export: reading config.json and a Tessera export's record (which a family's table,
+// tessera/nn/hf_fields.hpp, settles against the YAML), and copying tensors into parameters with
+// every missing, extra or misshapen tensor one error naming it.
 #pragma once
 
 #include <c10/core/GradMode.h>
@@ -38,45 +38,6 @@ auto at_init_from(Fn&& fn) -> decltype(fn()) {
     throw;
   } catch (const Error& e) {
     throw ConfigError(e.what(), "init_from");
-  }
-}
-
-inline std::string show(std::int64_t v) { return std::to_string(v); }
-inline std::string show(double v) { return c10::str(v); }
-inline std::string show(bool v) { return v ? "true" : "false"; }
-inline std::string show(const std::string& v) { return "'" + v + "'"; }
-
-inline bool same(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
-template <class T>
-bool same(const T& a, const T& b) {
-  return a == b;
-}
-
-// The YAML's `field` against config.json's value for it (`json_key`, already converted to the
-// YAML's terms): taken when the YAML left the field out, an error naming both when they differ.
-// `as_written`: config.json's value as the file spells it, when the conversion renamed it.
-template <class T>
-void settle(T& field, const std::string& yaml_key, const std::set<std::string>& given, const std::optional<T>& from_json,
-            const std::string& json_key, const HfConfig& config, const std::string& as_written = "",
-            std::int64_t at_least = 1) {
-  if (!from_json) return;
-  if constexpr (std::is_same_v<T, std::int64_t>) {
-    // Counts config.json gives are sizes (layers, heads, widths, the vocabulary): 0 or less would
-    // divide by zero below, where the YAML's own values were checked to be at least 1 (a count
-    // that may be 0, such as experts, says so).
-    if (*from_json < at_least) {
-      throw ConfigError(config.file() + " says " + json_key + ": " + show(*from_json) + "; it must be at least " +
-                            std::to_string(at_least),
-                        "init_from");
-    }
-  }
-  if (!given.count(yaml_key)) {
-    field = *from_json;
-  } else if (!same(field, *from_json)) {
-    throw ConfigError("the YAML says " + yaml_key + ": " + show(field) + " but " + config.file() + " says " + json_key +
-                          ": " + (as_written.empty() ? show(*from_json) : as_written + " (" + show(*from_json) + ")") +
-                          " (leave " + yaml_key + " out to take the checkpoint's)",
-                      yaml_key);
   }
 }
 
@@ -128,10 +89,9 @@ Config settled_by_init_from(const Config& yaml, const std::string& variant, From
   return at_init_from([&] { return from_hf(yaml, read_config_json(yaml.init_from)); });
 }
 
-// The YAML's `field` against the export's (under "config" in its config.json; a field the
-// export's YAML left out was `fallback`, the default): taken when this YAML leaves it out, an
-// error naming both when they differ. A weight's shape cannot tell every such field (the heads
-// of a [n_embd, n_embd] projection, rope_theta, the activation), so they are compared here.
+// A field of a Tessera export's record (under "config" in its config.json), which the family's
+// table (tessera/nn/hf_fields.hpp) settles against the YAML: a weight's shape cannot tell every
+// such field (the heads of a [n_embd, n_embd] projection, rope_theta, the activation).
 //
 // Exports written before exports recorded the built architecture hold the YAML's fields alone:
 // one whose run took its architecture from its own init_from (an "init_from" in its config)
@@ -146,13 +106,6 @@ inline std::optional<nlohmann::json> exported_value(const HfConfig& config, cons
   return *value;
 }
 inline bool exported_from_elsewhere(const HfConfig& config) { return exported_value(config, "init_from").has_value(); }
-// Whether the export names `key` at all (null included: "none", as for a Llama's rope_scaling).
-inline bool exported_names(const HfConfig& config, const std::string& key) {
-  const nlohmann::json all = nlohmann::json::parse(config.dump());
-  const auto fields = all.find("config");
-  return fields != all.end() && fields->is_object() && fields->contains(key);
-}
-
 // The export's value of `key` as a T; nullopt when it is not there.
 template <class T>
 std::optional<T> read_exported(const HfConfig& config, const std::string& key) {
@@ -183,45 +136,6 @@ std::optional<T> read_exported(const HfConfig& config, const std::string& key) {
     }
   }
   return value;
-}
-
-template <class T>
-void settle_exported(T& field, const std::string& key, const std::set<std::string>& given, const HfConfig& config,
-                     const T& fallback, std::int64_t at_least = 1) {
-  std::optional<T> value = read_exported<T>(config, key);
-  if (!value && exported_from_elsewhere(config)) return;
-  const bool written = value.has_value();
-  if (!written) value = fallback;
-  settle(field, key, given, value, key, config, written ? "" : "left out, so the default", at_least);
-}
-
-// Where a config.json keeps its RoPE settings (transformers 5 writes rope_parameters, older files
-// a top-level rope_theta and rope_scaling) and which rope_type it names (none: the plain one).
-struct HfRope {
-  std::string key;
-  std::optional<std::string> type;
-};
-// Settles c.rope_theta from `json` (10000 where it says none) and says where the rest is.
-template <class Config>
-HfRope settle_rope(Config& c, const HfConfig& json) {
-  HfRope rope;
-  rope.key = json.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  std::optional<double> theta = json.number("rope_parameters.rope_theta");
-  if (!theta) theta = json.number("rope_theta");
-  settle(c.rope_theta, "rope_theta", c.given, std::optional<double>(theta.value_or(10000.0)), "rope_theta", json);
-  rope.type = json.string(rope.key + ".rope_type");
-  if (!rope.type) rope.type = json.string(rope.key + ".type");
-  return rope;
-}
-
-// The decoder's own fields (nn::DecoderFields' vocab_size, n_layer, n_head, n_embd) settled from
-// a Tessera export, `defaults` standing for those its YAML left out: the same in every kit model.
-template <class Config>
-void settle_exported_decoder(Config& c, const HfConfig& exported, const Config& defaults) {
-  settle_exported(c.vocab_size, "vocab_size", c.given, exported, defaults.vocab_size);
-  settle_exported(c.n_layer, "n_layer", c.given, exported, defaults.n_layer);
-  settle_exported(c.n_head, "n_head", c.given, exported, defaults.n_head);
-  settle_exported(c.n_embd, "n_embd", c.given, exported, defaults.n_embd);
 }
 
 // The special token ids an imported config.json names (bos_token_id, eos_token_id, pad_token_id:
