@@ -55,7 +55,7 @@ if(TESSERA_PCH)
   execute_process(
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/torch_free_units.py ${PROJECT_SOURCE_DIR}
             ${PROJECT_SOURCE_DIR}/sdk/include ${PROJECT_SOURCE_DIR}/core/include
-            ${PROJECT_SOURCE_DIR}/core/tooling/include ${PROJECT_SOURCE_DIR}/plugins/kinds/include
+            ${PROJECT_SOURCE_DIR}/core/tooling/include
             ${PROJECT_SOURCE_DIR}/tests/support
     OUTPUT_VARIABLE _torch_free RESULT_VARIABLE _scan_failed)
   if(_scan_failed)

@@ -24,7 +24,7 @@
 #include "reference_process.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/run/batch.hpp"
 #include "tessera/text/chat_template.hpp"
 #include "tessera/text/jinja.hpp"
@@ -190,7 +190,7 @@ TEST_F(ChatTemplateInterop, PublishedTemplatesGiveTransformersTextIdsAndAssistan
           ", template_variables: ['date_string=26 Jul 2024']}}\n"
           "tok: {component_key: tokenizer, variant_key: bpe, config: {path: " + folder + "}}\n");
       auto dataset = testing::built<Dataset>(built, "data");
-      auto tokenizer = testing::built<kinds::Tokenizer>(built, "tok");
+      auto tokenizer = testing::built<Tokenizer>(built, "tok");
       dataset->set_shard(0, 1);
       ASSERT_EQ(dataset->num_samples(), static_cast<std::int64_t>(which.size()));
       const Batch batch = dataset->next_batch(static_cast<std::int64_t>(which.size()));

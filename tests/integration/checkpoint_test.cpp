@@ -225,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // An I/O error (disk full, EIO) injected at each step of the second save (write, fsync, the
 // manifest's rename, the metadata, the folder's rename, the `latest` pointer; see
-// TESSERA_IO_FAULT in sdk/src/durable_file.cpp): the run fails with one clear error, the
+// TESSERA_IO_FAULT in sdk/src/formats/durable_file.cpp): the run fails with one clear error, the
 // previous checkpoint stays valid, no half checkpoint is taken by --resume auto, and the resumed
 // run's losses and weights equal those of a run that never failed.
 struct IoFaultCase {

@@ -42,7 +42,7 @@ build_example() {
   cmake --build "$tmp/$example" -j 1 >"$tmp/$example.build.log" 2>&1 \
     || { cat "$tmp/$example.build.log"; echo "FAIL: build $example" >&2; return 1; }
 }
-for example in step_decay stop_at_loss; do in_parallel "example $example" build_example "$example"; done
+for example in step_decay stop_at_loss whole_matrix; do in_parallel "example $example" build_example "$example"; done
 finish_all
 paths="--plugin-path $tmp/step_decay/plugins --plugin-path $tmp/stop_at_loss/plugins"
 
@@ -70,6 +70,33 @@ YAML
 # step_decay (step_size 2, gamma 0.5): steps 1-2 at lr 0.01, step 3 at 0.005.
 grep -q '"lr":0.01,' <(sed -n 2p "$tmp/run/metrics.jsonl") || fail "step 2 lr: $(sed -n 2p "$tmp/run/metrics.jsonl")"
 grep -q '"lr":0.005,' <(sed -n 3p "$tmp/run/metrics.jsonl") || fail "step 3 lr: $(sed -n 3p "$tmp/run/metrics.jsonl")"
+
+# callback/whole_matrix gathers a whole matrix through the SDK's placements: on two
+# tensor-parallel ranks (each holding half of c_fc's 64 rows) it is the one rank's matrix.
+cat >"$tmp/whole.yaml" <<YAML
+name: whole_matrix
+components:
+  model: {component_key: model, variant_key: gpt, config: {n_layer: 1, n_head: 2, n_embd: 16, max_seq_len: 16, dropout: 0.0}}
+  train_data: {component_key: dataset, variant_key: tokens, config: {path: $src/README.md, dtype: uint8, seq_len: 16}}
+  loss: {component_key: loss, variant_key: cross_entropy}
+  optimizer: {component_key: optimizer, variant_key: adamw, config: {lr: 0.01, model: {instance_key: model}}}
+  callbacks:
+    - {component_key: callback, variant_key: whole_matrix, config: {parameter: h.0.mlp.c_fc.weight}}
+trainer: {max_steps: 2, micro_batch_size: 2}
+YAML
+whole_paths="--plugin-path $tmp/whole_matrix/plugins"
+"$bin" train "$tmp/whole.yaml" $whole_paths --run-dir "$tmp/whole1" >"$tmp/whole1.log" 2>&1 || { cat "$tmp/whole1.log"; fail "whole_matrix on one rank"; }
+"$bin" launch --nproc-per-node 2 -- train "$tmp/whole.yaml" $whole_paths --set parallelism.tp=2 --run-dir "$tmp/whole2" \
+  >"$tmp/whole2.log" 2>&1 || { cat "$tmp/whole2.log"; fail "whole_matrix on two tensor-parallel ranks"; }
+python3 - "$tmp/whole1/metrics.jsonl" "$tmp/whole2/metrics.jsonl" <<'PY' || fail "whole_matrix: the two ranks' whole matrix is not the one rank's"
+import json, sys
+one, two = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(one) == len(two) == 2, (len(one), len(two))
+for a, b in zip(one, two):
+    assert a["whole_matrix/rows"] == b["whole_matrix/rows"] == 64, (a, b)
+    assert a["whole_matrix/local_rows"] == 64 and b["whole_matrix/local_rows"] == 32, (a, b)
+    assert abs(a["whole_matrix/norm"] - b["whole_matrix/norm"]) <= 1e-5 * a["whole_matrix/norm"], (a, b)
+PY
 
 # A scaffolded plugin of every kind builds and passes its generated tests as generated.
 build_scaffold() {

@@ -14,7 +14,7 @@
 #include "tessera/run/batch.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -55,13 +55,13 @@ class TokenizerInterop : public ::testing::Test {
     return rows;
   }
 
-  std::shared_ptr<kinds::Tokenizer> tokenizer(const std::string& yaml) {
+  std::shared_ptr<Tokenizer> tokenizer(const std::string& yaml) {
     components_ = testing::build_components("tokenizer: " + yaml + "\n");
-    return testing::built<kinds::Tokenizer>(components_, "tokenizer");
+    return testing::built<Tokenizer>(components_, "tokenizer");
   }
 
   // Every line's ids equal; returns how many lines had ids.
-  void expect_same_ids(const kinds::Tokenizer& tok, const std::vector<std::vector<std::int64_t>>& expected,
+  void expect_same_ids(const Tokenizer& tok, const std::vector<std::vector<std::int64_t>>& expected,
                        bool lossless) {
     const auto lines = corpus();
     ASSERT_EQ(lines.size(), expected.size());

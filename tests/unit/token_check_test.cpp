@@ -11,7 +11,7 @@
 #include "gloo_ranks.hpp"
 #include "small_trainer.hpp"
 #include "tessera/error.hpp"
-#include "tessera/run/evaluate.hpp"
+#include "tessera/components/evaluate.hpp"
 
 namespace tessera {
 namespace token_check_test {

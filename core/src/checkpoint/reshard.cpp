@@ -245,28 +245,25 @@ StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
   return whole;
 }
 
-StateDict shard_part(const StateDict& whole, const std::vector<at::Tensor>& params,
-                     const std::vector<TensorShard>& shards, const std::vector<ShardRanks>& ranks) {
+StateDict shard_part(const StateDict& whole, const std::vector<Placement>& placements) {
   StateDict out;
   for (const auto& [key, t] : whole) {
     const long long index = optimizer_param_index(key);
-    if (index < 0 || t.dim() == 0 || index >= static_cast<long long>(params.size())) {
+    if (index < 0 || t.dim() == 0 || index >= static_cast<long long>(placements.size())) {
       out[key] = t;
       continue;
     }
-    const auto i = static_cast<std::size_t>(index);
-    if ((shards[i].replicated() || ranks[i].size == 1) && !shards[i].padded()) {
+    const Placement& p = placements[static_cast<std::size_t>(index)];
+    if (!p.cut()) {
       out[key] = t;
       continue;
     }
-    const auto shape = whole_shape(params[i].sizes(), shards[i], ranks[i]);
-    std::int64_t numel = 1;
-    for (auto d : shape) numel *= d;
-    if (t.numel() != numel) {
+    if (t.numel() != p.whole_numel()) {
       throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) + " elements, parameter " +
-                            std::to_string(index) + " has " + std::to_string(numel) + " in all; was the model changed?");
+                            std::to_string(index) + " has " + std::to_string(p.whole_numel()) +
+                            " in all; was the model changed?");
     }
-    out[key] = part_of(t.reshape(shape), shards[i], ranks[i]).reshape({-1});
+    out[key] = part_of(t.reshape(p.whole_shape), p.shard, p.part).reshape({-1});
   }
   return out;
 }

@@ -83,7 +83,7 @@ int prepare_data_command(const Args& args) {
   core::ConfigNode components = core::ConfigNode::make_map({});
   components.set("tokenizer", tokenizer_node(options.tokenizer_spec));
   core::BuiltComponents built = core::ComponentFactory(host.registry(), RunContext{}).build(components);
-  auto tokenizer = std::static_pointer_cast<kinds::Tokenizer>(built.instances.at("tokenizer").object);
+  auto tokenizer = std::static_pointer_cast<Tokenizer>(built.instances.at("tokenizer").object);
 
   const bool tty = ::isatty(STDERR_FILENO);
   const core::PrepareResult r = core::prepare_data(options, *tokenizer, [&](std::int64_t done, std::int64_t total) {

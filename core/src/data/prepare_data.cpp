@@ -159,7 +159,7 @@ std::vector<Document> documents_of(const PrepareOptions& o, const Input& input, 
 }
 
 // Tokenises `docs` on `threads` threads; ids[i] are document i's.
-std::vector<std::vector<std::int64_t>> encode_all(const std::vector<Document>& docs, const kinds::Tokenizer& tokenizer,
+std::vector<std::vector<std::int64_t>> encode_all(const std::vector<Document>& docs, const Tokenizer& tokenizer,
                                                   std::size_t threads) {
   std::vector<std::vector<std::int64_t>> ids(docs.size());
   std::vector<std::string> errors(threads);
@@ -206,7 +206,7 @@ std::string hex(std::uint32_t v) {
 }  // namespace
 
 
-PrepareResult prepare_data(const PrepareOptions& o, const kinds::Tokenizer& tokenizer,
+PrepareResult prepare_data(const PrepareOptions& o, const Tokenizer& tokenizer,
                            const std::function<void(std::int64_t, std::int64_t)>& progress) {
   const auto start = std::chrono::steady_clock::now();
   if (o.inputs.empty()) throw ConfigError("no input files", "");

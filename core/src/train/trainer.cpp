@@ -3,6 +3,7 @@
 // Long (past 400 lines) because construction, the loop and saving share the trainer's private
 // state; splitting them would pass that state around rather than separate concepts.
 #include "tessera/core/train/trainer.hpp"
+#include "step_schedule.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
@@ -16,11 +17,9 @@
 #include <utility>
 
 #include "tessera/run/communicator.hpp"
-#include "tessera/core/checkpoint/state_transfer.hpp"
 #include "tessera/nn/deferred_init.hpp"
 #include "tessera/core/process/stop_signal.hpp"
 #include "tessera/core/train/local_strategy.hpp"
-#include "tessera/core/train/pipeline_schedule.hpp"
 #include "tessera/core/train/prefetching_dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/run/human_format.hpp"
@@ -66,42 +65,32 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
       strategy_(*parts_.parallel) {
   if (!context_.communicator) throw Error("trainer: the run context has no communicator");
   mesh_ = context_.mesh ? context_.mesh : DeviceMesh::data_parallel_only(context_.communicator);
-  tp_ = TensorParallel::of(context_);
-  cp_ = ContextParallel::of(context_);
-  ep_ = ExpertParallel::of(context_);
   if (!parts_.model || !parts_.train_data || !parts_.loss || !parts_.optimizer) {
     throw Error("trainer: model, train_data, loss and optimizer are all required");
   }
-  if (mesh_->dims().pp > 1) {
-    // Which blocks a stage holds is the model's business; the trainer moves data between stages.
-    pp_.emplace(PipelineParallel::transport_of(context_));
-    if (!parts_.model->has_output_head()) {
-      throw Error("trainer: parallelism.pp needs a model that exposes its hidden states and output head");
-    }
-    // Exports are made on rank 0 from the whole model: it keeps every stage's adapter tensors
-    // apart from the base, or has them merged, so it needs all their names.
-    if (!parts_.adapters.empty()) {
-      StateDict names;
-      for (const std::string& name : parts_.adapter_parameters) names[name] = at::empty({0}, at::kByte);
-      for (const auto& item : gather_state_dicts(names, *pp_->group())) parts_.adapter_parameters.insert(item.first);
-    }
+  const ParallelDims& dims = mesh_->dims();
+  placements_ = Placements(context_, parts_.model->tensor_parallel_plan(), parts_.model->pipeline_tied_parameters());
+  if (dims.pp > 1) {
+    schedule_ = std::make_unique<PipelineSchedule>(*this);
+  } else {
+    schedule_ = std::make_unique<LocalSchedule>(*this);
   }
   // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and the head:
   // whole logits would be gathered otherwise.
   // So does a model's slice of the sequence under context parallelism (the logits of one rank's
   // slice are not the whole sequence's): the loss takes the slice's labels. And the last pipeline
   // stage's output (only that stage holds the head).
-  hidden_loss_ = parts_.loss->takes_hidden_states() || pp_.has_value() ||
-                 (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || cp_.size() > 1));
+  hidden_loss_ = parts_.loss->takes_hidden_states() || dims.pp > 1 ||
+                 (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || dims.cp > 1));
   needs_reference_ = parts_.loss->needs_reference();
   // With adapters the reference is the base with them switched off; without, a frozen copy of
   // the starting weights that the parallel strategy holds as it holds the parameters.
   keeps_reference_copy_ = needs_reference_ && parts_.adapters.empty();
-  if (needs_reference_ && (pp_ || cp_.size() > 1)) {
+  if (needs_reference_ && (dims.pp > 1 || dims.cp > 1)) {
     throw Error("trainer: " + parts_.names.loss + " sums each sequence's log-probabilities, which parallelism.pp and "
                 "parallelism.cp split over ranks: set them to 1");
   }
-  if (cp_.size() > 1 && !parts_.model->has_output_head()) {
+  if (dims.cp > 1 && !parts_.model->has_output_head()) {
     throw Error("trainer: parallelism.cp needs a model that exposes its hidden states and output head");
   }
   vocab_size_ = parts_.model->vocab_size();
@@ -109,31 +98,23 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
                 "hidden states and output head; set the loss's chunk_size to 0");
   }
-  if (tp_.size() > 1 && parts_.model->tensor_parallel_plan().empty()) {
-    throw Error("trainer: parallelism.tp is " + std::to_string(tp_.size()) + " but " + parts_.names.model +
+  if (dims.tp > 1 && placements_.plan().empty()) {
+    throw Error("trainer: parallelism.tp is " + std::to_string(dims.tp) + " but " + parts_.names.model +
                 " does not split its layers (Model::tensor_parallel_plan); set parallelism.tp: 1");
   }
   place_model();
   parts_.model->train();
   strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->gradient_group());
-  if (tp_.size() > 1 || (pp_ && !parts_.model->pipeline_tied_parameters().empty())) {
-    // A parameter every tensor-parallel rank holds whole counts once in the global norm, and so
-    // does a pipeline's tied embedding (its first stage's copy).
-    const std::set<const c10::TensorImpl*> tied_copy = pipeline_tied_copies();
-    std::vector<bool> counted;
-    const auto shards = optimizer_shards();
-    const auto params = parts_.optimizer->parameters();
-    for (std::size_t i = 0; i < shards.size(); ++i) {
-      counted.push_back(((!shards[i].replicated() && !shards[i].experts) || tp_.rank() == 0) &&
-                        !tied_copy.count(params[i].unsafeGetTensorImpl()));
-    }
-    strategy_.count_in_grad_norm(counted);
-  }
+  // Each element counts once in the global norm: a parameter every tensor-parallel rank holds
+  // whole on its first, a pipeline's tied embedding on its first stage (Placement::counted).
+  std::vector<bool> counted;
+  for (const Placement& p : optimizer_placements()) counted.push_back(p.counted());
+  if (std::find(counted.begin(), counted.end(), false) != counted.end()) strategy_.count_in_grad_norm(counted);
   if (parts_.model->has_deferred_parameters()) {
     throw Error("trainer: parallel strategy set up without giving the model's deferred parameters storage");
   }
   if (settings_.cuda_graph) {
-    if (!is_local_strategy(strategy_) || pp_) {
+    if (!is_local_strategy(strategy_) || dims.pp > 1) {
       throw Error("trainer.cuda_graph: captures the step of a single process without a parallel strategy; set "
                   "trainer.cuda_graph: false");
     }
@@ -282,24 +263,6 @@ void Trainer::end_after_nonfinite_steps() {
   throw Error(nonfinite_failure_);
 }
 
-void Trainer::log_pipeline_summary() const {
-  // The first step warms up (allocations, first collectives): medians over the rest.
-  if (!pp_ || pipeline_idle_shares_.size() < 2) return;
-  auto median_after_first = [](std::vector<double> v) {
-    v.erase(v.begin());
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  std::string stages;
-  for (const PipelineStage& s : pp_->local_stages()) stages += (stages.empty() ? "" : ",") + std::to_string(s.index);
-  const ParallelDims& dims = mesh_->dims();
-  log::info("pipeline rank ", pp_->rank(), " (stages ", stages, "): idle share ",
-            median_after_first(pipeline_idle_shares_), " (analytic bubble ",
-            pipeline_bubble(dims.pp_schedule, dims.pp, pp_->stages_per_rank(), settings_.grad_accum),
-            "), activation peak ", static_cast<std::int64_t>(median_after_first(pipeline_activation_bytes_)), " B (medians over steps 2-",
-            pipeline_idle_shares_.size(), ")");
-}
-
 TrainResult Trainer::fit() {
   in_fit_ = true;
   started_ = Clock::now();
@@ -335,7 +298,7 @@ TrainResult Trainer::fit() {
     result.first_loss = first_loss;
     result.last_loss = last_loss;
     log::info("stopping after step ", progress_.step, ": ", result.stop_reason);
-    log_pipeline_summary();
+    schedule_->log_summary();
     wait_for_last_save();
     announce_saved_checkpoints(ctx);
     for_each_callback("on_train_end", progress_.step, [&](Callback& cb) { cb.on_train_end(ctx); });

@@ -1,8 +1,7 @@
 // One optimizer step, phase by phase: fetch the micro-batches, forward and backward each, reduce
 // the loss and the gradient norm over ranks, let callbacks judge the step, update the weights,
 // record the metrics. Each phase is one function; step() shows them in order.
-// Long (past 400 lines) as the sum of its phases; the pipeline's forward-backward is apart in
-// pipeline_step.cpp.
+// The forwards and backwards are the schedule's (step_schedule.hpp).
 #include <ATen/ops/_foreach_zero.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/logical_and.h>
@@ -18,13 +17,14 @@
 #include <optional>
 #include <string>
 
+#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/run/batch.hpp"
 #include "tessera/run/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
 #include "tessera/core/train/gradient_clipping.hpp"
 #include "tessera/run/token_check.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "step_inputs.hpp"
+#include "step_schedule.hpp"
 #include "tessera/run/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/run/memory_stats.hpp"
@@ -65,7 +65,7 @@ StepMetrics Trainer::step() {
 
   StepInputs inputs = fetch();
   clock.data = Clock::now();
-  const at::Tensor loss_sum = forward_backward(inputs, ctx);
+  const at::Tensor loss_sum = schedule_->forward_backward(inputs, ctx);
   clock.backward = Clock::now();
   const LossAndGradNorm reduced = reduce(loss_sum, inputs);
   const SkipDecision decision = agree_on_skip(ctx, reduced);
@@ -109,39 +109,6 @@ Trainer::StepInputs Trainer::fetch() {
   return in;
 }
 
-// Dividing every micro-batch's summed loss by the step's token count makes the accumulated
-// gradient exactly that of one big batch, however unevenly tokens fall across micro-batches.
-// Under trainer.cuda_graph the micro-batches run on the graph's stream, replayed once captured.
-// Returns this rank's summed loss (a device scalar).
-at::Tensor Trainer::forward_backward(StepInputs& inputs, CallbackContext& ctx) {
-  if (pp_) return pipeline_forward_backward(inputs, ctx);
-  const double inv_tokens = inputs.inv_tokens();
-  // A model's own loss terms (MoE balancing) are means per forward: each micro-batch of each
-  // rank contributes 1/(micro-batches x ranks), so the step optimises their mean.
-  // (Each context-parallel rank's forward covers its slice of the micro-batch.)
-  const double aux_weight =
-      1.0 / static_cast<double>(settings_.grad_accum * mesh_->data_parallel().world_size() * cp_.size());
-  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  std::optional<MicroBatchGraph::StepScope> on_graph_stream;
-  if (graph_) on_graph_stream.emplace(*graph_);
-  const MicroBatchGraph::Body body = [&](const MicroBatchInputs& in) { return micro_batch(in, aux_weight); };
-  for (std::size_t i = 0; i < inputs.micro_batches.size(); ++i) {
-    Batch& batch = inputs.micro_batches[i];
-    strategy_.begin_micro_batch(static_cast<std::int64_t>(i), settings_.grad_accum);
-    const at::Tensor micro_loss = graph_ ? graph_->run(batch, inv_tokens, body)
-                                         : body(MicroBatchInputs::copied_to(device_, batch, inv_tokens));
-    loss_sum += micro_loss;
-    if (!parts_.callbacks.empty()) {
-      // A replay's loss is the graph's output, which the next replay overwrites.
-      const MicroBatchEnd end{static_cast<std::int64_t>(i), settings_.grad_accum,
-                              graph_ ? micro_loss.clone() : micro_loss, batch.num_target_tokens};
-      for_each_callback("on_micro_batch_end", progress_.step + 1, [&](Callback& cb) { cb.on_micro_batch_end(ctx, end); });
-    }
-  }
-  inputs.micro_batches.clear();
-  return loss_sum;
-}
-
 at::Tensor Trainer::micro_batch(const MicroBatchInputs& in, double aux_weight) {
   LossSum loss = forward_loss(in.input_ids, in.labels, in.document_ids);
   at::Tensor objective = loss.sum * in.inv_tokens;
@@ -169,7 +136,7 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
     const at::Tensor hidden =
         in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward_hidden(input_ids, documents); });
     // Under context parallelism the hidden states are this rank's slice of the sequence.
-    const at::Tensor targets = cp_.slice(labels);
+    const at::Tensor targets = labels_of_slice(labels);
     return in_component(parts_.names.loss, "forward", step,
                         [&] { return loss_from_hidden(*parts_.loss, hidden, parts_.model->output_head(), targets); });
   }
@@ -182,43 +149,18 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
 // gradient norm, both still on the device.
 LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& inputs) {
   strategy_.finish_gradients();
-  sum_tied_gradients();
-  // Over every rank; tensor-parallel peers hold the same loss, which tensor-parallel rank 0 alone
-  // counts (as it alone counts their replicated gradients), and only the last pipeline stage has
-  // one.
-  const bool counts_loss = tp_.rank() == 0 && (!pp_ || pp_->holds_last_stage());
+  schedule_->finish_gradients();
+  // Over every rank; tensor-parallel peers hold the same loss, a replicated value whose first copy
+  // alone counts (as their replicated gradients do), and only the ranks that compute one have it.
+  const bool counts_loss = placements_.of("loss", loss_sum).counted() && schedule_->computes_loss();
   const at::Tensor counted_loss = counts_loss ? loss_sum : at::zeros_like(loss_sum);
   LossAndGradNorm reduced = strategy_.reduce_loss_and_grad_norm(mesh_->loss_group(), counted_loss);
   reduced.loss_sum = reduced.loss_sum * inputs.inv_tokens();  // from here on the step's loss
   return reduced;
 }
 
-std::set<const c10::TensorImpl*> Trainer::pipeline_tied_copies() const {
-  std::set<const c10::TensorImpl*> copies;
-  if (!pp_ || pp_->holds_first_stage()) return copies;
-  const auto named = parts_.model->named_parameters();
-  for (const std::string& name : parts_.model->pipeline_tied_parameters()) {
-    if (const auto* p = named.find(name)) copies.insert(p->unsafeGetTensorImpl());
-  }
-  return copies;
-}
-
-// A pipeline's tied embedding: each end computed its use's gradient (the first the embedding's,
-// the last the head's); both take their sum, so the two copies stay equal after the update.
-void Trainer::sum_tied_gradients() {
-  if (!pp_ || parts_.model->pipeline_tied_parameters().empty()) return;
-  const std::shared_ptr<Communicator> ends = mesh_->pipeline_ends_ptr();
-  if (ends->world_size() == 1) return;
-  const auto named = parts_.model->named_parameters();
-  for (const std::string& name : parts_.model->pipeline_tied_parameters()) {
-    const at::Tensor* param = named.find(name);
-    if (!param) throw Error("trainer: " + parts_.names.model + " ties " + name + " across the pipeline but has none");
-    if (!param->requires_grad()) continue;  // frozen by adapters on both ends alike: no gradient to sum
-    at::Tensor grad = strategy_.gradient_of(*param);
-    // A rank whose shard holds none of it still takes part, with nothing to add.
-    at::Tensor part = grad.defined() ? grad : at::zeros({0}, param->options());
-    ends->all_reduce(part);
-  }
+at::Tensor Trainer::labels_of_slice(const at::Tensor& labels) const {
+  return ContextParallel::of(context_).slice(labels);
 }
 
 // Callbacks see the loss and the norm and may ask to skip; a skip asked on one rank skips the
@@ -364,14 +306,7 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
   m.memory_in_use_bytes = memory.in_use;
   m.memory_peak_bytes = memory.peak;
   m.memory_reserved_bytes = memory.reserved;
-  if (pp_) {
-    // What this rank's stages spent waiting for the others, against the analytic bubble.
-    const double idle = m.time_forward_backward_s > 0 ? pipeline_wait_s_ / m.time_forward_backward_s : 0.0;
-    m.extra["pipeline_idle_share"] = idle;
-    pipeline_idle_shares_.push_back(idle);
-    pipeline_activation_bytes_.push_back(static_cast<double>(memory.peak - memory.in_use));
-    pipeline_wait_s_ = 0;
-  }
+  schedule_->record(m, memory);
   // The next peak window starts here, so it covers what runs between steps (evaluation, samples,
   // checkpoint copies) as well as the next step.
   reset_peak_memory(device_);

@@ -24,6 +24,7 @@
 
 #include "tessera/components/adapter.hpp"
 #include "tessera/nn/deferred_init.hpp"
+#include "tessera/nn/linear_layers.hpp"
 #include "tessera/error.hpp"
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/plugin.hpp"

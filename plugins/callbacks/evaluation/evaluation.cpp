@@ -12,7 +12,7 @@
 #include "tessera/components/callback.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/run/evaluate.hpp"
+#include "tessera/components/evaluate.hpp"
 #include "tessera/components/loss.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/components/model.hpp"

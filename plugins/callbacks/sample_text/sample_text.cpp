@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tessera/components/callback.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/log.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/plugin.hpp"
@@ -64,7 +64,7 @@ class EvalModeGuard {
 };
 
 struct SampleTextConfig {
-  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
+  std::shared_ptr<tessera::Tokenizer> tokenizer;
   std::string prompt = "The ";
   std::int64_t max_new_tokens = 200;
   double temperature = 0.8;

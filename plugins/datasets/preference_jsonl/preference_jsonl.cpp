@@ -26,7 +26,7 @@
 #include "tessera/components/dataset.hpp"
 #include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 #include "tessera/run/batch.hpp"
@@ -36,7 +36,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 struct PreferenceConfig : tessera::chat::ChatFormatConfig, tessera::chat::ExampleFilesConfig {
-  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
+  std::shared_ptr<tessera::Tokenizer> tokenizer;
   std::int64_t seq_len = 1;
   std::int64_t max_prompt_length = 0;
   std::int64_t max_completion_length = 0;

@@ -49,7 +49,7 @@ std::string tools_json(const std::string& path) {
 
 }  // namespace
 
-ChatEncoder::ChatEncoder(const kinds::Tokenizer& tokenizer, const ChatFormatConfig& c)
+ChatEncoder::ChatEncoder(const Tokenizer& tokenizer, const ChatFormatConfig& c)
     : tok_(tokenizer),
       tools_json_(tools_json(c.tools)),
       variables_json_(variables_json(c.template_variables)),

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tessera/config/config_fields.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/text/chat_template.hpp"
 
 namespace tessera::chat {
@@ -56,7 +56,7 @@ struct ChatFormatConfig {
 class ChatEncoder {
  public:
   // Resolves the template; tessera::ConfigError naming the field for what cannot be used.
-  ChatEncoder(const kinds::Tokenizer& tokenizer, const ChatFormatConfig& config);
+  ChatEncoder(const Tokenizer& tokenizer, const ChatFormatConfig& config);
 
   bool templated() const { return template_.has_value(); }
   // Where the template came from, or "Tessera's ROLE: CONTENT lines".
@@ -86,7 +86,7 @@ class ChatEncoder {
   // The ids of text a template wrote (a part of a rendering), without what the tokenizer adds.
   std::vector<std::int64_t> template_text_ids(const std::string& text) const;
 
-  const kinds::Tokenizer& tokenizer() const { return tok_; }
+  const Tokenizer& tokenizer() const { return tok_; }
 
  private:
   text::ChatOptions options(const nlohmann::ordered_json* row_tools) const;
@@ -95,7 +95,7 @@ class ChatEncoder {
 
   Example encode_plain(const nlohmann::ordered_json& messages) const;
 
-  const kinds::Tokenizer& tok_;
+  const Tokenizer& tok_;
   std::vector<std::int64_t> prefix_, suffix_;
   std::optional<text::ChatTemplate> template_;
   std::string tools_json_, variables_json_;

@@ -30,13 +30,13 @@
 #include "tessera/config/config_fields.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
 
 struct SftConfig : tessera::chat::ChatFormatConfig, tessera::chat::ExampleFilesConfig {
-  std::shared_ptr<tessera::kinds::Tokenizer> tokenizer;
+  std::shared_ptr<tessera::Tokenizer> tokenizer;
   std::int64_t seq_len = 1;
   bool pack = true;
   bool document_mask = true;
@@ -84,7 +84,7 @@ class SftDataset final : public tessera::Dataset {
         seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)),
         order_(shuffle_, seed_) {
     if (!c.tokenizer) throw tessera::ConfigError("dataset/sft_jsonl needs the model's tokenizer", "tokenizer");
-    const tessera::kinds::Tokenizer& tok = *c.tokenizer;
+    const tessera::Tokenizer& tok = *c.tokenizer;
     const tessera::chat::ChatEncoder chat(tok, c);
     eos_ = tok.eos_id();
     pad_ = eos_ >= 0 ? eos_ : 0;

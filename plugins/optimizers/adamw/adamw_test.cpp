@@ -17,7 +17,7 @@
 #include "tessera/components/optimizer.hpp"
 #include "tessera/registry.hpp"
 #include "../multi_tensor_optimizer.hpp"
-#include "../optimizer_test_rig.hpp"
+#include "optimizer_test_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {

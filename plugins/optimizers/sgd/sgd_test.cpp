@@ -14,7 +14,7 @@
 #include "tessera/error.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/components/optimizer.hpp"
-#include "../optimizer_test_rig.hpp"
+#include "optimizer_test_rig.hpp"
 #include "test_support.hpp"
 
 namespace tessera {

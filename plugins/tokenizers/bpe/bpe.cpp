@@ -10,7 +10,7 @@
 #include "tessera/config/config_fields.hpp"
 #include "tessera/formats/crc32c.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/plugin.hpp"
 #include "tokenizer_files.hpp"
 
@@ -46,7 +46,7 @@ std::string hex(std::uint32_t v) {
   return text;
 }
 
-class BpeTokenizer final : public tessera::kinds::Tokenizer {
+class BpeTokenizer final : public tessera::Tokenizer {
  public:
   explicit BpeTokenizer(const BpeConfig& c) : model_(load(c)), folder_(folder_of(c.path)) {
     eos_ = pick(c.eos_token, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"}, "eos_token");
@@ -108,7 +108,7 @@ class BpeTokenizer final : public tessera::kinds::Tokenizer {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  registrar.add<tessera::kinds::Tokenizer, BpeConfig>(
+  registrar.add<tessera::Tokenizer, BpeConfig>(
       "bpe", "byte-level BPE from a Hugging Face tokenizer.json or GPT-2's vocab.json + merges.txt",
       [](const BpeConfig& c) { return std::make_shared<BpeTokenizer>(c); });
 }

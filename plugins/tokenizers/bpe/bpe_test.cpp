@@ -10,7 +10,7 @@
 #include "bpe_model.hpp"
 #include "regex_splitter.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
@@ -53,10 +53,10 @@ std::string tiny_tokenizer_json() {
   return json.dump();
 }
 
-std::shared_ptr<kinds::Tokenizer> build(const std::string& path, core::BuiltComponents& keep) {
+std::shared_ptr<Tokenizer> build(const std::string& path, core::BuiltComponents& keep) {
   keep = testing::build_components("tokenizer: {component_key: tokenizer, variant_key: bpe, config: {path: " + path +
                                    "}}\n");
-  return testing::built<kinds::Tokenizer>(keep, "tokenizer");
+  return testing::built<Tokenizer>(keep, "tokenizer");
 }
 
 TEST(BpeTokenizer, MergesInRankOrderAndCutsAtAddedTokens) {

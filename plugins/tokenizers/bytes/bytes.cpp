@@ -1,11 +1,11 @@
 // tokenizer/bytes: the byte-level tokenizer (token id = byte value, 256 ids) that the
 // quickstart's token files use (tools/data/text_to_tokens.py writes the same ids).
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
 
-class ByteTokenizer : public tessera::kinds::Tokenizer {
+class ByteTokenizer : public tessera::Tokenizer {
  public:
   std::vector<std::int64_t> encode(const std::string& text) const override {
     std::vector<std::int64_t> ids;
@@ -30,7 +30,7 @@ class ByteTokenizer : public tessera::kinds::Tokenizer {
 };
 
 void register_components(tessera::Registrar& registrar) {
-  registrar.add<tessera::kinds::Tokenizer, tessera::NoConfig>(
+  registrar.add<tessera::Tokenizer, tessera::NoConfig>(
       "bytes", "byte-level tokenizer: token id = byte value (256 ids)",
       [](const tessera::NoConfig&) { return std::make_shared<ByteTokenizer>(); });
 }

@@ -3,13 +3,11 @@
 #include <gtest/gtest.h>
 
 #include "tessera/core/config/config_tree.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
 namespace bytes_test {
-
-using kinds::Tokenizer;
 
 TEST(TokenizerBytes, RoundTripsBytesAndMarksLargeIds) {
   auto b = testing::build_components("tok: {component_key: tokenizer, variant_key: bytes}\n");

@@ -13,7 +13,7 @@
 #include "tessera/config/config_fields.hpp"
 #include "tessera/formats/crc32c.hpp"
 #include "tessera/error.hpp"
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/plugin.hpp"
 
 namespace {
@@ -30,7 +30,7 @@ struct SentencePieceConfig {
   }
 };
 
-class SentencePieceTokenizer final : public tessera::kinds::Tokenizer {
+class SentencePieceTokenizer final : public tessera::Tokenizer {
  public:
   explicit SentencePieceTokenizer(const SentencePieceConfig& c) : config_(c) {
     const auto status = processor_.Load(c.path);
@@ -100,7 +100,7 @@ void keep_sentencepiece_loaded() {
 
 void register_components(tessera::Registrar& registrar) {
   keep_sentencepiece_loaded();
-  registrar.add<tessera::kinds::Tokenizer, SentencePieceConfig>(
+  registrar.add<tessera::Tokenizer, SentencePieceConfig>(
       "sentencepiece", "a SentencePiece model (.model) through the SentencePiece library",
       [](const SentencePieceConfig& c) { return std::make_shared<SentencePieceTokenizer>(c); });
 }

@@ -43,18 +43,4 @@ void initialize_parameters(const torch::nn::Module& model, const std::string& mo
   }
 }
 
-std::int64_t whole_parameter_count(const torch::nn::Module& model, const TensorParallelPlan& plan,
-                                   const TensorParallel& tp, std::int64_t expert_ranks) {
-  std::int64_t n = 0;
-  for (const auto& item : model.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    const TensorShard shard = shard_in(plan, item.key());
-    const ShardRanks ranks{0, shard.replicated() ? 1 : shard.experts ? expert_ranks : tp.size()};
-    std::int64_t numel = 1;  // of the whole parameter: a padded vocabulary's padding is not counted
-    for (const std::int64_t d : whole_shape(item.value().sizes(), shard, ranks)) numel *= d;
-    n += numel;
-  }
-  return n;
-}
-
 }  // namespace tessera::nn

@@ -1,7 +1,7 @@
 // Jinja's expression grammar (Jinja2 3.1's parser: conditional, or/and/not, comparisons and
 // `in`, arithmetic, `~`, unary signs, primaries, attributes, subscripts and slices, calls, filters
 // and tests), by recursive descent over the lexer's tokens. jinja_parser.cpp's statement parser
-// derives from it; only that file includes this header.
+// derives from it; only that file and jinja_expressions.cpp (the longer productions) include it.
 #pragma once
 
 #include <algorithm>
@@ -144,33 +144,7 @@ class ExpressionParser {
     return compare();
   }
 
-  NodePtr compare() {
-    const Position at = peek().at;
-    NodePtr first = sum();
-    NodePtr n;
-    for (;;) {
-      std::string op;
-      if (peek().kind == TK::op && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
-                                    peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
-        op = next().text;
-      } else if (accept_name("in")) {
-        op = "in";
-      } else if (is_name("not") && is_name("in", 1)) {
-        next();
-        next();
-        op = "notin";
-      } else {
-        break;
-      }
-      if (!n) {
-        n = make(K::compare, at);
-        n->operands.push_back(std::move(first));
-      }
-      n->operators.push_back(op);
-      n->operands.push_back(sum());
-    }
-    return n ? std::move(n) : std::move(first);
-  }
+  NodePtr compare();
 
   NodePtr binary(std::initializer_list<const char*> ops, NodePtr (ExpressionParser::*operand)(), K kind = K::binary) {
     NodePtr left = (this->*operand)();
@@ -207,63 +181,9 @@ class ExpressionParser {
     return with_filter ? filter_expression(std::move(n)) : std::move(n);
   }
 
-  NodePtr primary() {
-    const Token& t = peek();
-    switch (t.kind) {
-      case TK::name: {
-        next();
-        auto n = make(K::literal, t.at);
-        if (t.text == "true" || t.text == "True") {
-          n->literal = Value::boolean(true);
-        } else if (t.text == "false" || t.text == "False") {
-          n->literal = Value::boolean(false);
-        } else if (t.text == "none" || t.text == "None") {
-          n->literal = Value::none();
-        } else {
-          n = make(K::name, t.at);
-          n->name = t.text;
-        }
-        return n;
-      }
-      case TK::string: {
-        std::string text;
-        while (peek().kind == TK::string) text += next().text;
-        auto n = make(K::literal, t.at);
-        n->literal = Value::string(std::move(text));
-        return n;
-      }
-      case TK::integer:
-      case TK::real: {
-        next();
-        auto n = make(K::literal, t.at);
-        n->literal = t.kind == TK::integer ? Value::integer(t.integer) : Value::real(t.real);
-        return n;
-      }
-      case TK::op:
-        if (t.text == "(") return parenthesised();
-        if (t.text == "[") return sequence(K::list, "]");
-        if (t.text == "{") return dict_literal();
-        break;
-      default:
-        break;
-    }
-    fail(t.at, "expected an expression, got " + describe(t));
-  }
+  NodePtr primary();
 
-  NodePtr parenthesised() {
-    const Position at = next().at;
-    if (accept_op(")")) return make(K::tuple, at);
-    NodePtr first = expression();
-    if (accept_op(")")) return first;
-    auto n = make(K::tuple, at);
-    n->operands.push_back(std::move(first));
-    while (accept_op(",")) {
-      if (is_op(")")) break;
-      n->operands.push_back(expression());
-    }
-    expect_op(")");
-    return n;
-  }
+  NodePtr parenthesised();
 
   NodePtr sequence(K kind, const char* close) {
     auto n = make(kind, next().at);
@@ -287,59 +207,9 @@ class ExpressionParser {
     return n;
   }
 
-  NodePtr postfix(NodePtr n) {
-    for (;;) {
-      if (is_op(".")) {
-        const Position at = next().at;
-        if (peek().kind == TK::integer) {
-          auto item = make(K::item, at);
-          auto index = make(K::literal, peek().at);
-          index->literal = Value::integer(next().integer);
-          item->operands.push_back(std::move(n));
-          item->operands.push_back(std::move(index));
-          n = std::move(item);
-        } else {
-          auto attr = make(K::attribute, at);
-          attr->name = expect_name();
-          attr->operands.push_back(std::move(n));
-          n = std::move(attr);
-        }
-      } else if (is_op("[")) {
-        n = subscript(std::move(n));
-      } else if (is_op("(")) {
-        n = call(std::move(n));
-      } else {
-        return n;
-      }
-    }
-  }
+  NodePtr postfix(NodePtr n);
 
-  NodePtr subscript(NodePtr object) {
-    const Position at = next().at;
-    NodePtr parts[3];
-    int colons = 0;
-    for (;;) {
-      if (is_op("]")) break;
-      if (accept_op(":")) {
-        if (++colons > 2) fail(peek().at, "too many ':' in a slice");
-        continue;
-      }
-      if (parts[colons]) fail(peek().at, "expected ']' or ':', got " + describe(peek()));
-      parts[colons] = expression();
-    }
-    expect_op("]");
-    if (colons == 0) {
-      if (!parts[0]) fail(at, "empty subscript");
-      auto n = make(K::item, at);
-      n->operands.push_back(std::move(object));
-      n->operands.push_back(std::move(parts[0]));
-      return n;
-    }
-    auto n = make(K::slice, at);
-    n->operands.push_back(std::move(object));
-    for (auto& p : parts) n->operands.push_back(std::move(p));
-    return n;
-  }
+  NodePtr subscript(NodePtr object);
 
   // Arguments up to ')' into n (operands after those already there, keyword names at the end).
   void arguments(Node& n) {

@@ -4,10 +4,8 @@
 // adapters (`components.adapters`, a list) are applied in order to the model right after it is
 // built, before the optimizer and the parallel strategy see it, as torchtitan's model converters.
 //
-// Adapters find a model's layers by their Hugging Face names: the last parts of a layer's module
-// path ("q_proj" is layers.N.self_attn.q_proj of a Llama, "c_attn" h.N.attn.c_attn of a GPT-2,
-// "attn.c_proj" the attention's output projection only), and wrap the tessera::Linear found
-// there (tessera/nn/linear.hpp).
+// Adapters find a model's layers by their Hugging Face names, the last parts of a layer's module
+// path, and wrap the tessera::Linear found there (tessera/nn/linear_layers.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,24 +15,10 @@
 #include <vector>
 
 #include "tessera/export.hpp"
-#include "tessera/nn/linear.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/run/stateful.hpp"
 
 namespace tessera {
-
-// One of a model's linear layers and its module path ("layers.0.self_attn.q_proj").
-struct LinearLayer {
-  std::string path;
-  std::shared_ptr<Linear> layer;
-};
-
-// Every tessera::Linear of `model`, in registration order (adaptable or not).
-TESSERA_API std::vector<LinearLayer> linear_layers(Model& model);
-
-// Whether the layer at module path `path` is the Hugging Face target name `target`: the path is
-// the target or ends with "." + target, as PEFT's target_modules match.
-TESSERA_API bool matches_target(const std::string& path, const std::string& target);
 
 class TESSERA_API Adapter {
  public:

@@ -75,7 +75,7 @@ class TESSERA_API Schema {
   const FieldSpec* find(const std::string& name) const;
 
   // The device-mesh axes the component itself splits its work over beyond data parallelism
-  // ("tp", ...; tessera/parallel/parallel_dims.hpp): validation refuses a spec whose
+  // ("tp", ...; tessera/run/parallel_dims.hpp): validation refuses a spec whose
   // `parallelism:` asks a model for an axis it does not list.
   void splits_over(std::string axis);
   const std::vector<std::string>& mesh_axes() const { return mesh_axes_; }

@@ -10,7 +10,7 @@
 
 #include "tessera/config/config_fields.hpp"
 #include "tessera/error.hpp"
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 #include "tessera/run/context.hpp"
 
 namespace tessera::nn {

@@ -31,7 +31,7 @@
 #include "tessera/nn/layer.hpp"
 #include "tessera/parallel/expert_parallel.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 
 namespace tessera::nn {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "tessera/export.hpp"
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 
 namespace tessera::nn {
 

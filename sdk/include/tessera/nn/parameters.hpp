@@ -61,9 +61,4 @@ TESSERA_API void initialize_parameters(const torch::nn::Module& model, const std
                                        const InitRule& rule, const TensorParallelPlan& plan = {},
                                        const TensorParallel& tp = {}, const ExpertParallel& ep = {});
 
-// The number of elements of the whole model's trainable parameters (each split one counted
-// whole): what FLOPs per token are computed from, whatever the ranks.
-TESSERA_API std::int64_t whole_parameter_count(const torch::nn::Module& model, const TensorParallelPlan& plan,
-                                               const TensorParallel& tp, std::int64_t expert_ranks = 1);
-
 }  // namespace tessera::nn

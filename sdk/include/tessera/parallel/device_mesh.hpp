@@ -18,7 +18,7 @@
 #include "tessera/run/communicator.hpp"
 #include "tessera/run/context.hpp"
 #include "tessera/export.hpp"
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 
 namespace tessera {
 

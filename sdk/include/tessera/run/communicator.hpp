@@ -28,6 +28,10 @@ class TESSERA_API PendingCollective {
   virtual void wait() = 0;
 };
 
+// The most bytes a collective an NCCL run hands to its Gloo group carries (host tensors): larger
+// messages travel in pieces of this size, or on the device.
+inline constexpr std::int64_t kHostGroupMaxBytes = 1 << 20;
+
 class TESSERA_API Communicator {
  public:
   virtual ~Communicator();

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 
 namespace tessera {
 

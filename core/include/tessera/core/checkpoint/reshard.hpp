@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/parallel/tensor_parallel.hpp"
+#include "tessera/parallel/placement.hpp"
 #include "tessera/run/stateful.hpp"
 
 namespace tessera::core {
@@ -48,10 +48,8 @@ at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArray
 // those joined along its split. A parameter without layouts is whole on every rank.
 StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts);
 // Whole optimizer state (as merge_optimizer_files gives it) cut to this rank's parts: parameter
-// i's per-element state cut by shards[i] (its whole shape from params[i]) over ranks[i]. Other
-// tensors as they are.
-StateDict shard_part(const StateDict& whole, const std::vector<at::Tensor>& params,
-                     const std::vector<TensorShard>& shards, const std::vector<ShardRanks>& ranks);
+// i's per-element state cut as placements[i] cuts the parameter. Other tensors as they are.
+StateDict shard_part(const StateDict& whole, const std::vector<Placement>& placements);
 
 // Cuts whole optimizer state for one rank: parameter i's elements [begin, end) when `ranges` is
 // given (1-D), else the whole tensor shaped like parameter i.

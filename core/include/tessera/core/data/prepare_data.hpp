@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/kinds/tokenizer.hpp"
+#include "tessera/components/tokenizer.hpp"
 
 namespace tessera::core {
 
@@ -43,7 +43,7 @@ struct PrepareResult {
 // a missing file, a glob matching nothing, a Parquet or Arrow file that is corrupt, truncated,
 // lacks the column or holds no text in it (FILE: row group G), no documents at all. Nothing is left at `out` then. `progress` is called with
 // (input bytes done, input bytes in all) now and then.
-PrepareResult prepare_data(const PrepareOptions& options, const kinds::Tokenizer& tokenizer,
+PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& tokenizer,
                            const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
 }  // namespace tessera::core

@@ -82,9 +82,8 @@ std::shared_ptr<DeviceMesh> make_device_mesh(const std::shared_ptr<Communicator>
 // to the local communicator; call it once every rank has started its last collective.
 void shut_down(Communicator& comm);
 // The collectives an NCCL run's communicator hands to its Gloo group: every tensor on the host
-// and kHostGroupMaxBytes or less in all. The same answer on every rank (a collective's tensors
-// have the same sizes everywhere), so all ranks pick the same group.
-inline constexpr std::int64_t kHostGroupMaxBytes = 1 << 20;
+// and kHostGroupMaxBytes (tessera/run/communicator.hpp) or less in all. The same answer on every
+// rank (a collective's tensors have the same sizes everywhere), so all ranks pick the same group.
 bool travels_on_host_group(const std::vector<at::Tensor>& tensors);
 
 // Whether this build has ProcessGroupNCCL (LibTorch built with CUDA and NCCL).

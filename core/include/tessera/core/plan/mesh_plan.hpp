@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tessera/core/run/run_plan.hpp"
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 
 namespace tessera::core {
 

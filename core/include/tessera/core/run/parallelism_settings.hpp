@@ -10,7 +10,7 @@
 #include <string>
 
 #include "tessera/config/config_fields.hpp"
-#include "tessera/parallel/parallel_dims.hpp"
+#include "tessera/run/parallel_dims.hpp"
 
 namespace tessera::core {
 

@@ -10,7 +10,7 @@
 #include "tessera/core/plugins/plugin_host.hpp"
 #include "tessera/core/run/run_plan.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/run/evaluate.hpp"
+#include "tessera/components/evaluate.hpp"
 
 namespace tessera::core {
 

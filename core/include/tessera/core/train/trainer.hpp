@@ -6,6 +6,7 @@
 //
 //   trainer.cpp        construction, the loop (stop and save agreement, events), saving
 //   trainer_step.cpp   one step, phase by phase
+//   local_schedule.cpp a step's micro-batches one after another through the whole model
 //   pipeline_step.cpp  a step's forwards and backwards through pipeline stages
 //   trainer_state.cpp  capture() and restore(): the trainer's state for checkpoints
 //   trainer_export.cpp what a model export holds in each format
@@ -36,11 +37,8 @@
 #include "tessera/components/model.hpp"
 #include "tessera/components/optimizer.hpp"
 #include "tessera/components/strategy.hpp"
-#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/device_mesh.hpp"
-#include "tessera/parallel/expert_parallel.hpp"
-#include "tessera/parallel/pipeline_parallel.hpp"
-#include "tessera/parallel/tensor_parallel.hpp"
+#include "tessera/parallel/placement.hpp"
 #include "tessera/components/scheduler.hpp"
 
 namespace tessera::core {
@@ -147,20 +145,18 @@ class Trainer : private CallbackEvents {
   struct StepInputs;   // the step's micro-batches and their token counts over all ranks
   struct StepClock;    // when each phase ended
   StepInputs fetch();
-  at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx);
-  // The same under pipeline parallelism: this rank's stages, in the schedule's order; the loss
-  // on the last stage (this rank's summed loss: 0 elsewhere).
-  at::Tensor pipeline_forward_backward(StepInputs& inputs, CallbackContext& ctx);
-  // After the data-parallel reduction: a pipeline's tied embedding summed over its two ends.
-  void sum_tied_gradients();
-  // The parameters this rank holds as the last stage's copy of a pipeline's tied embedding (none on
-  // the first stage, whose copy is the one counted in the norm and written in checkpoints).
-  std::set<const c10::TensorImpl*> pipeline_tied_copies() const;
+  // How the step's micro-batches run (step_schedule.hpp): chosen once, at construction.
+  class StepSchedule;
+  class LocalSchedule;
+  class PipelineSchedule;
   // Forward, loss and backward of one micro-batch; its summed loss, detached.
   at::Tensor micro_batch(const MicroBatchInputs& inputs, double aux_weight);
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   void reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   at::Tensor reference_logits(const at::Tensor& input_ids, const at::Tensor& documents);
+  // The labels of the part of each sequence this rank's model computes: under context
+  // parallelism the hidden states are this rank's slice of the sequence.
+  at::Tensor labels_of_slice(const at::Tensor& labels) const;
   void add_loss_metrics(StepMetrics& m);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   struct SkipDecision {
@@ -187,9 +183,6 @@ class Trainer : private CallbackEvents {
                      const SkipDecision& decision, const StepClock& clock);
 
   void place_model();
-  // The whole model's parameter elements (each split one counted whole) of the parameters
-  // `counted(name, parameter)` selects.
-  std::int64_t whole_parameter_count(const std::function<bool(const std::string&, const at::Tensor&)>& counted) const;
   // The model's parameters and buffers from a read checkpoint (restore and restore_model).
   void load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path);
   std::string stop_reason() const;
@@ -230,9 +223,9 @@ class Trainer : private CallbackEvents {
   double elapsed_s() const;
   MemoryReport measure_memory() const;
 
-  // The tensor-parallel plan of the model by optimizer parameter: which are this rank's parts
-  // of whole parameters (checkpoints gather and cut them; the norm counts the others once).
-  std::vector<TensorShard> optimizer_shards() const;
+  // The placement of each optimizer parameter, in order (and its name, "" where the model names
+  // none): checkpoints gather, cut and write by them; the norm counts each element once.
+  std::vector<Placement> optimizer_placements(std::vector<std::string>* names = nullptr) const;
 
   TrainerParts parts_;
   TrainerSettings settings_;
@@ -240,18 +233,9 @@ class Trainer : private CallbackEvents {
   // The run's mesh (the data-parallel-only one when the context has none): the strategy works
   // over its data-parallel group, the loss and norm over its loss group.
   std::shared_ptr<const DeviceMesh> mesh_;
-  TensorParallel tp_;
-  ContextParallel cp_;  // the model computes its slice of every sequence; the loss takes its labels
-  ExpertParallel ep_;   // the stacked experts this rank holds (checkpoints join and cut them)
-  // Under pipeline parallelism this rank's stages (the model holds their blocks; the trainer
-  // moves activations between them); empty otherwise.
-  std::optional<PipelineParallel> pp_;
-  // Under a pipeline: this step's seconds waiting for another stage's data (receives and the
-  // step's last sends), and per step its share of the forward-backward time and the activation
-  // high-water mark (peak less resident memory), logged per rank at the run's end.
-  double pipeline_wait_s_ = 0;
-  std::vector<double> pipeline_idle_shares_, pipeline_activation_bytes_;
-  void log_pipeline_summary() const;
+  // Where every parameter's whole lives on the mesh: checkpoints, counts and the norm go by it.
+  Placements placements_;
+  std::unique_ptr<StepSchedule> schedule_;
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision
   bool needs_reference_ = false;  // the loss compares with the reference model (Loss::needs_reference)

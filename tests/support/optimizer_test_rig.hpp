@@ -1,4 +1,4 @@
-// Test helpers shared by the optimizer plugins' tests (header only, included by relative path):
+// Test helpers shared by the optimizer plugins' tests (header only, tests/support):
 // a tiny gpt and the optimizer under test built through the real loader and factory, gradients
 // that depend on the weights and the step, and weight snapshots to compare runs bit for bit.
 #pragma once

@@ -17,6 +17,7 @@
 #include "tessera/components/moe_routing.hpp"
 #include "tessera/components/optimizer.hpp"
 #include "tessera/components/strategy.hpp"
+#include "tessera/components/tokenizer.hpp"
 #include "tessera/parallel/collectives.hpp"
 #include "tessera/components/scheduler.hpp"
 #include "tessera/run/stateful.hpp"
@@ -127,6 +128,7 @@ at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
 }
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
+Tokenizer::~Tokenizer() = default;
 at::Tensor softcapped(const at::Tensor& logits, double cap) {
   return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }

@@ -1,7 +1,6 @@
-// Kind `tokenizer`: text to token ids and back. A kind defined by plugins, not by the SDK:
-// tokenizer/bytes, tokenizer/bpe and tokenizer/sentencepiece provide it; callback/sample_text,
-// `tessera prepare-data` and the datasets that tokenise consume it. Anything that includes this
-// header can produce or consume the kind; the host only sees the kind name.
+// Kind `tokenizer`: text to token ids and back. tokenizer/bytes, tokenizer/bpe and
+// tokenizer/sentencepiece provide it; callback/sample_text, `tessera prepare-data` and the
+// datasets that tokenise consume it.
 #pragma once
 
 #include <cstddef>
@@ -11,12 +10,14 @@
 #include <utility>
 #include <vector>
 
-namespace tessera::kinds {
+#include "tessera/export.hpp"
 
-class Tokenizer {
+namespace tessera {
+
+class TESSERA_API Tokenizer {
  public:
   static constexpr const char* kKind = "tokenizer";
-  virtual ~Tokenizer() = default;
+  virtual ~Tokenizer();
 
   // Text (UTF-8) to ids; tessera::Error for text the tokenizer cannot take (invalid UTF-8).
   // BOS and EOS only where the tokenizer's config says to add them; otherwise the caller places
@@ -64,4 +65,4 @@ class Tokenizer {
   virtual std::string identity() const { return "unknown"; }
 };
 
-}  // namespace tessera::kinds
+}  // namespace tessera

@@ -1,4 +1,4 @@
-#include "tessera/run/evaluate.hpp"
+#include "tessera/components/evaluate.hpp"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/scalar_tensor.h>

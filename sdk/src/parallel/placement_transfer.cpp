@@ -1,4 +1,6 @@
-#include "tessera/core/checkpoint/state_transfer.hpp"
+// Moving a StateDict between ranks: how the pipeline stages' parts of a model come together on
+// rank 0 for a checkpoint or an export (each stage holds its own blocks' parameters).
+#include "tessera/parallel/placement.hpp"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -9,10 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/core/distributed/distributed.hpp"
 #include "tessera/error.hpp"
 
-namespace tessera::core {
+namespace tessera {
 
 namespace {
 
@@ -111,4 +112,4 @@ StateDict gather_state_dicts(const StateDict& local, Communicator& group) {
   return whole;
 }
 
-}  // namespace tessera::core
+}  // namespace tessera

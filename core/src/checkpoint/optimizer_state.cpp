@@ -1,0 +1,81 @@
+#include "tessera/core/checkpoint/optimizer_state.hpp"
+
+#include <ATen/ops/tensor.h>
+
+#include "tessera/core/checkpoint/reshard.hpp"
+
+namespace tessera::core {
+namespace {
+
+// owned_ranges() names one range per optimizer parameter (tessera/components/strategy.hpp).
+std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrategy& strategy, std::size_t params) {
+  auto ranges = strategy.owned_ranges();
+  if (ranges.size() != params) {
+    throw Error("the parallel strategy's owned_ranges() has " + std::to_string(ranges.size()) +
+                " ranges for the optimizer's " + std::to_string(params) + " parameters");
+  }
+  return ranges;
+}
+
+}  // namespace
+
+void capture_optimizer_state(CheckpointState& st, const PlacedOptimizer& o) {
+  st.optimizer_sharded = o.strategy.shards_optimizer_state();
+  std::vector<bool> writes;
+  for (const Placement& p : o.placed) {
+    writes.push_back(o.placements.writes_state(p, st.optimizer_sharded, o.strategy.is_optimizer_state_replica()));
+    st.write_optimizer = st.write_optimizer || writes.back();
+  }
+  if (!st.write_optimizer) return;
+  const auto params = o.optimizer.parameters();
+  const auto ranges = owned_ranges_of(o.strategy, params.size());
+  // A Stateful's state_dict() is already a copy (tessera/run/stateful.hpp): only device tensors move.
+  for (auto& [key, t] : o.optimizer.state_dict()) {
+    const long long index = optimizer_param_index(key);
+    if (index < 0 || writes[static_cast<std::size_t>(index)]) st.optimizer[key] = t.detach().to(at::kCPU);
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!writes[i]) continue;
+    // Its name beside its index: a checkpoint resumes under another pipeline split, whose
+    // optimizers number their parameters otherwise.
+    const std::string key = "param." + std::to_string(i);
+    if (!o.names[i].empty()) st.optimizer_names[key] = o.names[i];
+    st.optimizer_ranges[key] = at::tensor({ranges[i].first, ranges[i].second, params[i].numel()}, at::kLong);
+    if (o.placements.cuts_any()) st.optimizer_layouts[key] = shard_layout(o.placed[i].part, o.placed[i].shard, params[i].sizes());
+  }
+}
+
+void restore_optimizer_state(StateDict whole, const std::vector<std::string>& saved_names, const PlacedOptimizer& o,
+                             bool pipeline, const std::string& checkpoint_path, const std::string& model) {
+  if (saved_names.empty() && pipeline && !whole.empty()) {
+    // Saved before optimizer state carried names: its indices are a whole model's, not a stage's.
+    throw CheckpointError("checkpoint " + checkpoint_path + " numbers its optimizer state by position only (written "
+                          "by an older Tessera), which a pipeline stage cannot map to its parameters; resume it "
+                          "with parallelism.pp: 1 once and save again");
+  }
+  if (!saved_names.empty()) {
+    for (std::size_t i = 0; i < o.names.size(); ++i) {
+      if (o.names[i].empty()) {
+        throw Error("trainer: the optimizer's parameter " + std::to_string(i) + " is not among " + model +
+                    "'s named parameters, so its state cannot be found by name in " + checkpoint_path);
+      }
+    }
+    try {
+      whole = optimizer_state_by_index(whole, saved_names, o.names);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError("checkpoint " + checkpoint_path + ": " + e.what());
+    }
+  }
+  // The whole parameters' state cut to this rank's parts, then to its ranges.
+  const auto params = o.optimizer.parameters();
+  const StateDict local = shard_part(whole, o.placed);
+  if (o.strategy.shards_optimizer_state()) {
+    const auto ranges = owned_ranges_of(o.strategy, params.size());
+    StateDict mine = optimizer_state_for(local, params, &ranges);
+    o.strategy.with_owned_parameters([&] { o.optimizer.load_state_dict(mine); });
+  } else {
+    o.optimizer.load_state_dict(optimizer_state_for(local, params, nullptr));
+  }
+}
+
+}  // namespace tessera::core
