@@ -63,6 +63,10 @@ CheckpointState Trainer::capture() {
   return st;
 }
 
+StateDict Trainer::whole_weights() {
+  return placements_.whole_everywhere(strategy_.full_parameters(*parts_.model, /*only_rank=*/-1));
+}
+
 namespace {
 
 // Whole parameters cut to this rank's parts and handed to the strategy; what fails names the file.

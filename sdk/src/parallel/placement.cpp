@@ -5,6 +5,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/tensor.h>
 
+#include "tessera/error.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 
 namespace tessera {
@@ -115,6 +116,16 @@ at::Tensor Placements::whole(const std::string& name, const at::Tensor& local) c
   for (auto& t : parts) t = at::empty_like(local, at::MemoryFormat::Contiguous);
   group->all_gather(parts, local.contiguous());
   return TensorParallel::join(parts, p.shard);
+}
+
+StateDict Placements::whole_everywhere(const StateDict& local) const {
+  if (stages_) {
+    throw Error("placements: the pipeline's stages hold different blocks, so no rank can hold the whole model "
+                "beside its own stages; gather it onto rank 0 (gather_whole) or use parallelism.pp: 1");
+  }
+  StateDict whole;
+  for (const auto& [name, t] : local) whole[name] = this->whole(name, t);
+  return whole;
 }
 
 StateDict Placements::cut(const StateDict& whole) const {

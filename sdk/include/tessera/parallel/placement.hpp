@@ -83,6 +83,12 @@ class TESSERA_API Placements {
   // returned as it is): what an optimizer orthogonalising whole matrices, or a generator under a
   // split model, asks for. A collective of the axis' ranks.
   at::Tensor whole(const std::string& name, const at::Tensor& local) const;
+  // Every tensor of `local` whole on this rank: each cut one all-gathered over its axis, in name
+  // order (a collective of every rank of the mesh's model axes, each calling it with the same
+  // names). What generation and rollouts read under tp and ep, after the data-parallel strategy
+  // gathered its shards (ParallelStrategy::full_parameters). Not under a pipeline, whose stages
+  // hold different blocks: gather_whole brings those together on rank 0.
+  StateDict whole_everywhere(const StateDict& local) const;
   // This rank's parts of `whole`: each tensor cut by its placement (itself where nothing is cut).
   StateDict cut(const StateDict& whole) const;
 

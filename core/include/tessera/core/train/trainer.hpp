@@ -115,6 +115,11 @@ class Trainer : private CallbackEvents {
   void restore_model(const std::string& checkpoint_path);
   // This rank's state as host copies (a collective under fsdp: every rank calls it).
   CheckpointState capture();
+  // The whole model's parameters on every rank, by name: the strategy's data-parallel shards
+  // gathered (a collective under zero and fsdp), then each tensor- or expert-parallel part
+  // gathered over its axis (Placements::whole_everywhere). What generation and RL rollouts under
+  // ddp, fsdp and tp read. Every rank calls it; refused under a pipeline.
+  StateDict whole_weights();
 
   // Runs steps until a stop condition holds; callbacks see every event (docs/observability.md).
   TrainResult fit();
