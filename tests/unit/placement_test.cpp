@@ -71,7 +71,8 @@ TEST(Placement, OnOneRankEveryTensorIsWholeButAPaddedVocabulary) {
     EXPECT_EQ(p.whole_shape, whole.at(name).sizes().vec()) << name;
     EXPECT_EQ(p.cut(), name == "vocab") << name;
     EXPECT_TRUE(p.counted()) << name;
-    EXPECT_TRUE(one.writes_state(p, false, false)) << name;
+    EXPECT_TRUE(one.writes_state(p)) << name;
+    EXPECT_EQ(p.state.end, t.numel()) << name << ": the whole local tensor's state, unsharded";
   }
   EXPECT_TRUE(one.cuts_any());
   const StateDict back = one.gather_whole(local);
@@ -126,12 +127,16 @@ TEST(Placement, TensorAndExpertPartsRoundTripOnFourRanks) {
     // tensor-parallel rank; a stacked expert's the first of its expert-data group, on tensor-
     // parallel rank 0 only.
     const bool first_dp = run.mesh->gradient_group().rank() == 0;
-    expect(placements.writes_state(placements.of("col", local.at("col")), false, false) == first_dp, r + "col writer");
-    expect(placements.writes_state(experts, false, false) ==
-               (tp_rank == 0 && run.mesh->expert_data_parallel().rank() == 0),
+    Placement col = placements.of("col", local.at("col"));
+    expect(placements.writes_state(col) == first_dp, r + "col writer");
+    expect(placements.writes_state(experts) == (tp_rank == 0 && run.mesh->expert_data_parallel().rank() == 0),
            r + "expert writer");
-    expect(placements.writes_state(placements.of("col", local.at("col")), true, false), r + "sharded: every shard");
-    expect(!placements.writes_state(placements.of("col", local.at("col")), true, true), r + "a hybrid replica");
+    // A strategy that shards the state (zero, fsdp) gives every rank a share to write, but a
+    // hybrid replica's.
+    col.state = {0, 3, /*sharded=*/true, /*replica=*/false};
+    expect(placements.writes_state(col), r + "sharded: every share");
+    col.state.replica = true;
+    expect(!placements.writes_state(col), r + "a hybrid replica");
     // Back to whole on rank 0 alone.
     const StateDict back = placements.gather_whole(local);
     if (rank == 0) {
@@ -164,7 +169,7 @@ TEST(Placement, APipelinesTiedCopyIsCountedAndWrittenOnceOnTwoStages) {
     const auto counts = placements.count_whole(named, {[](const std::string&, const at::Tensor&) { return true; }});
     const StateDict back = placements.gather_whole(local);
     std::string s = std::to_string(embed.tied_copy) + std::to_string(embed.counted()) +
-                    std::to_string(placements.writes_state(embed, false, false)) + " " + std::to_string(counts[0]);
+                    std::to_string(placements.writes_state(embed)) + " " + std::to_string(counts[0]);
     if (rank == 0) {
       s += " " + std::to_string(back.size()) + " " + std::to_string(back.at("embed")[0][0].item<double>()) + " " +
            std::to_string(back.at("block1")[0].item<double>());

@@ -7,13 +7,10 @@
 namespace tessera::core {
 namespace {
 
-// owned_ranges() names one range per optimizer parameter (tessera/components/strategy.hpp).
-std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_of(ParallelStrategy& strategy, std::size_t params) {
-  auto ranges = strategy.owned_ranges();
-  if (ranges.size() != params) {
-    throw Error("the parallel strategy's owned_ranges() has " + std::to_string(ranges.size()) +
-                " ranges for the optimizer's " + std::to_string(params) + " parameters");
-  }
+// Each parameter's share of its optimizer state (Placement::state).
+std::vector<std::pair<std::int64_t, std::int64_t>> state_ranges(const std::vector<Placement>& placed) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  for (const Placement& p : placed) ranges.emplace_back(p.state.begin, p.state.end);
   return ranges;
 }
 
@@ -23,12 +20,12 @@ void capture_optimizer_state(CheckpointState& st, const PlacedOptimizer& o) {
   st.optimizer_sharded = o.strategy.shards_optimizer_state();
   std::vector<bool> writes;
   for (const Placement& p : o.placed) {
-    writes.push_back(o.placements.writes_state(p, st.optimizer_sharded, o.strategy.is_optimizer_state_replica()));
+    writes.push_back(o.placements.writes_state(p));
     st.write_optimizer = st.write_optimizer || writes.back();
   }
   if (!st.write_optimizer) return;
   const auto params = o.optimizer.parameters();
-  const auto ranges = owned_ranges_of(o.strategy, params.size());
+  const auto ranges = state_ranges(o.placed);
   // A Stateful's state_dict() is already a copy (tessera/run/stateful.hpp): only device tensors move.
   for (auto& [key, t] : o.optimizer.state_dict()) {
     const long long index = optimizer_param_index(key);
@@ -70,7 +67,7 @@ void restore_optimizer_state(StateDict whole, const std::vector<std::string>& sa
   const auto params = o.optimizer.parameters();
   const StateDict local = shard_part(whole, o.placed);
   if (o.strategy.shards_optimizer_state()) {
-    const auto ranges = owned_ranges_of(o.strategy, params.size());
+    const auto ranges = state_ranges(o.placed);
     StateDict mine = optimizer_state_for(local, params, &ranges);
     o.strategy.with_owned_parameters([&] { o.optimizer.load_state_dict(mine); });
   } else {

@@ -40,12 +40,22 @@ double Trainer::flops_per_token(std::int64_t seq_len) const {
 std::vector<Placement> Trainer::optimizer_placements(std::vector<std::string>* names) const {
   std::map<const c10::TensorImpl*, std::string> by_impl;
   for (const auto& item : parts_.model->named_parameters()) by_impl[item.value().unsafeGetTensorImpl()] = item.key();
+  const auto params = parts_.optimizer->parameters();
+  // The strategy's share of each parameter's optimizer state, one range per parameter
+  // (tessera/components/strategy.hpp).
+  const auto ranges = strategy_.owned_ranges();
+  if (ranges.size() != params.size()) {
+    throw Error("the parallel strategy's owned_ranges() has " + std::to_string(ranges.size()) +
+                " ranges for the optimizer's " + std::to_string(params.size()) + " parameters");
+  }
   std::vector<Placement> placements;
-  for (const auto& p : parts_.optimizer->parameters()) {
+  for (const auto& p : params) {
     const auto name = by_impl.find(p.unsafeGetTensorImpl());
     // A parameter the model does not name is in no plan: replicated.
     const std::string named = name == by_impl.end() ? std::string() : name->second;
     placements.push_back(placements_.of(named, p));
+    const auto& [begin, end] = ranges[placements.size() - 1];
+    placements.back().state = {begin, end, strategy_.shards_optimizer_state(), strategy_.is_optimizer_state_replica()};
     if (names) names->push_back(named);
   }
   return placements;

@@ -39,6 +39,7 @@ Placement Placements::of(const std::string& name, const at::Tensor& local) const
   // A tensor not split over the tensor-parallel ranks has a copy on each of them.
   if (p.shard.replicated() || p.shard.experts) p.replica = tp_.rank();
   p.tied_copy = !first_stage_ && tied_.count(name) > 0;
+  p.state.end = local.numel();
   return p;
 }
 
@@ -158,13 +159,13 @@ std::vector<std::int64_t> Placements::count_whole(
   return counts;
 }
 
-bool Placements::writes_state(const Placement& p, bool sharded, bool strategy_replica) const {
+bool Placements::writes_state(const Placement& p) const {
   if (p.tied_copy) return false;
   // Stacked experts are whole on every tensor-parallel rank: its first writes theirs. A
   // replicated tensor's state is written by each tensor-parallel rank alike (the layouts
   // name it whole, and the merge keeps one).
   if (p.shard.experts && p.replica > 0) return false;
-  if (sharded) return !strategy_replica;
+  if (p.state.sharded) return !p.state.replica;
   if (!mesh_) return true;
   return (p.shard.experts ? mesh_->expert_data_parallel() : mesh_->gradient_group()).rank() == 0;
 }

@@ -41,6 +41,15 @@ struct TESSERA_API Placement {
   // A pipeline's second copy of a tied tensor (the last stage's embedding, used by its head):
   // equal to the first stage's, which is the one counted and written.
   bool tied_copy = false;
+  // This rank's share of the tensor's optimizer state over the data-parallel ranks, as the
+  // parallel strategy holds it (the trainer fills it from ParallelStrategy::owned_ranges):
+  // elements [begin, end) of the flattened local tensor, all of them unless the strategy shards
+  // optimizer state (zero, fsdp); `replica`: another rank holds the same share first (hybrid
+  // sharding's replicas).
+  struct StateShare {
+    std::int64_t begin = 0, end = 0;
+    bool sharded = false, replica = false;
+  } state;
 
   // Counted in whole counts and gradient norms on this rank (one copy of every element is).
   bool counted() const { return replica == 0 && !tied_copy; }
@@ -100,10 +109,9 @@ class TESSERA_API Placements {
       const std::vector<std::pair<std::string, at::Tensor>>& named,
       const std::vector<std::function<bool(const std::string&, const at::Tensor&)>>& selected) const;
   // Whether this rank writes the optimizer state of a tensor placed as `p`: one rank per distinct
-  // part. `sharded`: the strategy shards optimizer state over the data-parallel ranks, and
-  // `strategy_replica` says this rank's shard is a copy of another's (hybrid sharding); otherwise
-  // the first data-parallel rank writes (for a stacked expert the first of its expert-data group).
-  bool writes_state(const Placement& p, bool sharded, bool strategy_replica) const;
+  // part. A sharded state share is written by each rank but a replica; a whole one by the first
+  // data-parallel rank (for a stacked expert the first of its expert-data group).
+  bool writes_state(const Placement& p) const;
 
   // The groups, for what placements do not cover (the sharded random stream's owner).
   const TensorParallel& tensor_parallel() const { return tp_; }

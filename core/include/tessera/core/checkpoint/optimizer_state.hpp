@@ -16,7 +16,7 @@ namespace tessera::core {
 // The optimizer of a run and where its parameters live.
 struct PlacedOptimizer {
   Optimizer& optimizer;
-  ParallelStrategy& strategy;        // who holds which range of each parameter's state
+  ParallelStrategy& strategy;        // whether it shards the state; runs the load on this rank's shares
   const Placements& placements;      // the run's
   std::vector<Placement> placed;     // the placement of each optimizer parameter, in order
   std::vector<std::string> names;    // the model's name of each ("" where it names none)
