@@ -2,7 +2,7 @@
 // not (simulated for gpipe, 1f1b and interleaved_1f1b over several pp, stages per rank and
 // micro-batch counts), every stage runs each micro-batch's forward once and then its backward,
 // 1f1b holds at most pp - rank micro-batches' activations where gpipe holds all, and the bubble.
-#include "tessera/core/train/pipeline_schedule.hpp"
+#include "tessera/parallel/pipeline_schedule.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <algorithm>
 
 #include "plan_parts.hpp"
-#include "tessera/core/train/pipeline_schedule.hpp"
+#include "tessera/parallel/pipeline_schedule.hpp"
 
 namespace tessera::core::plan {
 namespace {

@@ -9,7 +9,7 @@
 #include "plan_parts.hpp"
 #include "tessera/core/run/parallelism_settings.hpp"
 #include "tessera/core/run/training_run.hpp"
-#include "tessera/core/train/pipeline_schedule.hpp"
+#include "tessera/parallel/pipeline_schedule.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
 

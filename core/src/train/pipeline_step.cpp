@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/core/train/pipeline_schedule.hpp"
+#include "tessera/parallel/pipeline_schedule.hpp"
 #include "tessera/log.hpp"
 #include "tessera/run/precision.hpp"
 #include "step_schedule.hpp"

@@ -1,10 +1,10 @@
-#include "tessera/core/train/pipeline_schedule.hpp"
+#include "tessera/parallel/pipeline_schedule.hpp"
 
 #include <algorithm>
 
 #include "tessera/error.hpp"
 
-namespace tessera::core {
+namespace tessera {
 
 namespace {
 
@@ -75,4 +75,4 @@ double pipeline_bubble(const std::string& schedule, std::int64_t pp, std::int64_
   return static_cast<double>(pp - 1) / (v * static_cast<double>(micro_batches) + static_cast<double>(pp - 1));
 }
 
-}  // namespace tessera::core
+}  // namespace tessera

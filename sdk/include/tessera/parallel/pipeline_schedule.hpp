@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace tessera::core {
+#include "tessera/export.hpp"
+
+namespace tessera {
 
 struct PipelineAction {
   enum class Kind { forward, backward };
@@ -26,13 +28,13 @@ struct PipelineAction {
 // Pipeline rank `rank`'s actions, in order, for `micro_batches` micro-batches over `pp` ranks of
 // `stages_per_rank` stages each (stage s on rank s % pp). Throws tessera::Error for a schedule it
 // does not know, or interleaved_1f1b with micro-batches that are not a multiple of pp.
-std::vector<PipelineAction> pipeline_schedule(const std::string& schedule, std::int64_t pp,
-                                              std::int64_t stages_per_rank, std::int64_t rank,
-                                              std::int64_t micro_batches);
+TESSERA_API std::vector<PipelineAction> pipeline_schedule(const std::string& schedule, std::int64_t pp,
+                                                          std::int64_t stages_per_rank, std::int64_t rank,
+                                                          std::int64_t micro_batches);
 
 // The share of a step an ideal pipeline of equal stages spends idle: (pp - 1) / (m + pp - 1),
 // interleaved (pp - 1) / (v m + pp - 1).
-double pipeline_bubble(const std::string& schedule, std::int64_t pp, std::int64_t stages_per_rank,
-                       std::int64_t micro_batches);
+TESSERA_API double pipeline_bubble(const std::string& schedule, std::int64_t pp, std::int64_t stages_per_rank,
+                                   std::int64_t micro_batches);
 
-}  // namespace tessera::core
+}  // namespace tessera
