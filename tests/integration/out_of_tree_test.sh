@@ -95,7 +95,8 @@ assert len(one) == len(two) == 2, (len(one), len(two))
 for a, b in zip(one, two):
     assert a["whole_matrix/rows"] == b["whole_matrix/rows"] == 64, (a, b)
     assert a["whole_matrix/local_rows"] == 64 and b["whole_matrix/local_rows"] == 32, (a, b)
-    assert abs(a["whole_matrix/norm"] - b["whole_matrix/norm"]) <= 1e-5 * a["whole_matrix/norm"], (a, b)
+    # After AdamW steps the two meshes' sums differ in order: equal to rounding, far from a half.
+    assert abs(a["whole_matrix/norm"] - b["whole_matrix/norm"]) <= 1e-4 * a["whole_matrix/norm"], (a, b)
 PY
 
 # A scaffolded plugin of every kind builds and passes its generated tests as generated.

@@ -114,7 +114,7 @@ TEST(Placement, TensorAndExpertPartsRoundTripOnFourRanks) {
       // Every rank of an axis gets the whole of one tensor.
       expect(same(placements.whole(name, t), whole.at(name)), r + name + " whole on every rank");
     }
-    // Counted once over the ranks: split parts by each, replicated ones by tensor-parallel rank 0.
+    // The whole model's elements, each tensor counted whole (the padding left out), on every rank.
     std::vector<std::pair<std::string, at::Tensor>> named(local.begin(), local.end());
     const auto counts = placements.count_whole(named, {[](const std::string&, const at::Tensor&) { return true; }});
     expect(counts[0] == whole_elements, r + "whole count " + std::to_string(counts[0]));

@@ -31,6 +31,7 @@ void capture_optimizer_state(CheckpointState& st, const PlacedOptimizer& o) {
     const long long index = optimizer_param_index(key);
     if (index < 0 || writes[static_cast<std::size_t>(index)]) st.optimizer[key] = t.detach().to(at::kCPU);
   }
+  const bool layouts = o.placements.cuts_any();
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!writes[i]) continue;
     // Its name beside its index: a checkpoint resumes under another pipeline split, whose
@@ -38,7 +39,7 @@ void capture_optimizer_state(CheckpointState& st, const PlacedOptimizer& o) {
     const std::string key = "param." + std::to_string(i);
     if (!o.names[i].empty()) st.optimizer_names[key] = o.names[i];
     st.optimizer_ranges[key] = at::tensor({ranges[i].first, ranges[i].second, params[i].numel()}, at::kLong);
-    if (o.placements.cuts_any()) st.optimizer_layouts[key] = shard_layout(o.placed[i].part, o.placed[i].shard, params[i].sizes());
+    if (layouts) st.optimizer_layouts[key] = shard_layout(o.placed[i].part, o.placed[i].shard, params[i].sizes());
   }
 }
 

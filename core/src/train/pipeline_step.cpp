@@ -94,7 +94,7 @@ at::Tensor Trainer::PipelineSchedule::forward_backward(StepInputs& inputs, Callb
       if (stage.last) {
         // Under context parallelism the hidden states are this rank's slice of the sequence.
         const LossSum loss = in_component(t_.parts_.names.loss, "forward", step, [&] {
-          return loss_from_hidden(*t_.parts_.loss, out, t_.parts_.model->output_head(), t_.labels_of_slice(in.labels));
+          return loss_from_hidden(*t_.parts_.loss, out, t_.parts_.model->output_head(), labels_of_slice(in.labels));
         });
         flight.output = loss.sum * in.inv_tokens;
         micro_losses[static_cast<std::size_t>(mb)] = loss.sum.detach();

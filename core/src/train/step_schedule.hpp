@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/core/train/trainer.hpp"
+#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/run/memory_stats.hpp"
 #include "step_inputs.hpp"
@@ -15,7 +16,7 @@ namespace tessera::core {
 
 class Trainer::StepSchedule {
  public:
-  explicit StepSchedule(Trainer& trainer) : t_(trainer) {}
+  explicit StepSchedule(Trainer& trainer) : t_(trainer), sequence_(ContextParallel::of(trainer.context_)) {}
   virtual ~StepSchedule() = default;
   StepSchedule(const StepSchedule&) = delete;
   StepSchedule& operator=(const StepSchedule&) = delete;
@@ -31,9 +32,13 @@ class Trainer::StepSchedule {
   virtual void record(StepMetrics&, const MemoryStats&) {}
   // At the run's end, a summary in the log.
   virtual void log_summary() const {}
+  // The labels of the part of each sequence this rank's model computes: under context
+  // parallelism the hidden states are this rank's slice of the sequence.
+  at::Tensor labels_of_slice(const at::Tensor& labels) const { return sequence_.slice(labels); }
 
  protected:
   Trainer& t_;
+  const ContextParallel sequence_;
 };
 
 class Trainer::LocalSchedule final : public Trainer::StepSchedule {

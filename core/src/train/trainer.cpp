@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <set>
 #include <utility>
 
 #include "tessera/run/communicator.hpp"

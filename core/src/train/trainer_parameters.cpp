@@ -2,7 +2,6 @@
 // its parameters from their placements (each split one whole, a padded vocabulary's padding and a
 // pipeline's tied copy left out), the FLOPs per token of the trainable ones, and the placement of
 // each parameter the optimizer holds.
-#include <ATen/ops/tensor.h>
 
 #include <map>
 #include <string>
@@ -49,12 +48,13 @@ std::vector<Placement> Trainer::optimizer_placements(std::vector<std::string>* n
                 " ranges for the optimizer's " + std::to_string(params.size()) + " parameters");
   }
   std::vector<Placement> placements;
-  for (const auto& p : params) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i];
     const auto name = by_impl.find(p.unsafeGetTensorImpl());
     // A parameter the model does not name is in no plan: replicated.
     const std::string named = name == by_impl.end() ? std::string() : name->second;
     placements.push_back(placements_.of(named, p));
-    const auto& [begin, end] = ranges[placements.size() - 1];
+    const auto& [begin, end] = ranges[i];
     placements.back().state = {begin, end, strategy_.shards_optimizer_state(), strategy_.is_optimizer_state_replica()};
     if (names) names->push_back(named);
   }

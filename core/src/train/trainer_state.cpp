@@ -59,21 +59,23 @@ CheckpointState Trainer::capture() {
   std::vector<Placement> placed = optimizer_placements(&names);
   capture_optimizer_state(st, {*parts_.optimizer, strategy_, placements_, std::move(placed), std::move(names)});
   st.data = on_host(parts_.train_data->state_dict());
-  st.rng = capture_generators(device_, placements_.tensor_parallel().ranks());
+  st.rng = capture_generators(device_, placements_.tensor_ranks());
   return st;
 }
 
 StateDict Trainer::whole_weights() {
+  // Refused before the strategy's gather (a collective and a host copy of the model) is spent.
+  placements_.whole_everywhere({});
   return placements_.whole_everywhere(strategy_.full_parameters(*parts_.model, /*only_rank=*/-1));
 }
 
 namespace {
 
-// Whole parameters cut to this rank's parts and handed to the strategy; what fails names the file.
-void load_whole(ParallelStrategy& strategy, Model& model, const Placements& placements, const StateDict& whole,
-                const std::string& where) {
+// Runs `load`; an error it throws becomes a CheckpointError led by `where` (the file, the part).
+template <class Load>
+void naming_the_checkpoint(const std::string& where, Load&& load) {
   try {
-    strategy.load_full_parameters(model, placements.cut(whole));
+    load();
   } catch (const CheckpointError&) {
     throw;
   } catch (const Error& e) {
@@ -85,7 +87,9 @@ void load_whole(ParallelStrategy& strategy, Model& model, const Placements& plac
 
 void Trainer::load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path) {
   c10::NoGradGuard no_grad;
-  load_whole(strategy_, *parts_.model, placements_, ck.model, "checkpoint " + checkpoint_path + ": ");
+  // Whole parameters, cut to this rank's parts by its placements.
+  naming_the_checkpoint("checkpoint " + checkpoint_path + ": ",
+                        [&] { strategy_.load_full_parameters(*parts_.model, placements_.cut(ck.model)); });
   for (auto& item : parts_.model->named_buffers()) {
     auto it = ck.model.find(item.key());
     if (it != ck.model.end()) item.value().copy_(it->second);
@@ -101,8 +105,9 @@ void Trainer::load_reference_copy(const LoadedCheckpoint& ck, const std::string&
   }
   c10::NoGradGuard no_grad;
   keep_reference_copy();
-  strategy_.with_reference_weights([&] {
-    load_whole(strategy_, *parts_.model, placements_, ck.reference, "checkpoint " + checkpoint_path + ": the reference model: ");
+  naming_the_checkpoint("checkpoint " + checkpoint_path + ": the reference model: ", [&] {
+    strategy_.with_reference_weights(
+        [&] { strategy_.load_full_parameters(*parts_.model, placements_.cut(ck.reference)); });
   });
 }
 
@@ -125,7 +130,7 @@ void Trainer::restore(const std::string& checkpoint_path) {
                           {*parts_.optimizer, strategy_, placements_, std::move(placed), std::move(names)},
                           mesh_->dims().pp > 1, checkpoint_path, parts_.names.model);
   parts_.train_data->load_state_dict(ck.data);
-  restore_generators(ck.rng, device_, placements_.tensor_parallel().ranks());
+  restore_generators(ck.rng, device_, placements_.tensor_ranks());
   progress_.step = ck.metadata.step;
   progress_.tokens = ck.metadata.tokens;
   progress_.samples = ck.metadata.samples;

@@ -8,16 +8,13 @@
 #include <ATen/ops/logical_not.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <optional>
 #include <string>
 
-#include "tessera/parallel/context_parallel.hpp"
 #include "tessera/run/batch.hpp"
 #include "tessera/run/communicator.hpp"
 #include "tessera/core/process/failpoint.hpp"
@@ -136,7 +133,7 @@ LossSum Trainer::forward_loss(const at::Tensor& input_ids, const at::Tensor& lab
     const at::Tensor hidden =
         in_component(parts_.names.model, "forward", step, [&] { return parts_.model->forward_hidden(input_ids, documents); });
     // Under context parallelism the hidden states are this rank's slice of the sequence.
-    const at::Tensor targets = labels_of_slice(labels);
+    const at::Tensor targets = schedule_->labels_of_slice(labels);
     return in_component(parts_.names.loss, "forward", step,
                         [&] { return loss_from_hidden(*parts_.loss, hidden, parts_.model->output_head(), targets); });
   }
@@ -152,15 +149,11 @@ LossAndGradNorm Trainer::reduce(const at::Tensor& loss_sum, const StepInputs& in
   schedule_->finish_gradients();
   // Over every rank; tensor-parallel peers hold the same loss, a replicated value whose first copy
   // alone counts (as their replicated gradients do), and only the ranks that compute one have it.
-  const bool counts_loss = placements_.of("loss", loss_sum).counted() && schedule_->computes_loss();
+  const bool counts_loss = placements_.tensor_ranks().rank == 0 && schedule_->computes_loss();
   const at::Tensor counted_loss = counts_loss ? loss_sum : at::zeros_like(loss_sum);
   LossAndGradNorm reduced = strategy_.reduce_loss_and_grad_norm(mesh_->loss_group(), counted_loss);
   reduced.loss_sum = reduced.loss_sum * inputs.inv_tokens();  // from here on the step's loss
   return reduced;
-}
-
-at::Tensor Trainer::labels_of_slice(const at::Tensor& labels) const {
-  return ContextParallel::of(context_).slice(labels);
 }
 
 // Callbacks see the loss and the norm and may ask to skip; a skip asked on one rank skips the

@@ -6,6 +6,7 @@
 #include <ATen/ops/tensor.h>
 
 #include "tessera/error.hpp"
+#include "tessera/parallel/collectives.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 
 namespace tessera {
@@ -111,12 +112,11 @@ StateDict Placements::gather_whole(const StateDict& local) const {
 at::Tensor Placements::whole(const std::string& name, const at::Tensor& local) const {
   const Placement p = of(name, local);
   if (!p.cut()) return local;
-  const std::shared_ptr<Communicator>& group = p.shard.experts ? ep_.group() : tp_.group();
   if (p.part.size == 1) return TensorParallel::join({local}, p.shard);
-  std::vector<at::Tensor> parts(static_cast<std::size_t>(p.part.size));
-  for (auto& t : parts) t = at::empty_like(local, at::MemoryFormat::Contiguous);
-  group->all_gather(parts, local.contiguous());
-  return TensorParallel::join(parts, p.shard);
+  Communicator& group = p.shard.experts ? *ep_.group() : *tp_.group();
+  // The parts laid end to end, then joined as the split says (fused blocks, padding).
+  const at::Tensor laid = collectives::all_gather_along(local.contiguous(), p.shard.dim, group);
+  return TensorParallel::join(laid.chunk(p.part.size, p.shard.dim), p.shard);
 }
 
 StateDict Placements::whole_everywhere(const StateDict& local) const {

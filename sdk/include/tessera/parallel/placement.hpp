@@ -14,7 +14,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -113,9 +113,9 @@ class TESSERA_API Placements {
   // data-parallel rank (for a stacked expert the first of its expert-data group).
   bool writes_state(const Placement& p) const;
 
-  // The groups, for what placements do not cover (the sharded random stream's owner).
-  const TensorParallel& tensor_parallel() const { return tp_; }
-  const ExpertParallel& expert_parallel() const { return ep_; }
+  // This rank's place among the tensor-parallel ranks: the owner of the sharded random stream,
+  // and copy 0 of every value they all hold (a step's loss).
+  ShardRanks tensor_ranks() const { return tp_.ranks(); }
 
  private:
   TensorParallel tp_;

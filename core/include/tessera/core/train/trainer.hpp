@@ -13,7 +13,6 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -159,9 +158,6 @@ class Trainer : private CallbackEvents {
   LossSum forward_loss(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   void reference_pass(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& documents);
   at::Tensor reference_logits(const at::Tensor& input_ids, const at::Tensor& documents);
-  // The labels of the part of each sequence this rank's model computes: under context
-  // parallelism the hidden states are this rank's slice of the sequence.
-  at::Tensor labels_of_slice(const at::Tensor& labels) const;
   void add_loss_metrics(StepMetrics& m);
   LossAndGradNorm reduce(const at::Tensor& loss_sum, const StepInputs& inputs);
   struct SkipDecision {
