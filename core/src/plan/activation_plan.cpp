@@ -8,7 +8,7 @@
 //                  an MoE block's experts see k rows per token
 //   checkpointed   the block's fp32 input only, plus one block's worth while it is recomputed
 // A pipeline stage keeps that for as many micro-batches as its schedule has in flight (the
-// schedule's own actions, core/src/train/pipeline_schedule.cpp); without pp, one.
+// schedule's own actions, sdk/src/parallel/pipeline_schedule.cpp); without pp, one.
 #include <algorithm>
 
 #include "plan_parts.hpp"
