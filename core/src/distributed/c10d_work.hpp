@@ -6,12 +6,16 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <atomic>
 #include <chrono>
-#include <functional>
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/error.hpp"

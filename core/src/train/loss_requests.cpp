@@ -1,7 +1,6 @@
 // What a loss asks of the trainer beyond the policy's logits: the reference model's forward
 // (Loss::needs_reference, loss/dpo) and the step metrics it keeps (Loss::metric_names).
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/linear.h>
 
 #include <string>
 #include <vector>

@@ -8,13 +8,11 @@
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <algorithm>
 #include <set>
 
 #include "tessera/nn/deferred_init.hpp"

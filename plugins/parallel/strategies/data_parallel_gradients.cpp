@@ -1,17 +1,13 @@
 // The data-parallel strategies' gradients (data_parallel.hpp): each bucket reduced as soon as
 // autograd has accumulated all of it (the micro-batch's last backward, or a pipeline stage's),
-// parameters that got no gradient settled alike on every rank, and the replicas' reduction of a
-// hybrid mesh.
+// parameters that got no gradient settled alike on every rank (finish_gradients), a parameter's
+// gradient as the strategy holds it (gradient_of), and the replicas' reduction of a hybrid mesh.
 #include <ATen/ops/tensor.h>
-#include <ATen/ops/zeros.h>
-#include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <set>
 
 #include "data_parallel.hpp"
 #include "tessera/error.hpp"
-#include "tessera/log.hpp"
 
 namespace tessera_plugins {
 

@@ -79,7 +79,6 @@ class ExpressionParser {
     return n;
   }
 
-
   // Expressions, loosest first.
   NodePtr tuple_expression() {
     const Position at = peek().at;
