@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
+#include "tessera/parallel/saved_shares.hpp"
 
 namespace tessera::core {
 
@@ -87,9 +88,41 @@ StateDict optimizer_state_by_index(const StateDict& by_name_index, const std::ve
   return out;
 }
 
+namespace {
+
+// A key's pieces whole again (join_saved_shares), its errors naming the key.
+at::Tensor join_key(const std::string& key, const std::vector<SavedShare>& shares) {
+  try {
+    return join_saved_shares(shares);
+  } catch (const Error& e) {
+    throw CheckpointError("optimizer state " + key + ": " + e.what());
+  }
+}
+
+// The piece of `key` (per-element state of parameter `param`) that a part saved.
+SavedShare saved_share(const std::string& key, const std::string& param, const at::Tensor& values,
+                       const StateDict& ranges, const StateDict* layouts) {
+  const auto range = ranges.find(param);
+  if (range == ranges.end() || range->second.numel() != 3) {
+    throw CheckpointError("optimizer state " + key + " has no saved range");
+  }
+  SavedShare s;
+  s.begin = range->second[0].item<std::int64_t>();
+  s.end = range->second[1].item<std::int64_t>();
+  s.local_numel = range->second[2].item<std::int64_t>();
+  s.values = values;
+  if (layouts) {
+    const auto layout = layouts->find(param);
+    if (layout != layouts->end()) s.layout = layout->second;
+  }
+  return s;
+}
+
+}  // namespace
+
 StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict>>& parts_and_ranges) {
   StateDict whole;
-  std::map<std::string, std::vector<std::pair<std::int64_t, std::int64_t>>> covered;
+  std::map<std::string, std::vector<SavedShare>> pieces;
   for (const auto& [state, ranges] : parts_and_ranges) {
     for (const auto& [key, t] : state) {
       const long long index = optimizer_param_index(key);
@@ -97,46 +130,10 @@ StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict
         if (!whole.count(key)) whole[key] = t;  // the same on every rank
         continue;
       }
-      const auto range = ranges.find("param." + std::to_string(index));
-      if (range == ranges.end() || range->second.numel() != 3) {
-        throw CheckpointError("optimizer state " + key + " has no saved range");
-      }
-      const auto begin = range->second[0].item<std::int64_t>(), end = range->second[1].item<std::int64_t>(),
-                 numel = range->second[2].item<std::int64_t>();
-      if (begin < 0 || end < begin || end > numel || t.numel() != end - begin) {
-        throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) +
-                              " elements for the range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
-      }
-      at::Tensor& target = whole[key];
-      covered[key].emplace_back(begin, end);
-      if (!target.defined() && begin == 0 && end == numel) {
-        target = t.reshape({-1});  // one part holds it all (an unsharded save): no copy
-        continue;
-      }
-      if (!target.defined()) target = at::zeros({numel}, t.options());
-      if (target.numel() != numel) {
-        throw CheckpointError("optimizer state " + key + ": ranks disagree on the parameter's size (" +
-                              std::to_string(target.numel()) + " and " + std::to_string(numel) + ")");
-      }
-      target.narrow(0, begin, end - begin).copy_(t.reshape({-1}));
+      pieces[key].push_back(saved_share(key, "param." + std::to_string(index), t, ranges, nullptr));
     }
   }
-  // The parts of each parameter must tile it exactly: no hole silently zero, no overlap.
-  for (auto& [key, ranges] : covered) {
-    std::sort(ranges.begin(), ranges.end());
-    std::int64_t next = 0;
-    for (const auto& [begin, end] : ranges) {
-      if (begin != next) {
-        throw CheckpointError("optimizer state " + key + ": the saved parts leave a hole or overlap at element " +
-                              std::to_string(next));
-      }
-      next = end;
-    }
-    if (next != whole.at(key).numel()) {
-      throw CheckpointError("optimizer state " + key + ": the saved parts cover " + std::to_string(next) + " of " +
-                            std::to_string(whole.at(key).numel()) + " elements");
-    }
-  }
+  for (const auto& [key, shares] : pieces) whole[key] = join_key(key, shares);
   return whole;
 }
 
@@ -168,80 +165,22 @@ StateDict optimizer_state_for(const StateDict& whole, const std::vector<at::Tens
   return out;
 }
 
-at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArrayRef local_shape) {
-  // A padded split (one block) records its true size as a negative block count.
-  std::vector<std::int64_t> values = {ranks.rank, ranks.size, shard.dim, shard.padded() ? -shard.whole : shard.blocks};
-  values.insert(values.end(), local_shape.begin(), local_shape.end());
-  return at::tensor(values, at::kLong);
-}
-
 StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts) {
-  // Which keys are there: per-parameter ones are merged parameter by parameter, the others (the
-  // same on every rank) taken from the first part that has them.
-  std::map<std::string, bool> keys;
-  for (const auto& part : parts) {
-    for (const auto& [key, t] : part.state) keys[key] = optimizer_param_index(key) >= 0 && t.dim() > 0;
-  }
+  // Per-parameter keys are joined from every part's piece and layout (tessera/parallel/
+  // saved_shares.hpp); the others (the same on every rank) taken from the first part with them.
   StateDict whole;
-  for (const auto& [key, per_element] : keys) {
-    if (!per_element) {
-      for (const auto& part : parts) {
-        const auto it = part.state.find(key);
-        if (it != part.state.end()) {
-          whole[key] = it->second;
-          break;
-        }
+  std::map<std::string, std::vector<SavedShare>> pieces;
+  for (const auto& part : parts) {
+    for (const auto& [key, t] : part.state) {
+      const long long index = optimizer_param_index(key);
+      if (index < 0 || t.dim() == 0) {
+        if (!whole.count(key)) whole[key] = t;
+        continue;
       }
-      continue;
+      pieces[key].push_back(saved_share(key, "param." + std::to_string(index), t, part.ranges, &part.layouts));
     }
-    const std::string param = "param." + std::to_string(optimizer_param_index(key));
-    // The parts of each rank of the parameter's layout.
-    std::map<std::int64_t, std::vector<std::pair<StateDict, StateDict>>> by_rank;
-    at::Tensor layout;
-    std::size_t with_layout = 0, holding = 0;
-    for (const auto& part : parts) {
-      const auto it = part.state.find(key);
-      if (it == part.state.end()) continue;
-      ++holding;
-      const auto range = part.ranges.find(param);
-      const auto found = part.layouts.find(param);
-      const std::int64_t rank = found != part.layouts.end() ? found->second[0].item<std::int64_t>() : 0;
-      if (found != part.layouts.end()) {
-        if (found->second.numel() < 4) throw CheckpointError("optimizer layout of " + param + " is malformed");
-        if (layout.defined() && found->second[1].item<std::int64_t>() != layout[1].item<std::int64_t>()) {
-          throw CheckpointError("optimizer state " + key + " was saved in parts of different splits (" +
-                                std::to_string(layout[1].item<std::int64_t>()) + " and " +
-                                std::to_string(found->second[1].item<std::int64_t>()) + " ranks)");
-        }
-        layout = found->second;
-        ++with_layout;
-      }
-      StateDict ranges;
-      if (range != part.ranges.end()) ranges[param] = range->second;
-      by_rank[rank].push_back({StateDict{{key, it->second}}, std::move(ranges)});
-    }
-    if (with_layout != 0 && with_layout != holding) {
-      throw CheckpointError("optimizer state " + key + " has a saved layout in " + std::to_string(with_layout) + " of the " +
-                            std::to_string(holding) + " parts holding it");
-    }
-    const std::int64_t size = layout.defined() ? layout[1].item<std::int64_t>() : 1;
-    if (static_cast<std::int64_t>(by_rank.size()) != size) {
-      throw CheckpointError("optimizer state " + key + " was saved in " + std::to_string(size) + " parts, " +
-                            std::to_string(by_rank.size()) + " were found");
-    }
-    const bool padded = layout.defined() && layout[3].item<std::int64_t>() < 0;
-    if (size == 1 && !padded) {
-      whole[key] = merge_optimizer_parts(by_rank.begin()->second).at(key);
-      continue;
-    }
-    TensorShard shard{layout[2].item<std::int64_t>(), padded ? 1 : layout[3].item<std::int64_t>()};
-    if (padded) shard.whole = -layout[3].item<std::int64_t>();  // the parts' padding is dropped
-    std::vector<std::int64_t> shape;
-    for (std::int64_t d = 4; d < layout.numel(); ++d) shape.push_back(layout[d].item<std::int64_t>());
-    std::vector<at::Tensor> pieces;
-    for (const auto& [rank, rank_parts] : by_rank) pieces.push_back(merge_optimizer_parts(rank_parts).at(key).reshape(shape));
-    whole[key] = TensorParallel::join(pieces, shard).reshape({-1});
   }
+  for (const auto& [key, shares] : pieces) whole[key] = join_key(key, shares);
   return whole;
 }
 
@@ -254,16 +193,12 @@ StateDict shard_part(const StateDict& whole, const std::vector<Placement>& place
       continue;
     }
     const Placement& p = placements[static_cast<std::size_t>(index)];
-    if (!p.cut()) {
-      out[key] = t;
-      continue;
-    }
-    if (t.numel() != p.whole_numel()) {
+    if (p.cut() && t.numel() != p.whole_numel()) {
       throw CheckpointError("optimizer state " + key + " has " + std::to_string(t.numel()) + " elements, parameter " +
                             std::to_string(index) + " has " + std::to_string(p.whole_numel()) +
                             " in all; was the model changed?");
     }
-    out[key] = part_of(t.reshape(p.whole_shape), p.shard, p.part).reshape({-1});
+    out[key] = p.cut() ? part_of_whole(t, p) : t;
   }
   return out;
 }

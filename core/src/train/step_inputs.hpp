@@ -1,5 +1,5 @@
 // A step's micro-batches and their token counts (trainer_step.cpp draws them; the step's schedule,
-// local_schedule.cpp or pipeline_step.cpp, runs them). Private to the trainer's sources.
+// core/src/schedule's local_schedule.cpp or pipeline_step.cpp, runs them). Private to the trainer's sources.
 #pragma once
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // Long (past 400 lines) because construction, the loop and saving share the trainer's private
 // state; splitting them would pass that state around rather than separate concepts.
 #include "tessera/core/train/trainer.hpp"
-#include "step_schedule.hpp"
+#include "../schedule/step_schedule.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
@@ -69,29 +69,16 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   }
   const ParallelDims& dims = mesh_->dims();
   placements_ = Placements(context_, parts_.model->tensor_parallel_plan(), parts_.model->pipeline_tied_parameters());
-  if (dims.pp > 1) {
-    schedule_ = std::make_unique<PipelineSchedule>(*this);
-  } else {
-    schedule_ = std::make_unique<LocalSchedule>(*this);
-  }
+  schedule_ = StepSchedule::for_mesh(*this);
   // A vocabulary split over tensor-parallel ranks goes to the loss as hidden states and the head:
-  // whole logits would be gathered otherwise.
-  // So does a model's slice of the sequence under context parallelism (the logits of one rank's
-  // slice are not the whole sequence's): the loss takes the slice's labels. And the last pipeline
-  // stage's output (only that stage holds the head).
-  hidden_loss_ = parts_.loss->takes_hidden_states() || dims.pp > 1 ||
-                 (parts_.model->has_output_head() && (parts_.model->output_head().vocab_parallel() || dims.cp > 1));
+  // whole logits would be gathered otherwise. So does what the schedule's loss sees of a model
+  // (a slice of each sequence, a last stage).
+  hidden_loss_ = parts_.loss->takes_hidden_states() || schedule_->loss_from_hidden_states() ||
+                 (parts_.model->has_output_head() && parts_.model->output_head().vocab_parallel());
   needs_reference_ = parts_.loss->needs_reference();
   // With adapters the reference is the base with them switched off; without, a frozen copy of
   // the starting weights that the parallel strategy holds as it holds the parameters.
   keeps_reference_copy_ = needs_reference_ && parts_.adapters.empty();
-  if (needs_reference_ && (dims.pp > 1 || dims.cp > 1)) {
-    throw Error("trainer: " + parts_.names.loss + " sums each sequence's log-probabilities, which parallelism.pp and "
-                "parallelism.cp split over ranks: set them to 1");
-  }
-  if (dims.cp > 1 && !parts_.model->has_output_head()) {
-    throw Error("trainer: parallelism.cp needs a model that exposes its hidden states and output head");
-  }
   vocab_size_ = parts_.model->vocab_size();
   if (hidden_loss_ && !parts_.model->has_output_head()) {
     throw Error("trainer: the loss computes logits chunk by chunk (chunk_size) but the model does not expose its "
@@ -106,14 +93,18 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->gradient_group());
   // Each element counts once in the global norm: a parameter every tensor-parallel rank holds
   // whole on its first, a pipeline's tied embedding on its first stage (Placement::counted).
+  optimizer_placements_ = place_optimizer_parameters();
+  parts_.optimizer->set_placements(optimizer_placements_);
   std::vector<bool> counted;
-  for (const Placement& p : optimizer_placements()) counted.push_back(p.counted());
+  for (std::size_t i = 0; i < optimizer_placements_->size(); ++i) {
+    counted.push_back((*optimizer_placements_)[i].placement.counted());
+  }
   if (std::find(counted.begin(), counted.end(), false) != counted.end()) strategy_.count_in_grad_norm(counted);
   if (parts_.model->has_deferred_parameters()) {
     throw Error("trainer: parallel strategy set up without giving the model's deferred parameters storage");
   }
   if (settings_.cuda_graph) {
-    if (!is_local_strategy(strategy_) || dims.pp > 1) {
+    if (!is_local_strategy(strategy_) || !schedule_->capturable()) {
       throw Error("trainer.cuda_graph: captures the step of a single process without a parallel strategy; set "
                   "trainer.cuda_graph: false");
     }

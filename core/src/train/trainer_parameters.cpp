@@ -36,29 +36,34 @@ double Trainer::flops_per_token(std::int64_t seq_len) const {
   return adapted_flops_per_token(model, parts_.model->flops_per_token(0), frozen_share_, added_parameters_);
 }
 
-std::vector<Placement> Trainer::optimizer_placements(std::vector<std::string>* names) const {
+std::shared_ptr<const OptimizerPlacements> Trainer::place_optimizer_parameters() const {
   std::map<const c10::TensorImpl*, std::string> by_impl;
   for (const auto& item : parts_.model->named_parameters()) by_impl[item.value().unsafeGetTensorImpl()] = item.key();
   const auto params = parts_.optimizer->parameters();
-  // The strategy's share of each parameter's optimizer state, one range per parameter
+  // The strategy's share of each parameter's optimizer state, one range and group per parameter
   // (tessera/components/strategy.hpp).
   const auto ranges = strategy_.owned_ranges();
-  if (ranges.size() != params.size()) {
-    throw Error("the parallel strategy's owned_ranges() has " + std::to_string(ranges.size()) +
-                " ranges for the optimizer's " + std::to_string(params.size()) + " parameters");
+  const auto groups = strategy_.state_share_groups();
+  if (ranges.size() != params.size() || groups.size() != params.size()) {
+    throw Error("the parallel strategy's owned_ranges() and state_share_groups() have " +
+                std::to_string(ranges.size()) + " and " + std::to_string(groups.size()) +
+                " entries for the optimizer's " + std::to_string(params.size()) + " parameters");
   }
-  std::vector<Placement> placements;
+  std::vector<OptimizerPlacements::Parameter> placed;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
     const auto name = by_impl.find(p.unsafeGetTensorImpl());
+    OptimizerPlacements::Parameter one;
     // A parameter the model does not name is in no plan: replicated.
-    const std::string named = name == by_impl.end() ? std::string() : name->second;
-    placements.push_back(placements_.of(named, p));
+    one.name = name == by_impl.end() ? std::string() : name->second;
+    one.local_shape = p.sizes().vec();
+    one.placement = placements_.of(one.name, p);
     const auto& [begin, end] = ranges[i];
-    placements.back().state = {begin, end, strategy_.shards_optimizer_state(), strategy_.is_optimizer_state_replica()};
-    if (names) names->push_back(named);
+    one.placement.state = {begin, end, strategy_.shards_optimizer_state(), strategy_.is_optimizer_state_replica()};
+    one.share_group = groups[i];
+    placed.push_back(std::move(one));
   }
-  return placements;
+  return std::make_shared<const OptimizerPlacements>(placements_, std::move(placed));
 }
 
 }  // namespace tessera::core

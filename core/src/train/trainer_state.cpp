@@ -55,9 +55,7 @@ CheckpointState Trainer::capture() {
     st.config_yaml = checkpoint_.config_yaml;
     st.model_config_json = checkpoint_.model_config_json;
   }
-  std::vector<std::string> names;
-  std::vector<Placement> placed = optimizer_placements(&names);
-  capture_optimizer_state(st, {*parts_.optimizer, strategy_, placements_, std::move(placed), std::move(names)});
+  capture_optimizer_state(st, {*parts_.optimizer, strategy_, *optimizer_placements_});
   st.data = on_host(parts_.train_data->state_dict());
   st.rng = capture_generators(device_, placements_.tensor_ranks());
   return st;
@@ -123,11 +121,9 @@ void Trainer::restore(const std::string& checkpoint_path) {
   load_model_state(ck, checkpoint_path);
   load_reference_copy(ck, checkpoint_path);
   c10::NoGradGuard no_grad;
-  std::vector<std::string> names;
-  std::vector<Placement> placed = optimizer_placements(&names);
   // By name where the checkpoint has them (another pipeline split numbers parameters otherwise).
   restore_optimizer_state(std::move(ck.optimizer), ck.optimizer_names,
-                          {*parts_.optimizer, strategy_, placements_, std::move(placed), std::move(names)},
+                          {*parts_.optimizer, strategy_, *optimizer_placements_},
                           mesh_->dims().pp > 1, checkpoint_path, parts_.names.model);
   parts_.train_data->load_state_dict(ck.data);
   restore_generators(ck.rng, device_, placements_.tensor_ranks());

@@ -21,7 +21,7 @@
 #include "tessera/core/train/gradient_clipping.hpp"
 #include "tessera/run/token_check.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "step_schedule.hpp"
+#include "../schedule/step_schedule.hpp"
 #include "tessera/run/human_format.hpp"
 #include "tessera/log.hpp"
 #include "tessera/run/memory_stats.hpp"

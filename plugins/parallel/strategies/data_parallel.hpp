@@ -96,6 +96,7 @@ class DataParallel final : public tessera::ParallelStrategy,
   bool materializes_parameters() const override { return options_.shard_parameters; }
   bool shards_optimizer_state() const override { return options_.reduction != GradReduction::all_reduce; }
   std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override;
+  std::vector<tessera::Communicator*> state_share_groups() const override;
   void with_owned_parameters(const std::function<void()>& fn) override;
 
   // fsdp: the reference copy (keep_reference_weights) is of each unit's shard, and the gathered

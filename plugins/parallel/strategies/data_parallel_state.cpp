@@ -112,6 +112,15 @@ std::vector<std::pair<std::int64_t, std::int64_t>> DataParallel::owned_ranges() 
   return ranges;
 }
 
+std::vector<tessera::Communicator*> DataParallel::state_share_groups() const {
+  std::vector<tessera::Communicator*> groups;
+  for (const auto& p : optimized_) {
+    const auto& [u, i] = where_.at(p.unsafeGetTensorImpl());
+    groups.push_back(shards_optimizer_state() ? &units_[u]->comm() : nullptr);
+  }
+  return groups;
+}
+
 void DataParallel::with_owned_parameters(const std::function<void()>& fn) {
   check_setup("with_owned_parameters");
   if (!shards_optimizer_state()) {

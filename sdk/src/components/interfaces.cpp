@@ -45,6 +45,10 @@ LossAndGradNorm ParallelStrategy::reduce_loss_and_grad_norm(Communicator& comm, 
 }
 at::Tensor ParallelStrategy::gradient_of(const at::Tensor& param) { return param.grad(); }
 
+std::vector<Communicator*> ParallelStrategy::state_share_groups() const {
+  return std::vector<Communicator*>(owned_ranges().size(), nullptr);
+}
+
 void ParallelStrategy::count_in_grad_norm(const std::vector<bool>& counted) {
   for (bool c : counted) {
     if (!c) {

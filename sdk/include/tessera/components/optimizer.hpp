@@ -10,12 +10,15 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <vector>
 
 #include "tessera/export.hpp"
 #include "tessera/run/stateful.hpp"
 
 namespace tessera {
+
+class OptimizerPlacements;
 
 class TESSERA_API Optimizer : public Stateful {
  public:
@@ -42,6 +45,13 @@ class TESSERA_API Optimizer : public Stateful {
   // it is 1, that step leaves the parameters and every bit of the state (step counts included)
   // as they were; where it is 0, the step is as usual. Only called when can_skip_on_device().
   virtual void skip_next_step_if(const at::Tensor& found_inf) { (void)found_inf; }
+
+  // Where each of parameters() lives on this rank (tessera/parallel/optimizer_placements.hpp):
+  // its whole shape, its part along the model's axes, this rank's share of it under a sharding
+  // strategy, and the gathers that make it whole. The trainer calls it once, after the parallel
+  // strategy's setup and before the first step (and on one rank as well, nothing cut). An
+  // optimizer that transforms whole matrices keeps it; the default ignores it.
+  virtual void set_placements(std::shared_ptr<const OptimizerPlacements> placements) { (void)placements; }
 };
 
 }  // namespace tessera

@@ -5,9 +5,12 @@
 // replica id) and DTensor's Shard/Replicate placements carry the same facts.
 //
 // The axes a placement can name: the tensor-parallel split of the model's plan (padded or not),
-// the expert-parallel split of stacked experts, and the pipeline stage that holds a tied copy.
-// The data-parallel strategies' shards (zero, fsdp) are the strategy's: it gathers its own units
-// (ParallelStrategy::full_parameters) before a placement's gather runs.
+// the expert-parallel split of stacked experts, the pipeline stage that holds a tied copy, and
+// the data-parallel strategy's share of the local tensor (zero's and fsdp's flat shards:
+// Placement::state, filled from the strategy). Placements gather and cut along the model's axes;
+// an optimizer's parameters, shares included, are OptimizerPlacements
+// (tessera/parallel/optimizer_placements.hpp), and a model's whole weights under fsdp come from
+// the strategy's gather of its units (ParallelStrategy::full_parameters) first.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -54,7 +57,9 @@ struct TESSERA_API Placement {
   // Counted in whole counts and gradient norms on this rank (one copy of every element is).
   bool counted() const { return replica == 0 && !tied_copy; }
   // The local tensor is not the whole: split over several ranks, or padded on this one.
-  bool cut() const { return (!shard.replicated() && part.size > 1) || shard.padded(); }
+  bool cut() const {
+    return (!shard.replicated() && part.size > 1) || (shard.padded() && shard.padded_part(1) != shard.whole);
+  }
   std::int64_t whole_numel() const;
 };
 

@@ -41,7 +41,7 @@ struct CheckpointState {
   // "param.<i>" -> int64 [begin, end, numel]: the part of parameter i (flattened) it covers.
   StateDict optimizer_ranges;
   // Under tensor or expert parallelism, "param.<i>" -> which part of the whole parameter i is
-  // (shard_layout in reshard.hpp); empty otherwise.
+  // (tessera::layout_of, tessera/parallel/saved_shares.hpp); empty otherwise.
   StateDict optimizer_layouts;
   // "param.<i>" -> the model's name of parameter i: how a run that numbers its optimizer's
   // parameters otherwise (another pipeline split) finds each one's state.

@@ -9,7 +9,7 @@
 #include "tessera/components/optimizer.hpp"
 #include "tessera/components/strategy.hpp"
 #include "tessera/core/checkpoint/checkpoint_state.hpp"
-#include "tessera/parallel/placement.hpp"
+#include "tessera/parallel/optimizer_placements.hpp"
 
 namespace tessera::core {
 
@@ -17,9 +17,7 @@ namespace tessera::core {
 struct PlacedOptimizer {
   Optimizer& optimizer;
   ParallelStrategy& strategy;        // whether it shards the state; runs the load on this rank's shares
-  const Placements& placements;      // the run's
-  std::vector<Placement> placed;     // the placement of each optimizer parameter, in order
-  std::vector<std::string> names;    // the model's name of each ("" where it names none)
+  const OptimizerPlacements& placed; // each optimizer parameter's name and placement, in order
 };
 
 // Fills `st`'s optimizer fields with this rank's share (write_optimizer false when it writes none).

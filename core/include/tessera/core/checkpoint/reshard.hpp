@@ -22,8 +22,8 @@ long long optimizer_param_index(const std::string& key);
 // ranges) into whole flattened tensors; the parts must tile every parameter exactly.
 StateDict merge_optimizer_parts(const std::vector<std::pair<StateDict, StateDict>>& parts_and_ranges);
 // One rank's optimizer file: its state, the ranges it covers, and under tensor or expert
-// parallelism each parameter's layout ("param.<i>" -> shard_layout(...)): which part of the whole
-// parameter this rank's parameter i is.
+// parallelism each parameter's layout ("param.<i>" -> tessera::layout_of(...)): which part of the
+// whole parameter this rank's parameter i is.
 struct OptimizerPart {
   StateDict state, ranges, layouts;
   std::map<std::string, std::string> names;  // "param.<i>" -> parameter name (absent in older files)
@@ -39,16 +39,13 @@ std::vector<std::string> key_parts_by_name(std::vector<OptimizerPart>& parts);
 // parameter the checkpoint has no state for.
 StateDict optimizer_state_by_index(const StateDict& by_name_index, const std::vector<std::string>& names,
                                    const std::vector<std::string>& params_names);
-// int64 [rank, size, shard dim, blocks, local shape...]: part `rank` of `size` (of the
-// tensor-parallel or, for stacked experts, the expert-parallel ranks). A padded split (the
-// vocabulary's, TensorShard::padded) gives -whole for blocks: its parts are cut back to it.
-at::Tensor shard_layout(ShardRanks ranks, const TensorShard& shard, at::IntArrayRef local_shape);
-// The parts of every rank joined into the optimizer state of whole parameters (flattened): for
-// each parameter, the parts of each of its layout's ranks merged (merge_optimizer_parts), then
-// those joined along its split. A parameter without layouts is whole on every rank.
+// The parts of every rank joined into the optimizer state of whole parameters (flattened), each
+// parameter's pieces by their ranges and layouts (tessera::join_saved_shares). A parameter
+// without layouts is whole on every rank.
 StateDict merge_optimizer_files(const std::vector<OptimizerPart>& parts);
 // Whole optimizer state (as merge_optimizer_files gives it) cut to this rank's parts: parameter
-// i's per-element state cut as placements[i] cuts the parameter. Other tensors as they are.
+// i's per-element state cut as placements[i] cuts the parameter (tessera::part_of_whole). Other
+// tensors as they are.
 StateDict shard_part(const StateDict& whole, const std::vector<Placement>& placements);
 
 // Cuts whole optimizer state for one rank: parameter i's elements [begin, end) when `ranges` is

@@ -37,6 +37,7 @@
 #include "tessera/components/optimizer.hpp"
 #include "tessera/components/strategy.hpp"
 #include "tessera/parallel/device_mesh.hpp"
+#include "tessera/parallel/optimizer_placements.hpp"
 #include "tessera/parallel/placement.hpp"
 #include "tessera/components/scheduler.hpp"
 
@@ -224,9 +225,9 @@ class Trainer : private CallbackEvents {
   double elapsed_s() const;
   MemoryReport measure_memory() const;
 
-  // The placement of each optimizer parameter, in order (and its name, "" where the model names
-  // none): checkpoints gather, cut and write by them; the norm counts each element once.
-  std::vector<Placement> optimizer_placements(std::vector<std::string>* names = nullptr) const;
+  // Where each optimizer parameter lives (its name, placement and the strategy's share of it),
+  // built once after the strategy's setup (a collective of the share groups).
+  std::shared_ptr<const OptimizerPlacements> place_optimizer_parameters() const;
 
   TrainerParts parts_;
   TrainerSettings settings_;
@@ -236,6 +237,9 @@ class Trainer : private CallbackEvents {
   std::shared_ptr<const DeviceMesh> mesh_;
   // Where every parameter's whole lives on the mesh: checkpoints, counts and the norm go by it.
   Placements placements_;
+  // ... and every optimizer parameter's, shares included: the optimizer gets them
+  // (Optimizer::set_placements), checkpoints write and cut by them, the norm counts by them.
+  std::shared_ptr<const OptimizerPlacements> optimizer_placements_;
   std::unique_ptr<StepSchedule> schedule_;
   c10::Device device_;
   at::ScalarType compute_dtype_;  // settings.precision

@@ -1,22 +1,30 @@
 // How a step's micro-batches run on this rank, chosen once when the trainer is built: one after
 // another through the whole model (LocalSchedule, local_schedule.cpp), or through this rank's
-// pipeline stages in the pipeline schedule's order (PipelineSchedule, pipeline_step.cpp). Private
-// to the trainer's sources: the schedules are the trainer's own parts.
+// pipeline stages in the pipeline schedule's order (PipelineSchedule, pipeline_step.cpp). A folder
+// of their own beside core/src/train, so the trainer's sources name no parallel axis: what a mesh
+// axis changes in a step lives here. Private to the trainer: the schedules are its own parts.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/parallel/context_parallel.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
 #include "tessera/run/memory_stats.hpp"
-#include "step_inputs.hpp"
+#include "../train/step_inputs.hpp"
 
 namespace tessera::core {
 
 class Trainer::StepSchedule {
  public:
-  explicit StepSchedule(Trainer& trainer) : t_(trainer), sequence_(ContextParallel::of(trainer.context_)) {}
+  // The schedule the run's mesh needs: through this rank's pipeline stages under
+  // parallelism.pp > 1, else through the whole model. Refuses what the mesh's axes cannot run
+  // (the model and loss the trainer holds), naming the setting to change.
+  static std::unique_ptr<StepSchedule> for_mesh(Trainer& trainer);
+  // Refuses a model without hidden states and head under context parallelism, and a loss that
+  // sums each sequence's log-probabilities when the mesh splits sequences over ranks.
+  explicit StepSchedule(Trainer& trainer);
   virtual ~StepSchedule() = default;
   StepSchedule(const StepSchedule&) = delete;
   StepSchedule& operator=(const StepSchedule&) = delete;
@@ -26,6 +34,11 @@ class Trainer::StepSchedule {
   virtual at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx) = 0;
   // Whether this rank computes the loss (under a pipeline, the last stage alone).
   virtual bool computes_loss() const { return true; }
+  // Whether the loss takes the hidden states and head rather than logits: this rank's slice of
+  // each sequence under context parallelism (with the slice's labels), a pipeline's last stage.
+  virtual bool loss_from_hidden_states() const { return sequence_.size() > 1; }
+  // Whether one process runs the whole step, which trainer.cuda_graph can capture.
+  virtual bool capturable() const { return false; }
   // After the strategy's reduction of the gradients, before their norm.
   virtual void finish_gradients() {}
   // The step's metrics of the schedule itself, with the step's memory (before the peak resets).
@@ -46,6 +59,7 @@ class Trainer::LocalSchedule final : public Trainer::StepSchedule {
   using StepSchedule::StepSchedule;
   // Under trainer.cuda_graph the micro-batches run on the graph's stream, replayed once captured.
   at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx) override;
+  bool capturable() const override { return sequence_.size() == 1; }
 };
 
 class Trainer::PipelineSchedule final : public Trainer::StepSchedule {
@@ -55,6 +69,7 @@ class Trainer::PipelineSchedule final : public Trainer::StepSchedule {
   explicit PipelineSchedule(Trainer& trainer);
   at::Tensor forward_backward(StepInputs& inputs, CallbackContext& ctx) override;
   bool computes_loss() const override { return pipeline_.holds_last_stage(); }
+  bool loss_from_hidden_states() const override { return true; }  // the head is the last stage's
   // A tied embedding summed over the pipeline's two ends.
   void finish_gradients() override;
   // pipeline_idle_share: this step's waiting for other stages over its forward-backward time.

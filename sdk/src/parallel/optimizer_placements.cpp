@@ -1,0 +1,120 @@
+// OptimizerPlacements (tessera/parallel/optimizer_placements.hpp): an optimizer's parameters made
+// whole from this rank's share, and cut back to it.
+#include "tessera/parallel/optimizer_placements.hpp"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tessera/error.hpp"
+#include "tessera/run/communicator.hpp"
+
+namespace tessera {
+
+OptimizerPlacements::OptimizerPlacements(const std::vector<at::Tensor>& parameters) {
+  for (const at::Tensor& p : parameters) {
+    Parameter one;
+    one.local_shape = p.sizes().vec();
+    one.placement.whole_shape = one.local_shape;
+    one.placement.state.end = p.numel();
+    parameters_.push_back(std::move(one));
+  }
+  shares_.resize(parameters_.size());
+}
+
+OptimizerPlacements::OptimizerPlacements(Placements model, std::vector<Parameter> parameters)
+    : model_(std::move(model)), parameters_(std::move(parameters)), shares_(parameters_.size()) {
+  // The distinct share groups in order of first use: the same order on every rank of a group,
+  // whose members hold the same parameters.
+  std::vector<Communicator*> groups;
+  for (const Parameter& p : parameters_) {
+    if (p.share_group && p.share_group->world_size() > 1 &&
+        std::find(groups.begin(), groups.end(), p.share_group) == groups.end()) {
+      groups.push_back(p.share_group);
+    }
+  }
+  for (Communicator* group : groups) {
+    std::vector<std::int64_t> mine;
+    std::vector<std::size_t> members;
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      if (parameters_[i].share_group != group) continue;
+      members.push_back(i);
+      mine.push_back(parameters_[i].placement.state.begin);
+      mine.push_back(parameters_[i].placement.state.end);
+    }
+    const at::Tensor sent = at::tensor(mine, at::kLong);
+    std::vector<at::Tensor> got;
+    for (std::int64_t r = 0; r < group->world_size(); ++r) got.push_back(at::empty_like(sent));
+    group->all_gather_async(got, sent)->wait();
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const std::size_t i = members[k];
+      std::int64_t next = 0;
+      for (const at::Tensor& rank : got) {
+        const auto* range = rank.data_ptr<std::int64_t>() + 2 * k;
+        if (range[1] == range[0]) {  // a rank whose share holds none of it (any begin)
+          shares_[i].emplace_back(next, next);
+          continue;
+        }
+        if (range[0] != next || range[1] < range[0]) {
+          throw Error("optimizer placements: the state shares of " + parameters_[i].name +
+                      " do not tile it in the share group's rank order (the strategy's owned_ranges)");
+        }
+        shares_[i].emplace_back(range[0], range[1]);
+        next = range[1];
+      }
+      std::int64_t numel = 1;
+      for (const std::int64_t d : parameters_[i].local_shape) numel *= d;
+      if (next != numel) {
+        throw Error("optimizer placements: the state shares of " + parameters_[i].name + " cover " +
+                    std::to_string(next) + " of its " + std::to_string(numel) + " elements");
+      }
+    }
+  }
+}
+
+bool OptimizerPlacements::cut(std::size_t i) const {
+  return !shares_.at(i).empty() || parameters_.at(i).placement.cut();
+}
+
+at::Tensor OptimizerPlacements::local(std::size_t i, const at::Tensor& share) const {
+  const Parameter& p = parameters_.at(i);
+  const auto& shares = shares_.at(i);
+  if (shares.empty()) return share.reshape(p.local_shape);
+  // Every rank's share padded to the longest, gathered, and laid end to end without the padding.
+  std::int64_t longest = 0;
+  for (const auto& [begin, end] : shares) longest = std::max(longest, end - begin);
+  const at::Tensor flat = share.reshape({-1});
+  at::Tensor padded = flat;
+  if (flat.numel() != longest) {
+    padded = at::zeros({longest}, flat.options());
+    padded.narrow(0, 0, flat.numel()).copy_(flat);
+  }
+  std::vector<at::Tensor> got;
+  for (std::size_t r = 0; r < shares.size(); ++r) got.push_back(at::empty({longest}, flat.options()));
+  p.share_group->all_gather_async(got, padded.contiguous())->wait();
+  std::vector<at::Tensor> laid;
+  for (std::size_t r = 0; r < shares.size(); ++r) laid.push_back(got[r].narrow(0, 0, shares[r].second - shares[r].first));
+  return at::cat(laid).reshape(p.local_shape);
+}
+
+at::Tensor OptimizerPlacements::whole(std::size_t i, const at::Tensor& share) const {
+  return model_.whole(parameters_.at(i).name, local(i, share));
+}
+
+at::Tensor OptimizerPlacements::share_of_local(std::size_t i, const at::Tensor& local) const {
+  const Placement::StateShare& mine = parameters_.at(i).placement.state;
+  // A sharding strategy's share is 1-D even where its group is this rank alone.
+  if (!mine.sharded) return local;
+  return local.reshape({-1}).narrow(0, mine.begin, mine.end - mine.begin);
+}
+
+at::Tensor OptimizerPlacements::share_of_whole(std::size_t i, const at::Tensor& whole) const {
+  const std::string& name = parameters_.at(i).name;
+  return share_of_local(i, model_.cut({{name, whole}}).at(name));
+}
+
+}  // namespace tessera
