@@ -101,6 +101,17 @@ at::Tensor Model::forward_stage(std::size_t local_stage, const at::Tensor& input
   return hooks_->after_forward(ForwardHooks::kWholeModel, compute_stage(local_stage, input_ids, hidden));
 }
 
+at::Tensor Model::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, bool last_only) {
+  if (!hooks_) return compute_decode(tokens, positions, cache, last_only);
+  hooks_->before_forward(ForwardHooks::kWholeModel);
+  return hooks_->after_forward(ForwardHooks::kWholeModel, compute_decode(tokens, positions, cache, last_only));
+}
+
+at::Tensor Model::compute_decode(const at::Tensor&, const at::Tensor&, KvCache&, bool) {
+  throw Error("model/" + name() + " does not decode from a KV cache (Model::decodes); generate with a model built "
+              "on the transformer kit");
+}
+
 at::Tensor Model::compute_stage(std::size_t, const at::Tensor&, const at::Tensor&) {
   throw Error("this model does not run as pipeline stages (Model::compute_stage); set parallelism.pp: 1");
 }

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/components/kv_cache.hpp"
 #include "tessera/error.hpp"
 #include "tessera/kernels/attention.hpp"
 #include "tessera/nn/rotary.hpp"
@@ -50,7 +51,15 @@ at::Tensor FusedQkvAttention::forward(const at::Tensor& x, const AttentionInputs
       // [B, T, 3C] -> three [B, H, T, C/H]
       return qkv.view({batch, seq, 3, n_head_, embd / n_head_}).permute({2, 0, 3, 1, 4}).unbind(0);
     };
-    if (cp_.size() > 1) {
+    if (inputs.cache) {
+      // This pass' keys and values join the cache's; each query sees the keys its position allows.
+      const std::vector<at::Tensor> h = heads();
+      const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {h[1], h[2]});
+      y = at::scaled_dot_product_attention(h[0], kv[0], kv[1], inputs.cache->visible(), 0.0, /*is_causal=*/false)
+              .transpose(1, 2)
+              .contiguous()
+              .view({batch, seq, embd});
+    } else if (cp_.size() > 1) {
       const std::vector<at::Tensor> h = heads();
       y = cp_.attend(h[0], h[1], h[2], inputs.documents).transpose(1, 2).contiguous().view({batch, seq, embd});
     } else if (inputs.mask.defined()) {
@@ -118,8 +127,19 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
     return tables ? RotaryEmbedding::apply(h, tables->cos, tables->sin) : h;
   };
   const at::Tensor q = heads(q_->forward(x), n_head_, q_norm_, true);
-  const at::Tensor k = heads(k_->forward(x), n_kv_head_, k_norm_, true);
-  const at::Tensor v = heads(v_->forward(x), n_kv_head_, nullptr, false);
+  at::Tensor k = heads(k_->forward(x), n_kv_head_, k_norm_, true);
+  at::Tensor v = heads(v_->forward(x), n_kv_head_, nullptr, false);
+  if (inputs.cache) {
+    // This pass' keys and values join the cache's; each query sees the keys its position (and
+    // the window) allows.
+    const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {k, v});
+    const at::Tensor seen = inputs.cache->visible(window_);
+    const at::Tensor y = softcap_ ? softcapped_attention(q, kv[0], kv[1], seen, 0.0)
+                                  : at::scaled_dot_product_attention(q, kv[0], kv[1], seen, 0.0, /*is_causal=*/false,
+                                                                     scale_, /*enable_gqa=*/n_kv_head_ != n_head_);
+    return row_parallel_output(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}), 0.0,
+                               is_training());
+  }
   const double dropout = is_training() ? dropout_ : 0.0;
   at::Tensor mask = inputs.mask;
   if (window_ > 0 && window_ < seq) {

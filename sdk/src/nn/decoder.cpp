@@ -3,6 +3,7 @@
 #include <ATen/ops/arange.h>
 #include <cctype>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/linear.h>
 
 #include <algorithm>
@@ -166,6 +167,49 @@ at::Tensor DecoderModel::compute_stage(std::size_t local_stage, const at::Tensor
   x = run_blocks(x, stage.first_block, stage.end_block, inputs);
   collect_auxiliary_loss(stage.first_block, stage.end_block);
   return stage.last ? tp_.column_input(final_norm(x)) : x;
+}
+
+at::Tensor DecoderModel::compute_decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache,
+                                       bool last_only) {
+  if (pp_.size() > 1 || cp_.size() > 1) {
+    throw Error(spec_.kind + ": generation runs the whole model on each rank's whole sequences; set parallelism.pp "
+                "and parallelism.cp to 1 to generate");
+  }
+  if (tokens.dim() != 2 || positions.sizes() != tokens.sizes()) {
+    throw Error(spec_.kind + ": decode takes tokens and positions of one shape [batch, n]");
+  }
+  if (positions.device().is_cpu() && positions.numel() > 0 && positions.max().item<std::int64_t>() >= spec_.max_seq_len) {
+    throw Error(spec_.kind + ": position " + std::to_string(positions.max().item<std::int64_t>()) +
+                " is past max_seq_len " + std::to_string(spec_.max_seq_len));
+  }
+  // Sequence parallelism splits the pass over the ranks: padded at its end with slots of no key.
+  const std::int64_t n = tokens.size(1), multiple = sequence_multiple(tp_, cp_);
+  const std::int64_t padded = (n + multiple - 1) / multiple * multiple;
+  at::Tensor ids = tokens, where = positions;
+  if (padded != n) {
+    ids = at::cat({tokens, tokens.narrow(1, n - 1, 1).expand({tokens.size(0), padded - n})}, 1);
+    where = at::cat({positions, at::full({positions.size(0), padded - n}, -1, positions.options())}, 1);
+  }
+  cache.begin_pass(where);
+  try {
+    ForwardInputs inputs;
+    inputs.positions = cache.pass_positions();
+    at::Tensor x = embed(ids, inputs);
+    complete_inputs(inputs, ids, x);
+    inputs.attention.cache = &cache;
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      AttentionInputs layer = inputs.attention;
+      layer.cache_layer = static_cast<std::size_t>(block_index_[i]);
+      x = run_unit(i, x, [&](const at::Tensor& h) { return blocks_[i]->forward(h, layer); });
+    }
+    at::Tensor hidden = tp_.column_input(final_norm(x)).narrow(1, last_only ? n - 1 : 0, last_only ? 1 : n);
+    const at::Tensor logits = tp_.gather_vocabulary(at::linear(hidden, head_weight()), spec_.vocab_size);
+    cache.end_pass();
+    return softcapped(logits, spec_.logit_softcap);
+  } catch (...) {
+    cache.abandon_pass();
+    throw;
+  }
 }
 
 void DecoderModel::check_input(const at::Tensor& input_ids) const {

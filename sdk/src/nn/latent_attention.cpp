@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/components/kv_cache.hpp"
 #include "tessera/error.hpp"
 #include "tessera/nn/attention.hpp"
 #include "tessera/nn/rotary.hpp"
@@ -77,10 +78,21 @@ at::Tensor MultiHeadLatentAttention::forward(const at::Tensor& input, const Atte
   const at::Tensor latent = kv_a_norm_->forward(compressed.narrow(-1, 0, s.kv_lora_rank));
   const at::Tensor k_rot =
       rotate(compressed.narrow(-1, s.kv_lora_rank, s.qk_rope_head_dim).view({batch, 1, seq, s.qk_rope_head_dim}));
-  const at::Tensor kv = kv_b_proj_->forward(latent)
-                            .view({batch, seq, heads_, s.qk_nope_head_dim + s.v_head_dim})
+  // Generation caches what DeepSeek caches, the latent and the rotary key (not the heads' keys and
+  // values), and expands every slot's each pass.
+  at::Tensor kept_latent = latent, kept_rot = k_rot, seen;
+  if (inputs.cache) {
+    const std::vector<at::Tensor> kept = inputs.cache->append(inputs.cache_layer, {latent.unsqueeze(1), k_rot});
+    kept_latent = kept[0].squeeze(1);
+    kept_rot = kept[1];
+    seen = inputs.cache->visible();
+  }
+  const std::int64_t keys = kept_latent.size(1);
+  const at::Tensor kv = kv_b_proj_->forward(kept_latent)
+                            .view({batch, keys, heads_, s.qk_nope_head_dim + s.v_head_dim})
                             .transpose(1, 2);
-  const at::Tensor k = at::cat({kv.narrow(-1, 0, s.qk_nope_head_dim), k_rot.expand({batch, heads_, seq, -1})}, -1);
+  const at::Tensor k =
+      at::cat({kv.narrow(-1, 0, s.qk_nope_head_dim), kept_rot.expand({batch, heads_, keys, -1})}, -1);
   const at::Tensor v = kv.narrow(-1, s.qk_nope_head_dim, s.v_head_dim);
 
   const double scale = s.softmax_scale > 0 ? s.softmax_scale : 1.0 / std::sqrt(static_cast<double>(s.qk_head_dim()));
@@ -89,7 +101,9 @@ at::Tensor MultiHeadLatentAttention::forward(const at::Tensor& input, const Atte
   {
     std::optional<ShardedRandomness> own;
     if (dropout > 0) own.emplace(tp_, q.device());
-    if (cp_.size() > 1) {
+    if (seen.defined()) {
+      y = at::scaled_dot_product_attention(q, k, v, seen, 0.0, /*is_causal=*/false, scale);
+    } else if (cp_.size() > 1) {
       // The exchanges' kernels want one head size D for queries, keys and values: the smaller
       // padded with zeros (which changes no score and no kept output), the padding of the output
       // dropped; they attend at 1/sqrt(D), so the scale is folded into the queries.

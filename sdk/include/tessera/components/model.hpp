@@ -18,6 +18,7 @@
 
 #include "tessera/export.hpp"
 #include "tessera/formats/hugging_face.hpp"
+#include "tessera/components/kv_cache.hpp"
 #include "tessera/components/output_head.hpp"
 #include "tessera/parallel/tensor_parallel.hpp"
 #include "tessera/run/stateful.hpp"
@@ -75,6 +76,18 @@ class TESSERA_API Model : public torch::nn::Module {
   // Whether compute() honours document_ids(): attention within a document only, positions
   // counted from each document's start.
   virtual bool masks_documents() const { return false; }
+
+  // --- Generation (tessera/components/kv_cache.hpp) ---------------------------------------------
+  // The logits of `tokens` [batch, n] int64 at `positions` [batch, n] int64 (-1: padding, whose
+  // logits are never read), attending to the keys `cache` holds and to this pass' own, which it
+  // appends: a pure function of (tokens, positions, cache), the same weights as training. The
+  // prefill passes the prompts (left-padded to one length), each decode step one token a row.
+  // [batch, n, vocab_size()] in the compute dtype; `last_only`: the last slot's, [batch, 1,
+  // vocab_size()] (what a prefill samples from, without the whole prompt's logits). Runs
+  // compute_decode() between the installed hooks. Call it without gradients, in eval mode.
+  at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, bool last_only = false);
+  // Whether decode() works (a kit model's does).
+  virtual bool decodes() const { return false; }
 
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t max_seq_len() const = 0;
@@ -176,6 +189,9 @@ class TESSERA_API Model : public torch::nn::Module {
   virtual at::Tensor compute_hidden(const at::Tensor& input_ids);
   // One of this rank's pipeline stages (forward_stage); the default throws.
   virtual at::Tensor compute_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden);
+  // decode()'s computation; the default refuses (decodes() is false).
+  virtual at::Tensor compute_decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache,
+                                    bool last_only);
   // compute() calls unit `index` of sharding_units() through this.
   at::Tensor run_unit(std::size_t index, const at::Tensor& input,
                       const std::function<at::Tensor(const at::Tensor&)>& body);

@@ -92,6 +92,9 @@ class TESSERA_API DecoderModel : public Model {
   // attention width.
   double flops_per_token(std::int64_t seq_len) const override;
   at::Tensor auxiliary_loss() override { return aux_loss_; }
+  // Every kit model decodes from a KV cache: on one rank, under tensor parallelism (each rank its
+  // heads' keys and values), ddp and fsdp; not as pipeline stages or context-parallel slices.
+  bool decodes() const override { return true; }
 
  protected:
   // `run`: its pipeline stages (of spec.n_layer blocks); this rank holds their blocks only.
@@ -124,6 +127,10 @@ class TESSERA_API DecoderModel : public Model {
   at::Tensor compute(const at::Tensor& input_ids) override;
   at::Tensor compute_hidden(const at::Tensor& input_ids) override;
   at::Tensor compute_stage(std::size_t local_stage, const at::Tensor& input_ids, const at::Tensor& hidden) override;
+  // Under sequence parallelism a pass is padded at its end to a multiple of the tensor-parallel
+  // ranks: slots without a key, which the cache's capacity must allow for.
+  at::Tensor compute_decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache,
+                            bool last_only) override;
 
   const DecoderSpec spec_;
   TensorParallel tp_;

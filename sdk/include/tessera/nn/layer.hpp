@@ -12,6 +12,10 @@
 
 #include "tessera/export.hpp"
 
+namespace tessera {
+class KvCache;
+}
+
 namespace tessera::nn {
 
 // One rotary embedding's tables for a forward pass (RotaryEmbedding::tables).
@@ -27,6 +31,11 @@ struct AttentionInputs {
   // sliding layers' and the global layers'); an attention layer reads the one its spec names.
   // Empty: none.
   std::vector<RotaryTables> rotary;
+  // Generation (Model::decode): the cache this pass reads and extends, and the attention layer's
+  // entry in it (its block's index); the mask and documents are then unset, the rotary tables at
+  // the pass' positions. Null in training.
+  KvCache* cache = nullptr;
+  std::size_t cache_layer = 0;
 
   const RotaryTables* rotary_at(std::size_t index) const { return index < rotary.size() ? &rotary[index] : nullptr; }
 };
