@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tessera/parallel/saved_shares.hpp"
 #include "test_support.hpp"
 
 namespace tessera::core {
@@ -61,6 +62,42 @@ TEST(OptimizerReshard, StateForAnotherModelIsRefused) {
   EXPECT_THROW(optimizer_state_for(whole, {at::empty({5})}, nullptr), CheckpointError);
   EXPECT_THROW(optimizer_state_for(whole, {}, nullptr), CheckpointError);
   EXPECT_THROW(merge_optimizer_parts({{whole, {}}}), CheckpointError) << "a part without its range";
+}
+
+// Files of four ranks, tp 2 x dp 2 under zero: parameter 0 is [4, 3] split by columns (rows of
+// the weight), each tensor-parallel part shared over its two data-parallel ranks, and an
+// unsplit step count. merge_optimizer_files joins them whole through the layouts; a lost file is
+// refused with what is missing.
+TEST(OptimizerReshard, FilesOfATensorParallelMeshJoinThroughTheirLayouts) {
+  const at::Tensor whole = at::arange(12).to(at::kFloat).view({4, 3});
+  std::vector<OptimizerPart> files;
+  for (std::int64_t tp = 0; tp < 2; ++tp) {
+    Placement p;
+    p.shard = TensorShard::columns();
+    p.part = {tp, 2};
+    p.whole_shape = {4, 3};
+    const at::Tensor local = whole.narrow(0, 2 * tp, 2).reshape({-1});  // 6 elements
+    for (const auto& [begin, end] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 4}, {4, 6}}) {
+      OptimizerPart f;
+      f.state = {{"param.0.exp_avg", local.narrow(0, begin, end - begin).clone()},
+                 {"param.0.step", at::scalar_tensor(3, at::kLong)}};
+      f.ranges = {{"param.0", range(begin, end, 6)}};
+      f.layouts = {{"param.0", layout_of(p, {2, 3})}};
+      files.push_back(f);
+    }
+  }
+  const StateDict merged = merge_optimizer_files(files);
+  EXPECT_TRUE(merged.at("param.0.exp_avg").equal(whole.reshape({-1})));
+  EXPECT_EQ(merged.at("param.0.step").item<std::int64_t>(), 3);
+  files.pop_back();  // tp rank 1's second share lost
+  try {
+    merge_optimizer_files(files);
+    FAIL() << "a lost share was filled";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer state param.0.exp_avg has saved parts that cover 4 of 6"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointDiscovery, IgnoresIncompleteAndCorruptAndPicksTheNewestValid) {

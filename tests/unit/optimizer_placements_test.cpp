@@ -1,5 +1,6 @@
 // OptimizerPlacements (tessera/parallel/optimizer_placements.hpp) as an optimizer sees them inside
-// its step, on real Gloo ranks under zero1, fsdp, hybrid fsdp, fsdp x tp and fsdp x ep: the
+// its step, on real Gloo ranks under zero1, zero2, fsdp x tp (a padded vocabulary), hybrid fsdp
+// and fsdp x ep (experts shared over one rank and over two): the
 // trainer hands them over (Optimizer::set_placements); from this rank's share of a parameter (a
 // 1-D piece of a strategy's flat unit, of a tensor-parallel part, of a rank's experts) whole()
 // gives the whole matrix, equal to the one-rank model's weight bit for bit and its gradient
@@ -63,9 +64,12 @@ class WholeMatrixReader : public Optimizer {
   std::shared_ptr<const OptimizerPlacements> placements_;
 };
 
-std::string dense_model() {
+// `pad`: the vocabulary's rows padded to a multiple of 3 per tensor-parallel rank (32 -> 33 on
+// one rank, 2 x 18 on two), the padding dropped from the whole.
+std::string dense_model(bool pad) {
   return "model: {component_key: model, variant_key: gpt,\n"
-         "        config: {vocab_size: 32, n_layer: 2, n_head: 2, n_embd: 16, max_seq_len: 16}}\n";
+         "        config: {vocab_size: 32, n_layer: 2, n_head: 2, n_embd: 16, max_seq_len: 16" +
+         std::string(pad ? ", pad_vocab_to_multiple_of: 3" : "") + "}}\n";
 }
 
 // Four experts of top-2, no capacity limit or auxiliary losses: a token's loss does not depend on
@@ -108,6 +112,7 @@ std::shared_ptr<WholeMatrixReader> read_one_step(const std::string& yaml, RunCon
 struct MeshCase {
   const char* name;
   bool moe;
+  bool pad;  // a padded vocabulary (dense models)
   const char* strategy;
   std::int64_t dp_replicate, dp_shard, tp, ep;
 };
@@ -118,13 +123,13 @@ TEST_P(OptimizerPlacementsOnMeshes, GiveTheOptimizerWholeMatricesFromItsShares) 
   const MeshCase c = GetParam();
   testing::TempDir dir;
   const std::string data = testing::uneven_token_file(dir);
-  const std::string model = c.moe ? moe_model() : dense_model();
+  const std::string model = c.moe ? moe_model() : dense_model(c.pad);
   const std::int64_t ranks = c.dp_replicate * c.dp_shard * c.tp;
   const std::int64_t data_ranks = c.dp_replicate * c.dp_shard;
   // One rank accumulates as many micro-batches as the mesh has data-parallel ranks.
   const auto one = read_one_step(spec(model, data, ""), testing::rank_context(core::make_local_communicator(), 42),
                                  data_ranks);
-  EXPECT_EQ(one->cut, 0) << "nothing is cut on one rank";
+  EXPECT_EQ(one->cut, c.pad ? 1 : 0) << "nothing is cut on one rank but a padded vocabulary";
   EXPECT_TRUE(one->round_trip_failures.empty());
 
   std::mutex mutex;
@@ -164,10 +169,13 @@ TEST_P(OptimizerPlacementsOnMeshes, GiveTheOptimizerWholeMatricesFromItsShares) 
 }
 
 INSTANTIATE_TEST_SUITE_P(OptimizerPlacements, OptimizerPlacementsOnMeshes,
-                         ::testing::Values(MeshCase{"zero1_dp2", false, "zero1", 1, 2, 1, 1},
-                                           MeshCase{"fsdp_dp2_tp2", false, "fsdp", 1, 2, 2, 1},
-                                           MeshCase{"hybrid_fsdp_2x2", false, "fsdp", 2, 2, 1, 1},
-                                           MeshCase{"moe_fsdp_dp2_ep2", true, "fsdp", 1, 2, 1, 2}),
+                         ::testing::Values(MeshCase{"zero1_dp2", false, false, "zero1", 1, 2, 1, 1},
+                                           MeshCase{"zero2_dp2_padded_vocab", false, true, "zero2", 1, 2, 1, 1},
+                                           MeshCase{"fsdp_dp2_tp2_padded_vocab", false, true, "fsdp", 1, 2, 2, 1},
+                                           MeshCase{"hybrid_fsdp_2x2", false, false, "fsdp", 2, 2, 1, 1},
+                                           MeshCase{"moe_fsdp_dp2_ep2", true, false, "fsdp", 1, 2, 1, 2},
+                                           // experts shared over their expert data-parallel pair too
+                                           MeshCase{"moe_fsdp_dp4_ep2", true, false, "fsdp", 1, 4, 1, 2}),
                          [](const ::testing::TestParamInfo<MeshCase>& info) { return std::string(info.param.name); });
 
 }  // namespace optimizer_placements_test

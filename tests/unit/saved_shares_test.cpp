@@ -82,6 +82,15 @@ TEST(SavedShares, EveryKindComesBackWholeAndIsCutForAnotherMesh) {
   }
 }
 
+// A vocabulary already a multiple of its padding is not cut on one rank (Placement::cut).
+TEST(SavedShares, AVocabularyOfExactlyItsPaddedSizeIsWholeOnOneRank) {
+  const Kind vocab{"vocab8", counting({8, 2}), TensorShard::vocabulary(8, 2)};
+  const Placement one = placed(vocab, {0, 1});
+  EXPECT_FALSE(one.cut());
+  EXPECT_TRUE(at::equal(part_of_whole(vocab.whole, one), vocab.whole.reshape({-1})));
+  EXPECT_TRUE(placed(kinds()[3], {0, 1}).cut()) << "7 rows padded to 8 are cut";
+}
+
 TEST(SavedShares, AMissingPieceOrPartIsAnErrorNeverZeros) {
   const Kind col = kinds().front();
   std::vector<SavedShare> shares = saved_by_tp2(col);
@@ -90,7 +99,7 @@ TEST(SavedShares, AMissingPieceOrPartIsAnErrorNeverZeros) {
     join_saved_shares(hole);
     FAIL() << "a hole was filled";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cover"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has saved parts that cover"), std::string::npos) << e.what();
   }
   std::vector<SavedShare> one_part(shares.begin(), shares.begin() + 3);  // part 1 lost
   try {

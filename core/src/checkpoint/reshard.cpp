@@ -95,7 +95,7 @@ at::Tensor join_key(const std::string& key, const std::vector<SavedShare>& share
   try {
     return join_saved_shares(shares);
   } catch (const Error& e) {
-    throw CheckpointError("optimizer state " + key + ": " + e.what());
+    throw CheckpointError("optimizer state " + key + " " + e.what());
   }
 }
 

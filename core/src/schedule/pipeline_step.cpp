@@ -36,10 +36,6 @@ Trainer::PipelineSchedule::PipelineSchedule(Trainer& trainer)
   if (!t_.parts_.model->has_output_head()) {
     throw Error("trainer: parallelism.pp needs a model that exposes its hidden states and output head");
   }
-  if (t_.parts_.loss->needs_reference()) {
-    throw Error("trainer: " + t_.parts_.names.loss + " sums each sequence's log-probabilities, which "
-                "parallelism.pp splits over stages: set parallelism.pp: 1");
-  }
   // Exports are made on rank 0 from the whole model: it keeps every stage's adapter tensors
   // apart from the base, or has them merged, so it needs all their names.
   if (!t_.parts_.adapters.empty()) {

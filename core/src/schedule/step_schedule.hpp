@@ -1,8 +1,8 @@
 // How a step's micro-batches run on this rank, chosen once when the trainer is built: one after
 // another through the whole model (LocalSchedule, local_schedule.cpp), or through this rank's
 // pipeline stages in the pipeline schedule's order (PipelineSchedule, pipeline_step.cpp). A folder
-// of their own beside core/src/train, so the trainer's sources name no parallel axis: what a mesh
-// axis changes in a step lives here. Private to the trainer: the schedules are its own parts.
+// of their own beside core/src/train: what the pipeline and context-parallel axes change in a step
+// lives here, not in the trainer's loop. Private to the trainer: the schedules are its own parts.
 #pragma once
 
 #include <memory>
@@ -19,11 +19,10 @@ namespace tessera::core {
 class Trainer::StepSchedule {
  public:
   // The schedule the run's mesh needs: through this rank's pipeline stages under
-  // parallelism.pp > 1, else through the whole model. Refuses what the mesh's axes cannot run
-  // (the model and loss the trainer holds), naming the setting to change.
+  // parallelism.pp > 1, else through the whole model. Refuses first what split sequences cannot
+  // run (a loss that sums each sequence's log-probabilities under pp or cp, a model without
+  // hidden states and head under cp), naming the setting to change.
   static std::unique_ptr<StepSchedule> for_mesh(Trainer& trainer);
-  // Refuses a model without hidden states and head under context parallelism, and a loss that
-  // sums each sequence's log-probabilities when the mesh splits sequences over ranks.
   explicit StepSchedule(Trainer& trainer);
   virtual ~StepSchedule() = default;
   StepSchedule(const StepSchedule&) = delete;
@@ -37,7 +36,8 @@ class Trainer::StepSchedule {
   // Whether the loss takes the hidden states and head rather than logits: this rank's slice of
   // each sequence under context parallelism (with the slice's labels), a pipeline's last stage.
   virtual bool loss_from_hidden_states() const { return sequence_.size() > 1; }
-  // Whether one process runs the whole step, which trainer.cuda_graph can capture.
+  // Whether trainer.cuda_graph can capture the schedule's micro-batches: no pipeline transfers
+  // and no context-parallel exchanges of its own (the strategy's are the trainer's to refuse).
   virtual bool capturable() const { return false; }
   // After the strategy's reduction of the gradients, before their norm.
   virtual void finish_gradients() {}

@@ -91,10 +91,10 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
   place_model();
   parts_.model->train();
   strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->gradient_group());
-  // Each element counts once in the global norm: a parameter every tensor-parallel rank holds
-  // whole on its first, a pipeline's tied embedding on its first stage (Placement::counted).
   optimizer_placements_ = place_optimizer_parameters();
   parts_.optimizer->set_placements(optimizer_placements_);
+  // Each element counts once in the global norm: a parameter every tensor-parallel rank holds
+  // whole on its first, a pipeline's tied embedding on its first stage (Placement::counted).
   std::vector<bool> counted;
   for (std::size_t i = 0; i < optimizer_placements_->size(); ++i) {
     counted.push_back((*optimizer_placements_)[i].placement.counted());

@@ -37,6 +37,9 @@ OptimizerPlacements::OptimizerPlacements(Placements model, std::vector<Parameter
       groups.push_back(p.share_group);
     }
   }
+  // Every exchange first, then the checks: a rank that found a fault must not leave its peers
+  // of another group waiting in that group's exchange.
+  std::vector<std::pair<std::vector<std::size_t>, std::vector<at::Tensor>>> exchanged;
   for (Communicator* group : groups) {
     std::vector<std::int64_t> mine;
     std::vector<std::size_t> members;
@@ -50,6 +53,9 @@ OptimizerPlacements::OptimizerPlacements(Placements model, std::vector<Parameter
     std::vector<at::Tensor> got;
     for (std::int64_t r = 0; r < group->world_size(); ++r) got.push_back(at::empty_like(sent));
     group->all_gather_async(got, sent)->wait();
+    exchanged.emplace_back(std::move(members), std::move(got));
+  }
+  for (const auto& [members, got] : exchanged) {
     for (std::size_t k = 0; k < members.size(); ++k) {
       const std::size_t i = members[k];
       std::int64_t next = 0;

@@ -33,16 +33,18 @@ at::Tensor join_part(std::vector<const SavedShare*> shares) {
   std::int64_t next = 0;
   for (const SavedShare* s : shares) {
     if (s->local_numel != numel) {
-      throw Error("ranks disagree on the tensor's size (" + std::to_string(numel) + " and " +
+      throw Error("has parts that disagree on its size (" + std::to_string(numel) + " and " +
                   std::to_string(s->local_numel) + ")");
     }
     if (s->begin < 0 || s->end < s->begin || s->end > numel || s->values.numel() != s->end - s->begin) {
-      throw Error("a saved piece has " + std::to_string(s->values.numel()) + " elements for the range [" +
+      throw Error("has " + std::to_string(s->values.numel()) + " elements for the range [" +
                   std::to_string(s->begin) + ", " + std::to_string(s->end) + ")");
     }
-    if (s->end == s->begin) continue;  // a rank whose share holds none of it
+    // A rank whose share holds none of it saved an empty range: at 0 (as strategies report one)
+    // or where it lies among the others.
+    if (s->end == s->begin && (s->begin == 0 || s->begin == next)) continue;
     if (s->begin != next) {
-      throw Error("the saved pieces leave a hole or overlap at element " + std::to_string(next));
+      throw Error("has saved parts that leave a hole or overlap at element " + std::to_string(next));
     }
     if (s->begin == 0 && s->end == numel) {
       flat = s->values.reshape({-1});  // one piece holds it all (an unsharded save): no copy
@@ -54,7 +56,7 @@ at::Tensor join_part(std::vector<const SavedShare*> shares) {
   }
   if (!flat.defined()) flat = at::zeros({numel}, shares.front()->values.options());  // no elements
   if (next != numel) {
-    throw Error("the saved pieces cover " + std::to_string(next) + " of " + std::to_string(numel) + " elements");
+    throw Error("has saved parts that cover " + std::to_string(next) + " of " + std::to_string(numel) + " elements");
   }
   return flat;
 }
@@ -62,7 +64,7 @@ at::Tensor join_part(std::vector<const SavedShare*> shares) {
 }  // namespace
 
 at::Tensor join_saved_shares(const std::vector<SavedShare>& shares) {
-  if (shares.empty()) throw Error("no saved piece");
+  if (shares.empty()) throw Error("has no saved part");
   // The pieces of each part (the rank of the layout's split).
   std::map<std::int64_t, std::vector<const SavedShare*>> by_part;
   const at::Tensor* layout = nullptr;
@@ -70,9 +72,9 @@ at::Tensor join_saved_shares(const std::vector<SavedShare>& shares) {
   for (const SavedShare& s : shares) {
     std::int64_t part = 0;
     if (s.layout.defined()) {
-      if (s.layout.numel() < 4) throw Error("a saved layout is malformed");
+      if (s.layout.numel() < 4) throw Error("has a malformed saved layout");
       if (layout && s.layout[1].item<std::int64_t>() != (*layout)[1].item<std::int64_t>()) {
-        throw Error("it was saved in parts of different splits (" + std::to_string((*layout)[1].item<std::int64_t>()) +
+        throw Error("was saved in parts of different splits (" + std::to_string((*layout)[1].item<std::int64_t>()) +
                     " and " + std::to_string(s.layout[1].item<std::int64_t>()) + " ranks)");
       }
       layout = &s.layout;
@@ -82,12 +84,12 @@ at::Tensor join_saved_shares(const std::vector<SavedShare>& shares) {
     by_part[part].push_back(&s);
   }
   if (with_layout != 0 && with_layout != shares.size()) {
-    throw Error("it has a saved layout in " + std::to_string(with_layout) + " of the " +
-                std::to_string(shares.size()) + " pieces");
+    throw Error("has a saved layout in " + std::to_string(with_layout) + " of the " +
+                std::to_string(shares.size()) + " parts holding it");
   }
   const std::int64_t parts = layout ? (*layout)[1].item<std::int64_t>() : 1;
   if (static_cast<std::int64_t>(by_part.size()) != parts) {
-    throw Error("it was saved in " + std::to_string(parts) + " parts, " + std::to_string(by_part.size()) +
+    throw Error("was saved in " + std::to_string(parts) + " parts, " + std::to_string(by_part.size()) +
                 " were found");
   }
   const bool padded = layout && (*layout)[3].item<std::int64_t>() < 0;

@@ -120,8 +120,8 @@ class TESSERA_API ParallelStrategy {
   // For each parameter of optimizer.parameters(), the ranks over which its optimizer state is
   // sharded: their owned_ranges() of it, laid end to end in the group's rank order (the empty
   // ones skipped), tile the flattened parameter (hybrid sharding: the shard group, whose replicas hold the same ranges).
-  // Null where this rank's state covers all of it. The default: null for every parameter, which
-  // is right for a strategy that does not shard optimizer state.
+  // Null (or a group of one) where this rank's state covers all of it. The default: null for
+  // every parameter, which is right for a strategy that does not shard optimizer state.
   virtual std::vector<Communicator*> state_share_groups() const;
   // Runs `fn` while the optimizer's parameters are this rank's parts (1-D, owned_ranges() long),
   // as during optimizer_step: the view under which its state_dict is loaded.

@@ -37,7 +37,9 @@ class TESSERA_API OptimizerPlacements {
     std::string name;                       // the model's name ("" for a tensor it does not name)
     std::vector<std::int64_t> local_shape;  // this rank's part along the model's axes
     Placement placement;                    // its state share filled from the strategy
-    Communicator* share_group = nullptr;    // the ranks whose shares tile it; null: not sharded
+    // The ranks whose shares tile it (null, or a group of one: not shared). The strategy's group,
+    // valid while the run's trainer lives: an optimizer keeps these placements no longer.
+    Communicator* share_group = nullptr;
   };
 
   // One rank: nothing is cut or shared; each parameter is whole (`parameters`' shapes).
@@ -54,7 +56,8 @@ class TESSERA_API OptimizerPlacements {
 
   // Parameter i's local tensor (its part along the model's axes, in its local shape) from this
   // rank's share: the shares of its share group all-gathered and laid end to end. The share
-  // itself, reshaped, where nothing is shared. A collective of the share group.
+  // itself, reshaped (a view of it), where nothing is shared: like whole(), the result may alias
+  // the parameter, so an optimizer transforms a copy. A collective of the share group.
   at::Tensor local(std::size_t i, const at::Tensor& share) const;
   // Parameter i's whole tensor from this rank's share: local(), then gathered over its model axis
   // (Placements::whole). Stacked experts come whole over the expert-parallel ranks too; an

@@ -33,7 +33,8 @@ struct SavedShare {
 // The whole tensor, flattened, from the pieces of every rank that saved one: each part's shares
 // laid end to end (they must tile it exactly: a hole or an overlap is an error, never zeros), then
 // the parts joined along their split (a padded vocabulary's padding dropped). Throws
-// tessera::Error saying what is missing or does not fit.
+// tessera::Error whose message continues the tensor's name ("... has 3 elements for the range
+// [0, 4)", "... was saved in 2 parts, 1 were found").
 TESSERA_API at::Tensor join_saved_shares(const std::vector<SavedShare>& shares);
 
 // This rank's part of `whole` (any shape with p.whole_numel() elements) under placement `p`,
