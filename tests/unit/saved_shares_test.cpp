@@ -11,6 +11,10 @@
 #include <ATen/ops/zeros.h>
 
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/error.hpp"
 
 namespace tessera {
 namespace saved_shares_test {

@@ -17,7 +17,7 @@ import sys
 
 # Top to bottom; a folder uses those above it, never one below. The root's headers split in
 # two: the basics every folder may use, and the plugin plumbing built on the configs and the run.
-LAYERS = ["(base)", "run", "config", "formats", "text", "kernels", "parallel", "components", "nn", "(plumbing)"]
+LAYERS = ["(base)", "run", "config", "formats", "text", "kernels", "parallel", "components", "nn", "generation", "(plumbing)"]
 LEAVES = {"text"}  # a library of its own (libtessera_text.so) over the SDK
 BASE = {"error.hpp", "log.hpp", "version.hpp", "export.hpp", "build_record.hpp"}
 PLUMBING = {"registry.hpp", "plugin.hpp"}

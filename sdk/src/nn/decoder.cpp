@@ -169,6 +169,11 @@ at::Tensor DecoderModel::compute_stage(std::size_t local_stage, const at::Tensor
   return stage.last ? tp_.column_input(final_norm(x)) : x;
 }
 
+std::int64_t DecoderModel::decode_slots(std::int64_t n) const {
+  const std::int64_t multiple = sequence_multiple(tp_, cp_);
+  return (n + multiple - 1) / multiple * multiple;
+}
+
 at::Tensor DecoderModel::compute_decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache,
                                        bool last_only) {
   if (pp_.size() > 1 || cp_.size() > 1) {

@@ -88,6 +88,8 @@ class TESSERA_API Model : public torch::nn::Module {
   at::Tensor decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, bool last_only = false);
   // Whether decode() works (a kit model's does).
   virtual bool decodes() const { return false; }
+  // The cache slots a pass of n tokens takes (more than n where the model pads a pass).
+  virtual std::int64_t decode_slots(std::int64_t n) const { return n; }
 
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t max_seq_len() const = 0;

@@ -95,6 +95,7 @@ class TESSERA_API DecoderModel : public Model {
   // Every kit model decodes from a KV cache: on one rank, under tensor parallelism (each rank its
   // heads' keys and values), ddp and fsdp; not as pipeline stages or context-parallel slices.
   bool decodes() const override { return true; }
+  std::int64_t decode_slots(std::int64_t n) const override;
 
  protected:
   // `run`: its pipeline stages (of spec.n_layer blocks); this rank holds their blocks only.
