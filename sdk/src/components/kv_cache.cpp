@@ -31,6 +31,8 @@ void KvCache::begin_pass(const at::Tensor& positions) {
     throw Error("KvCache: " + std::to_string(length_) + " slots written and " + std::to_string(n) +
                 " more exceed its capacity of " + std::to_string(capacity_));
   }
+  // Positions on the device would cost a wait to inspect: assume padding there.
+  padded_ = padded_ || !positions.device().is_cpu() || positions.lt(0).any().item<bool>();
   pass_ = positions.to(device_, at::kLong);
   key_positions_.narrow(1, length_, n).copy_(pass_);
 }
@@ -64,24 +66,31 @@ std::vector<at::Tensor> KvCache::append(std::size_t layer, const std::vector<at:
 
 at::Tensor KvCache::visible(std::int64_t window) const {
   if (!pass_.defined()) throw Error("KvCache: visible outside a pass");
+  for (const auto& [w, mask] : visible_) {
+    if (w == window) return mask;
+  }
   const std::int64_t n = pass_.size(1);
+  if (n == 1 && !padded_ && (window <= 0 || window > length_)) return at::Tensor();
   const at::Tensor keys = key_positions_.narrow(1, 0, length_ + n).unsqueeze(1);  // [B, 1, S]
   const at::Tensor queries = pass_.unsqueeze(2);                                    // [B, n, 1]
   at::Tensor seen = keys.ge(0).logical_and(keys.le(queries));
   if (window > 0) seen = seen.logical_and(keys.gt(queries - window));
-  return seen.logical_or(queries.lt(0)).unsqueeze(1);
+  visible_.emplace_back(window, seen.logical_or(queries.lt(0)).unsqueeze(1));
+  return visible_.back().second;
 }
 
 void KvCache::end_pass() {
   if (!pass_.defined()) throw Error("KvCache: end_pass outside a pass");
   length_ += pass_.size(1);
   pass_ = at::Tensor();
+  visible_.clear();
 }
 
 void KvCache::abandon_pass() {
   if (!pass_.defined()) return;
   key_positions_.narrow(1, length_, pass_.size(1)).fill_(-1);
   pass_ = at::Tensor();
+  visible_.clear();
 }
 
 std::int64_t KvCache::bytes() const {

@@ -95,7 +95,10 @@ void generate_batch(Model& model, const std::vector<GenerationRequest>& requests
       done[r] = true;
       --remaining;
     }
-    if (remaining == 0) return;
+    if (remaining == 0) {
+      if (options.stats) options.stats->cache_bytes = std::max(options.stats->cache_bytes, cache.bytes());
+      return;
+    }
     logits = model.decode(step_ids.to(options.device), step_positions, cache, /*last_only=*/true);
   }
 }

@@ -20,6 +20,14 @@
 #include "tessera/nn/rotary.hpp"
 
 namespace tessera::nn {
+namespace {
+
+// A KvCache's mask as SDPA takes it: none where every key is visible.
+std::optional<at::Tensor> optional_mask(const at::Tensor& mask) {
+  return mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+}
+
+}  // namespace
 
 at::Tensor row_parallel_output(const TensorParallel& tp, const Linear& layer, const at::Tensor& x, double dropout,
                                bool training) {
@@ -55,7 +63,8 @@ at::Tensor FusedQkvAttention::forward(const at::Tensor& x, const AttentionInputs
       // This pass' keys and values join the cache's; each query sees the keys its position allows.
       const std::vector<at::Tensor> h = heads();
       const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {h[1], h[2]});
-      y = at::scaled_dot_product_attention(h[0], kv[0], kv[1], inputs.cache->visible(), 0.0, /*is_causal=*/false)
+      y = at::scaled_dot_product_attention(h[0], kv[0], kv[1], optional_mask(inputs.cache->visible()), 0.0,
+                                           /*is_causal=*/false)
               .transpose(1, 2)
               .contiguous()
               .view({batch, seq, embd});
@@ -135,8 +144,9 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
     const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {k, v});
     const at::Tensor seen = inputs.cache->visible(window_);
     const at::Tensor y = softcap_ ? softcapped_attention(q, kv[0], kv[1], seen, 0.0)
-                                  : at::scaled_dot_product_attention(q, kv[0], kv[1], seen, 0.0, /*is_causal=*/false,
-                                                                     scale_, /*enable_gqa=*/n_kv_head_ != n_head_);
+                                  : at::scaled_dot_product_attention(q, kv[0], kv[1], optional_mask(seen), 0.0,
+                                                                     /*is_causal=*/false, scale_,
+                                                                     /*enable_gqa=*/n_kv_head_ != n_head_);
     return row_parallel_output(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}), 0.0,
                                is_training());
   }
@@ -179,7 +189,7 @@ at::Tensor GroupedQueryAttention::softcapped_attention(const at::Tensor& q, cons
   const double scale = scale_ ? *scale_ : 1.0 / std::sqrt(static_cast<double>(head_dim_));
   at::Tensor scores = at::matmul(q.to(at::kFloat), keys.to(at::kFloat).transpose(-2, -1)) * scale;
   scores = at::tanh(scores / *softcap_) * *softcap_;
-  scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
   at::Tensor probabilities = at::softmax(scores, -1);
   if (dropout > 0) probabilities = at::dropout(probabilities, dropout, true);
   return at::matmul(probabilities.to(values.scalar_type()), values);

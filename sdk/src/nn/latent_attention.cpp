@@ -81,7 +81,8 @@ at::Tensor MultiHeadLatentAttention::forward(const at::Tensor& input, const Atte
   // Generation caches what DeepSeek caches, the latent and the rotary key (not the heads' keys and
   // values), and expands every slot's each pass.
   at::Tensor kept_latent = latent, kept_rot = k_rot, seen;
-  if (inputs.cache) {
+  const bool cached = inputs.cache != nullptr;
+  if (cached) {
     const std::vector<at::Tensor> kept = inputs.cache->append(inputs.cache_layer, {latent.unsqueeze(1), k_rot});
     kept_latent = kept[0].squeeze(1);
     kept_rot = kept[1];
@@ -101,8 +102,9 @@ at::Tensor MultiHeadLatentAttention::forward(const at::Tensor& input, const Atte
   {
     std::optional<ShardedRandomness> own;
     if (dropout > 0) own.emplace(tp_, q.device());
-    if (seen.defined()) {
-      y = at::scaled_dot_product_attention(q, k, v, seen, 0.0, /*is_causal=*/false, scale);
+    if (cached) {
+      const std::optional<at::Tensor> mask = seen.defined() ? std::optional<at::Tensor>(seen) : std::nullopt;
+      y = at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false, scale);
     } else if (cp_.size() > 1) {
       // The exchanges' kernels want one head size D for queries, keys and values: the smaller
       // padded with zeros (which changes no score and no kept output), the padding of the output

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tessera/export.hpp"
@@ -45,7 +46,9 @@ class TESSERA_API KvCache {
   std::vector<at::Tensor> append(std::size_t layer, const std::vector<at::Tensor>& tensors);
   // [batch, 1, n, length() + n] bool: the keys each query of this pass sees: those with a
   // position at most its own, and more than `window` before it when window > 0. A padding query
-  // sees every key (its output is never read; a row with none would be NaN).
+  // sees every key (its output is never read; a row with none would be NaN). Undefined when every
+  // query sees every key: one query a row, no slot ever padded, no window reaching back past the
+  // first slot (a decode step of equal prompts: attention without a mask).
   at::Tensor visible(std::int64_t window = 0) const;
   // Ends the pass: length() grows by its slots.
   void end_pass();
@@ -57,9 +60,12 @@ class TESSERA_API KvCache {
 
  private:
   std::int64_t batch_, capacity_, length_ = 0;
+  bool padded_ = false;  // some slot holds no key (left padding); known when positions come from the host
   c10::Device device_;
   at::Tensor key_positions_;
   at::Tensor pass_;  // this pass' positions; undefined between passes
+  // This pass' visible() masks by window: every layer of a window reads the same one.
+  mutable std::vector<std::pair<std::int64_t, at::Tensor>> visible_;
   std::vector<std::vector<at::Tensor>> layers_;
 };
 

@@ -36,6 +36,11 @@ struct GenerationResult {
   std::string finish_reason;  // "stop" (an EOS, a stop token or stop()) or "length"
 };
 
+// What a generate() call measured.
+struct GenerationStats {
+  std::int64_t cache_bytes = 0;  // the largest KV cache one batch held
+};
+
 struct GenerationOptions {
   std::vector<std::int64_t> eos_token_ids;  // end every request (the model's generation_config)
   std::int64_t batch_size = 8;
@@ -43,6 +48,7 @@ struct GenerationOptions {
   // Called after each token a request draws (streaming, stop strings): true ends the request
   // there with finish_reason "stop". Unset: never.
   std::function<bool(std::size_t request, const std::vector<std::int64_t>& completion)> after_token;
+  GenerationStats* stats = nullptr;  // filled when set
 };
 
 // The completions of `requests`, in their order. Refuses (naming the request) an empty prompt, a
