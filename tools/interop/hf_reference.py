@@ -402,6 +402,20 @@ def train(args):
     print(json.dumps(losses))
 
 
+def generate(args):
+    """Greedy completions of each prompt alone (no padding): transformers' generate with its cache."""
+    model = load(args.dir)
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for prompt in json.loads(args.prompts):
+            ids = torch.tensor([prompt], dtype=torch.long)
+            tokens = model.generate(ids, do_sample=False, max_new_tokens=args.max_new, min_new_tokens=args.max_new,
+                                    eos_token_id=None, pad_token_id=0)
+            out.append(tokens[0, len(prompt):].tolist())
+    print(json.dumps(out))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -546,6 +560,12 @@ def main(argv=None):
     pt.add_argument("--windows", type=int, required=True)
     pt.add_argument("--seed", type=int, default=0)
     pt.set_defaults(fn=probe_tokens)
+
+    gen = sub.add_parser("generate")
+    gen.add_argument("dir")
+    gen.add_argument("--prompts", required=True, help="a JSON list of token id lists")
+    gen.add_argument("--max-new", type=int, required=True)
+    gen.set_defaults(fn=generate)
 
     for name, fn in (("loss", loss), ("train", train)):
         c = sub.add_parser(name)
