@@ -22,6 +22,9 @@
 #include "hf_fixture.hpp"
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/formats/safetensors.hpp"
+#include "tessera/components/model.hpp"
+#include "tessera/core/run/training_run.hpp"
+#include "tessera/generation/generate.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -210,6 +213,44 @@ TEST_F(Lora, AnAdapterContinuesFromItsPeftAndItsTesseraExport) {
             2);
   EXPECT_NE(out.find("components.adapters[0].config.rank"), std::string::npos) << out;
   EXPECT_NE(out.find("set rank: 4"), std::string::npos) << out;
+}
+
+// Generation with an adapter: the PEFT export of a LoRA run, loaded over the base by Tessera
+// (adapter init_from) and by peft, gives the same greedy completions of prompts of different
+// lengths, batched through the KV cache on Tessera's side.
+TEST_F(Lora, GreedyGenerationWithAnAdapterEqualsPeftGenerate) {
+  const std::string base = dir_.file("llama");
+  reference("make-llama " + base + " --kv-heads 2");
+  std::string out;
+  const std::string run = spec("peft", adapted(model_yaml("llama", base), kLora), tokens_,
+                               "checkpoint: {export_format: peft}\n");
+  ASSERT_EQ(train(run, "--set components.optimizer.config.lr=0.05", out), 0) << out;
+  const std::string from_peft =
+      "{component_key: adapter, variant_key: lora, config: {rank: 4, alpha: 8, target_modules: [q_proj, v_proj, "
+      "down_proj], init_from: " + exported("peft") + "}}";
+  core::seed_everything(1, "cpu");
+  const auto built = testing::build_components("model: " + model_yaml("llama", base) + "\nadapters: [" + from_peft +
+                                               "]\n");
+  const auto model = testing::built<Model>(built, "model");
+  const std::vector<std::vector<std::int64_t>> prompts = {{5, 17, 200, 31, 9}, {88, 1, 42, 42, 250, 7, 63}, {99}};
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : prompts) {
+    GenerationRequest r;
+    r.prompt_ids = p;
+    r.sampling.temperature = 0;
+    r.max_new_tokens = 8;
+    requests.push_back(r);
+  }
+  const std::vector<GenerationResult> ours = generate(*model, requests, {});
+  const auto with_adapter = nlohmann::json::parse(
+      reference("generate " + base + " --prompts " + nlohmann::json(prompts).dump() + " --max-new 8 --adapter " +
+                exported("peft")));
+  const auto without = nlohmann::json::parse(
+      reference("generate " + base + " --prompts " + nlohmann::json(prompts).dump() + " --max-new 8"));
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(ours[i].completion_ids, with_adapter[i].get<std::vector<std::int64_t>>()) << "prompt " << i;
+  }
+  EXPECT_NE(with_adapter, without) << "the trained adapter changes what the model says";
 }
 
 std::string text_of(const std::string& path) {

@@ -405,6 +405,10 @@ def train(args):
 def generate(args):
     """Greedy completions of each prompt alone (no padding): transformers' generate with its cache."""
     model = load(args.dir)
+    if args.adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.adapter)
     model.eval()
     out = []
     with torch.no_grad():
@@ -565,6 +569,7 @@ def main(argv=None):
     gen.add_argument("dir")
     gen.add_argument("--prompts", required=True, help="a JSON list of token id lists")
     gen.add_argument("--max-new", type=int, required=True)
+    gen.add_argument("--adapter", help="a PEFT adapter folder loaded over the model")
     gen.set_defaults(fn=generate)
 
     for name, fn in (("loss", loss), ("train", train)):
