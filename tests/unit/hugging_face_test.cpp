@@ -12,6 +12,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "tessera/error.hpp"
 #include "tessera/formats/safetensors.hpp"
@@ -57,6 +58,27 @@ TEST(HfConfig, ReadsTypedAndDottedKeys) {
   EXPECT_NE(error_of([&] { c.integer("model_type"); }).find("config.json: model_type should be an integer"),
             std::string::npos);
   EXPECT_NE(error_of([] { HfConfig::parse("[1, 2]", "x/config.json"); }).find("x/config.json"), std::string::npos);
+}
+
+// Generation's stop ids: generation_config.json's eos_token_id (an id or a list) before
+// config.json's; none when neither names one; another type is an error naming the file.
+TEST(HfEosTokenIds, GenerationConfigFirstThenConfigAListAllowed) {
+  testing::TempDir dir;
+  EXPECT_TRUE(hf_eos_token_ids(dir.path().string()).empty()) << "no file";
+  dir.write("config.json", R"({"model_type": "llama", "eos_token_id": 2})");
+  EXPECT_EQ(hf_eos_token_ids(dir.path().string()), std::vector<std::int64_t>({2}));
+  dir.write("generation_config.json", R"({"eos_token_id": [128001, 128008, 128009]})");
+  EXPECT_EQ(hf_eos_token_ids(dir.path().string()), std::vector<std::int64_t>({128001, 128008, 128009}));
+  dir.write("generation_config.json", R"({"eos_token_id": null, "do_sample": true})");
+  EXPECT_EQ(hf_eos_token_ids(dir.path().string()), std::vector<std::int64_t>({2})) << "null: config.json's";
+  dir.write("generation_config.json", R"({"eos_token_id": "</s>"})");
+  try {
+    hf_eos_token_ids(dir.path().string());
+    FAIL() << "a string was taken for an id";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: eos_token_id must be a token id"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HfCheckpoint, OneFileBelowTheShardSize) {

@@ -263,4 +263,30 @@ std::uint64_t parse_byte_size(const std::string& text) {
   return static_cast<std::uint64_t>(bytes);
 }
 
+std::vector<std::int64_t> hf_eos_token_ids(const std::string& folder) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::filesystem::path file = std::filesystem::path(folder) / name;
+    if (!std::filesystem::exists(file)) continue;
+    std::ifstream in(file);
+    const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_object()) throw Error(file.string() + ": not a JSON object");
+    const auto it = json.find("eos_token_id");
+    if (it == json.end() || it->is_null()) continue;
+    std::vector<std::int64_t> ids;
+    const auto add = [&](const nlohmann::json& id) {
+      if (!id.is_number_integer()) {
+        throw Error(file.string() + ": eos_token_id must be a token id or a list of them, got " + it->dump());
+      }
+      ids.push_back(id.get<std::int64_t>());
+    };
+    if (it->is_array()) {
+      for (const auto& id : *it) add(id);
+    } else {
+      add(*it);
+    }
+    return ids;
+  }
+  return {};
+}
+
 }  // namespace tessera

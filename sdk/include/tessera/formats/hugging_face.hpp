@@ -57,6 +57,11 @@ TESSERA_API const std::vector<std::string>& hf_tokenizer_file_names();
 // Tessera export's config.json names a variant_key instead).
 TESSERA_API bool is_hf_checkpoint(const std::string& path);
 
+// The token ids that end generation with a Hugging Face folder's model: generation_config.json's
+// eos_token_id (one id or a list of them), else config.json's; empty when neither names one. A
+// value of another type, or a file that is not JSON, is a tessera::Error naming the file.
+TESSERA_API std::vector<std::int64_t> hf_eos_token_ids(const std::string& folder);
+
 // Reads config.json and every weight file. A missing shard, a shard that does not hold the
 // tensors the index assigns to it, a corrupt file or a tensor in two files is a tessera::Error
 // naming the file.
