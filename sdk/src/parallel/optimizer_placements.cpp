@@ -15,17 +15,6 @@
 
 namespace tessera {
 
-OptimizerPlacements::OptimizerPlacements(const std::vector<at::Tensor>& parameters) {
-  for (const at::Tensor& p : parameters) {
-    Parameter one;
-    one.local_shape = p.sizes().vec();
-    one.placement.whole_shape = one.local_shape;
-    one.placement.state.end = p.numel();
-    parameters_.push_back(std::move(one));
-  }
-  shares_.resize(parameters_.size());
-}
-
 OptimizerPlacements::OptimizerPlacements(Placements model, std::vector<Parameter> parameters)
     : model_(std::move(model)), parameters_(std::move(parameters)), shares_(parameters_.size()) {
   // The distinct share groups in order of first use: the same order on every rank of a group,

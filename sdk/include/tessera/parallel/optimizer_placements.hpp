@@ -42,8 +42,6 @@ class TESSERA_API OptimizerPlacements {
     Communicator* share_group = nullptr;
   };
 
-  // One rank: nothing is cut or shared; each parameter is whole (`parameters`' shapes).
-  explicit OptimizerPlacements(const std::vector<at::Tensor>& parameters = {});
   // The parameters of Optimizer::parameters() in order. Exchanges every rank's state shares over
   // each distinct share group once (a collective of those groups, every rank in one order).
   OptimizerPlacements(Placements model, std::vector<Parameter> parameters);
