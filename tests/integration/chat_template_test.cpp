@@ -17,6 +17,7 @@
 #include <iterator>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,51 @@ TEST_F(ChatTemplateInterop, PublishedTemplatesGiveTransformersTextIdsAndAssistan
         }
       }
     }
+  }
+}
+
+// `tessera generate` renders a messages row with the folder's template and its generation prompt
+// and encodes it as transformers' apply_chat_template(tokenize=True) does (the template's own BOS
+// once, whatever the tokenizer adds to plain text).
+TEST_F(ChatTemplateInterop, GenerateEncodesMessagesAsApplyChatTemplateWithTheGenerationPrompt) {
+  for (const std::string name : {"llama-3.1.jinja", "qwen2.5.jinja"}) {
+    SCOPED_TRACE(name);
+    const std::string folder = dir_.file(name + ".model");
+    reference("make-tokenizer " + fixture(name) + " " + folder);
+    std::string out;
+    ASSERT_EQ(run_command(python_ + " " + testing::source_dir() + "/tools/interop/hf_reference.py make-qwen2 " +
+                              folder + " --vocab 2000 --positions 512 --tied",
+                          out),
+              0)
+        << out;
+    ordered_json cases = ordered_json::array();
+    std::string lines;
+    for (const auto& c : conversations(name)) {
+      // (every case's date_string is llama-3.1's own default, which generate leaves to the template)
+      if (!c["add_generation_prompt"].get<bool>() || c.contains("tools")) continue;
+      cases.push_back(c);
+      lines += ordered_json{{"messages", c["messages"]}}.dump() + "\n";
+    }
+    ASSERT_GE(cases.size(), 2u);
+    std::ofstream(dir_.file("cases.json")) << cases.dump();
+    reference("chat " + folder + " " + dir_.file("cases.json") + " " + dir_.file("expected.json"));
+    const ordered_json expected = read_json(dir_.file("expected.json"));
+    const std::string spec = dir_.write(
+        "generate.yaml", "plugins: {paths: [" + testing::plugin_dir() + "]}\ncomponents:\n"
+                         "  model: {component_key: model, variant_key: qwen2, config: {init_from: " + folder + "}}\n"
+                         "  tokenizer: {component_key: tokenizer, variant_key: bpe, config: {path: " + folder + "}}\n");
+    ASSERT_EQ(run_command("(" + testing::tessera_binary() + " generate " + spec + " --prompts " +
+                              dir_.write("prompts.jsonl", lines) + " --max-new-tokens 1 --temperature 0 2>/dev/null)",
+                          out),
+              0)
+        << out;
+    std::istringstream rows(out);
+    std::size_t i = 0;
+    for (std::string line; std::getline(rows, line); ++i) {
+      ASSERT_LT(i, expected.size());
+      EXPECT_EQ(ordered_json::parse(line)["prompt_ids"], expected[i]["ids"]) << "case " << i;
+    }
+    EXPECT_EQ(i, expected.size());
   }
 }
 

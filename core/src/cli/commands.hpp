@@ -35,5 +35,7 @@ int describe_command(const Args& args);
 int schema_command(const Args& args);
 int new_plugin_command(const Args& args);
 int launch_command(const Args& args);
+int generate_command(const Args& args);
+int chat_command(const Args& args);
 
 }  // namespace tessera::cli

@@ -22,6 +22,9 @@ const char* kUsage =
     "  train CONFIG       train from a run spec\n"
     "  validate CONFIG    check a run spec and every component in it, building nothing\n"
     "  eval CONFIG        the model's loss on the spec's evaluation data, one JSON line on stdout\n"
+    "  generate CONFIG (--prompt TEXT | --prompts FILE)\n"
+    "                     completions of the spec's model, one JSON line per prompt\n"
+    "  chat CONFIG        talk with the spec's model in the terminal (its chat template)\n"
     "  plan CONFIG --ranks N [--device-memory GiB]\n"
     "                     the meshes for N ranks: memory and bytes moved per rank, bubble, ranked\n"
     "  prepare-data INPUT... --tokenizer SPEC --out FILE\n"
@@ -58,6 +61,8 @@ int main(int argc, char** argv) {
       {"train", cli::train_command},
       {"validate", cli::validate_command},
       {"eval", cli::eval_command},
+      {"generate", cli::generate_command},
+      {"chat", cli::chat_command},
       {"plan", cli::plan_command},
       {"prepare-data", cli::prepare_data_command},
       {"components", cli::components_command},

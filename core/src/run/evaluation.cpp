@@ -79,7 +79,7 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
 
   auto trainer = make_trainer();
   if (!plan_.resume.empty()) {
-    const std::string path = plan_.resume == "auto" ? agreed_resumable_checkpoint(*communicator_) : plan_.resume;
+    const std::string path = plan_.resume == "auto" ? agreed_resumable_checkpoint(plan_, *communicator_) : plan_.resume;
     if (path.empty()) {
       log::info("--resume auto: no valid checkpoint under ", plan_.checkpoints.dir(), "; evaluating the model as built");
     } else {

@@ -135,11 +135,12 @@ RunPlan plan_run(const RunOptions& options, const DistributedEnv& env) {
     plan.spec_plugin_paths = read_declared_section<PluginSettings>(plugins, plugins->pos(), "plugins").paths;
   }
   plan.settings = read_declared_section<RunSettings>(root.find("settings"), top, "settings");
-  plan.trainer = read_declared_section<TrainerSettings>(root.find("trainer"), top, "trainer");
+  // (generation reads nothing of the trainer's section)
+  if (!options.generate_only) plan.trainer = read_declared_section<TrainerSettings>(root.find("trainer"), top, "trainer");
   plan.checkpoint = read_declared_section<CheckpointSettings>(root.find("checkpoint"), top, "checkpoint");
   plan.parallelism = read_declared_section<ParallelismSettings>(root.find("parallelism"), top, "parallelism");
-  check_trainer_roles(root.find("components"), top);
-  check_train_data_unshared(root.find("components"));
+  check_trainer_roles(root.find("components"), top, options.generate_only);
+  if (!options.generate_only) check_train_data_unshared(root.find("components"));
 
   RunContext& context = plan.context;
   context.name = name;

@@ -30,8 +30,9 @@ const std::vector<ComponentRole>& trainer_roles() {
   return roles;
 }
 
-void check_trainer_roles(const ConfigNode* components, const SourcePos& top) {
+void check_trainer_roles(const ConfigNode* components, const SourcePos& top, bool model_only) {
   for (const auto& role : trainer_roles()) {
+    if (model_only && std::string(role.name) != "model" && std::string(role.name) != "adapters") continue;
     const ConfigNode::Entry* entry = components && components->is_map() ? components->find_entry(role.name) : nullptr;
     const std::string role_path = join_path("components", role.name);
     if (!entry) {

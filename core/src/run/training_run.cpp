@@ -25,7 +25,6 @@
 namespace fs = std::filesystem;
 
 namespace tessera::core {
-namespace {
 
 // The plan, with the process-wide effects of planning it: the log level, and the rank prefix
 // under torchrun or srun (`tessera launch` prefixes every line itself).
@@ -37,6 +36,8 @@ RunPlan plan_and_configure_logging(const RunOptions& options) {
   if (env.world_size > 1 && !std::getenv("TESSERA_LAUNCHER")) log::set_prefix("[rank " + std::to_string(env.rank) + "] ");
   return plan;
 }
+
+namespace {
 
 // A CUDA device the machine does not have is a config error, reported before anything is built.
 void check_device_exists(const RunPlan& plan) {
@@ -78,7 +79,8 @@ void check_sequence_splits(const RunPlan& plan) {
   });
 }
 
-// A model asked to split over a mesh axis its config does not declare (Schema::mesh_axes).
+}  // namespace
+
 void check_model_splits(const RunPlan& plan, const Registry& registry) {
   check_adapter_splits(plan);
   const ParallelDims& dims = plan.context.parallel;
@@ -110,6 +112,8 @@ void check_model_splits(const RunPlan& plan, const Registry& registry) {
                       "see the whole sequence); set parallelism.sequence_parallel: false");
   }
 }
+
+namespace {
 
 // What a pipeline schedule needs of the step's micro-batches: 1f1b and gpipe at least one per
 // pipeline rank (fewer leave stages idle for the whole step), interleaved_1f1b groups of pp.
@@ -162,6 +166,24 @@ void seed_everything(std::uint64_t seed, const std::string& device) {
     if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
     at::Generator cuda = at::globalContext().defaultGenerator(d);
     cuda.set_current_seed(seed);
+  }
+}
+
+std::shared_ptr<Communicator> start_process(const RunPlan& plan) {
+  // Here rather than at validation: a GPU run's spec may be validated on a machine without one.
+  check_device_exists(plan);
+  if (plan.settings.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
+  at::globalContext().setAllowTF32CuBLAS(plan.settings.tf32);
+  at::globalContext().setAllowTF32CuDNN(plan.settings.tf32);
+  if (plan.settings.num_threads > 0) at::set_num_threads(static_cast<int>(plan.settings.num_threads));
+  seed_everything(plan.context.seed, plan.context.device);
+  const c10::Device device(plan.context.device);
+  if (plan.env.world_size == 1) {
+    return make_local_communicator();
+  } else if (device.is_cuda()) {
+    return make_nccl_communicator(plan.env, plan.settings.collective_timeout(), device);
+  } else {
+    return make_gloo_communicator(plan.env, plan.settings.collective_timeout());
   }
 }
 
@@ -233,36 +255,22 @@ void TrainingRun::check_adapters() const {
   build_model(whole);
 }
 
-std::string TrainingRun::agreed_resumable_checkpoint(Communicator& comm) const {
+std::string agreed_resumable_checkpoint(const RunPlan& plan, Communicator& comm) {
   // Rank 0 chooses and tells the others, so every rank restores the same step even if their
   // views of the file system differ. newest_valid() verified it, including that its metadata's
   // step is its name's.
-  const std::string path = plan_.env.rank == 0 ? plan_.checkpoints.newest_valid() : std::string();
+  const std::string path = plan.env.rank == 0 ? plan.checkpoints.newest_valid() : std::string();
   at::Tensor step = at::tensor({path.empty() ? std::int64_t{-1} : CheckpointStore::step_of(path)}, at::kLong);
   comm.broadcast(step, 0);
   const std::int64_t chosen = step.item<std::int64_t>();
-  if (plan_.env.rank == 0) return path;
-  return chosen < 0 ? std::string() : plan_.checkpoints.checkpoint(chosen).path().string();
+  if (plan.env.rank == 0) return path;
+  return chosen < 0 ? std::string() : plan.checkpoints.checkpoint(chosen).path().string();
 }
 
 std::unique_ptr<Trainer> TrainingRun::make_trainer() {
-  // Here rather than at validation: a GPU run's spec may be validated on a machine without one,
-  // and a spec for several ranks by a process alone.
-  check_device_exists(plan_);
+  // Here rather than at validation: a spec for several ranks may be validated by a process alone.
   check_mesh_fits_run(plan_);
-  if (plan_.settings.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
-  at::globalContext().setAllowTF32CuBLAS(plan_.settings.tf32);
-  at::globalContext().setAllowTF32CuDNN(plan_.settings.tf32);
-  if (plan_.settings.num_threads > 0) at::set_num_threads(static_cast<int>(plan_.settings.num_threads));
-  seed_everything(plan_.context.seed, plan_.context.device);
-  const c10::Device device(plan_.context.device);
-  if (plan_.env.world_size == 1) {
-    communicator_ = make_local_communicator();
-  } else if (device.is_cuda()) {
-    communicator_ = make_nccl_communicator(plan_.env, plan_.settings.collective_timeout(), device);
-  } else {
-    communicator_ = make_gloo_communicator(plan_.env, plan_.settings.collective_timeout());
-  }
+  communicator_ = start_process(plan_);
   RunContext context = plan_.context;
   context.communicator = communicator_;
   context.mesh = make_device_mesh(communicator_, context.parallel);
@@ -343,7 +351,7 @@ TrainResult TrainingRun::train() {
   trainer->enable_checkpoints(checkpoints);
   std::string resume_from;
   if (!plan_.resume.empty()) {
-    resume_from = plan_.resume == "auto" ? agreed_resumable_checkpoint(*communicator_) : plan_.resume;
+    resume_from = plan_.resume == "auto" ? agreed_resumable_checkpoint(plan_, *communicator_) : plan_.resume;
     if (resume_from.empty()) {
       log::info("--resume auto: no valid checkpoint under ", plan_.checkpoints.dir(), "; starting fresh");
     }

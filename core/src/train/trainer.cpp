@@ -88,7 +88,7 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     throw Error("trainer: parallelism.tp is " + std::to_string(dims.tp) + " but " + parts_.names.model +
                 " does not split its layers (Model::tensor_parallel_plan); set parallelism.tp: 1");
   }
-  place_model();
+  place_model(*parts_.model, device_, /*keep_deferred=*/strategy_.materializes_parameters());
   parts_.model->train();
   strategy_.setup(*parts_.model, *parts_.optimizer, mesh_->gradient_group());
   optimizer_placements_ = place_optimizer_parameters();
@@ -141,23 +141,22 @@ Trainer::~Trainer() = default;
 
 // The model onto the run's device. Deferred parameters (tessera/nn/deferred_init.hpp) get storage
 // there and their initial values, all at once, unless the strategy does it a unit at a time.
-void Trainer::place_model() {
-  Model& model = *parts_.model;
+void place_model(Model& model, const c10::Device& device, bool keep_deferred) {
   if (!model.has_deferred_parameters()) {
-    model.to(device_);
+    model.to(device);
     return;
   }
   c10::NoGradGuard no_grad;
-  for (auto& buffer : model.buffers()) buffer.set_data(buffer.to(device_));
+  for (auto& buffer : model.buffers()) buffer.set_data(buffer.to(device));
   // Parameters made with storage beside the deferred ones (an adapter's) go to the device as well.
   for (auto& p : model.parameters()) {
-    if (!p.is_meta() && p.device() != device_) p.set_data(p.to(device_));
+    if (!p.is_meta() && p.device() != device) p.set_data(p.to(device));
   }
-  if (strategy_.materializes_parameters()) return;
+  if (keep_deferred) return;
   std::vector<at::Tensor> deferred;
   for (const auto& p : model.parameters()) {
     if (!p.is_meta()) continue;
-    materialize_parameter(p, at::empty(p.sizes(), p.options().device(device_)));
+    materialize_parameter(p, at::empty(p.sizes(), p.options().device(device)));
     deferred.push_back(p);
   }
   model.initialize_parameters(deferred);

@@ -1,24 +1,20 @@
-// Callback `sample_text`: generates text from the model, encoding the prompt and decoding the
-// sample with a component of the plugin-defined kind `tokenizer`, logs it and appends it to
-// RUN_DIR/samples.txt. Every rank generates (under fsdp a forward pass is a collective, so all
-// ranks must run it); rank 0 alone logs and writes.
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/ops/empty.h>
-#include <c10/core/GradMode.h>
-
+// Callback `sample_text`: generates text from the model with the generation engine
+// (tessera/generation/generate.hpp), encoding the prompt and decoding the sample with a component
+// of the plugin-defined kind `tokenizer`, logs it and appends it to RUN_DIR/samples.txt. Every
+// rank generates the same tokens (under fsdp and tp a pass is a collective, so all ranks must run
+// it); rank 0 alone logs and writes.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/components/callback.hpp"
 #include "tessera/components/tokenizer.hpp"
+#include "tessera/generation/generate.hpp"
 #include "tessera/log.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/plugin.hpp"
@@ -47,22 +43,6 @@ std::string escape(const std::string& text) {
   return out;
 }
 
-// Puts the model in eval mode for its lifetime and restores the previous mode, even on error.
-class EvalModeGuard {
- public:
-  explicit EvalModeGuard(tessera::Model& model)
-      : model_(model), was_training_(model.is_training()) {
-    model_.eval();
-  }
-  ~EvalModeGuard() { model_.train(was_training_); }
-  EvalModeGuard(const EvalModeGuard&) = delete;
-  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
-
- private:
-  tessera::Model& model_;
-  bool was_training_;
-};
-
 struct SampleTextConfig {
   std::shared_ptr<tessera::Tokenizer> tokenizer;
   std::string prompt = "The ";
@@ -85,10 +65,11 @@ struct SampleTextConfig {
       if (c.prompt.empty()) throw tessera::ConfigError("prompt must not be empty", "prompt");
     });
     f.check_in_run([](const C&, const tessera::RunContext& run) {
-      if (run.parallel.pp > 1) {
-        throw tessera::ConfigError("callback/sample_text generates with the whole model, which no rank holds under "
-                                   "parallelism.pp " + std::to_string(run.parallel.pp) + "; remove the callback",
-                                   "prompt");
+      if (run.parallel.pp > 1 || run.parallel.cp > 1) {
+        throw tessera::ConfigError("callback/sample_text generates with the whole model and whole sequences, which "
+                                   "no rank holds under parallelism." + std::string(run.parallel.pp > 1 ? "pp " : "cp ") +
+                                   std::to_string(run.parallel.pp > 1 ? run.parallel.pp : run.parallel.cp) +
+                                   "; remove the callback", "prompt");
       }
     });
   }
@@ -115,7 +96,12 @@ class SampleText final : public tessera::Callback {
   // Same generator seed and weights on every rank: every rank draws the same tokens.
   void sample(tessera::Model& model, std::int64_t step, bool report) {
     last_sampled_step_ = step;
+    if (!model.decodes()) {
+      if (report) tessera::log::warn("sample_text: model/", model.name(), " does not decode from a KV cache; no sample");
+      return;
+    }
     std::vector<std::int64_t> tokens = config_.tokenizer->encode(config_.prompt);
+    prompt_length_ = static_cast<std::int64_t>(tokens.size());
     for (std::int64_t t : tokens) {
       if (t < 0 || t >= model.vocab_size()) {
         if (report) {
@@ -125,43 +111,38 @@ class SampleText final : public tessera::Callback {
         return;
       }
     }
-    {
-      EvalModeGuard eval_mode(model);
-      c10::NoGradGuard no_grad;
-      generate(model, step, tokens);
-    }
+    generate(model, step, tokens);  // in eval mode without gradients, the mode restored after
     if (!report) return;
     const std::string text = config_.tokenizer->decode(tokens);
     tessera::log::info("sample: ", escape(text));
     append_to_file(step, text);
   }
 
+  // The engine's KV cache while the text fits in max_seq_len; past it, one token at a time from a
+  // fresh pass over the last max_seq_len - 1 tokens (a window that slides).
   void generate(tessera::Model& model, std::int64_t step, std::vector<std::int64_t>& tokens) {
     const auto params = model.parameters();
-    const at::Device device = params.empty() ? at::Device(at::kCPU) : params.front().device();
-    // A private CPU generator leaves the training RNG untouched; seeding with seed + step makes a
-    // step's sample the same whether or not the run was resumed.
-    at::Generator generator =
-        at::make_generator<at::CPUGeneratorImpl>(seed_ + static_cast<std::uint64_t>(step));
-    const auto window = static_cast<std::size_t>(model.max_seq_len());
-    for (std::int64_t i = 0; i < config_.max_new_tokens; ++i) {
-      const std::size_t start = tokens.size() > window ? tokens.size() - window : 0;
-      const auto length = static_cast<std::int64_t>(tokens.size() - start);
-      at::Tensor context = at::empty({1, length}, at::kLong);
-      std::memcpy(context.mutable_data_ptr<std::int64_t>(), tokens.data() + start,
-                  static_cast<std::size_t>(length) * sizeof(std::int64_t));
-      at::Tensor logits = model.forward(context.to(device)).select(0, 0).select(0, -1);
-      logits = logits.to(at::kCPU, at::kFloat) / config_.temperature;
-      // A model's vocabulary may be padded past the tokenizer's (e.g. to a multiple of 64): ids
-      // the tokenizer has no text for are never drawn.
-      logits = logits.narrow(0, 0, std::min(logits.size(0), config_.tokenizer->vocab_size()));
-      if (config_.top_k > 0 && config_.top_k < logits.size(0)) {
-        const at::Tensor kth_largest = std::get<0>(logits.topk(config_.top_k)).select(0, -1);
-        logits =
-            logits.masked_fill(logits.lt(kth_largest), -std::numeric_limits<float>::infinity());
-      }
-      const at::Tensor next = logits.softmax(-1).multinomial(1, /*replacement=*/false, generator);
-      tokens.push_back(next.item<std::int64_t>());
+    tessera::GenerationOptions options;
+    options.device = params.empty() ? at::Device(at::kCPU) : params.front().device();
+    options.batch_size = 1;
+    // A model's vocabulary may be padded past the tokenizer's (e.g. to a multiple of 64): ids the
+    // tokenizer has no text for are never drawn.
+    options.vocabulary = config_.tokenizer->vocab_size();
+    const std::int64_t window = model.max_seq_len() - 1;
+    for (std::uint64_t part = 0; static_cast<std::int64_t>(tokens.size()) < prompt_length_ + config_.max_new_tokens;
+         ++part) {
+      const auto context = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), window);
+      tessera::GenerationRequest request;
+      request.prompt_ids.assign(tokens.end() - context, tokens.end());
+      request.max_new_tokens = std::min(prompt_length_ + config_.max_new_tokens - static_cast<std::int64_t>(tokens.size()),
+                                        model.max_seq_len() - context);
+      request.sampling.temperature = config_.temperature;
+      request.sampling.top_k = config_.top_k;
+      // Seeded by seed + step (a step's sample is the same after a resume), each later window
+      // by a stream of its own.
+      request.sampling.seed = seed_ + static_cast<std::uint64_t>(step) + part * 0x9E3779B97F4A7C15ull;
+      const auto completion = tessera::generate(model, {request}, options).front().completion_ids;
+      tokens.insert(tokens.end(), completion.begin(), completion.end());
     }
   }
 
@@ -178,6 +159,7 @@ class SampleText final : public tessera::Callback {
   std::uint64_t seed_;  // config_.seed, or the run seed
   std::filesystem::path samples_path_;
   std::int64_t last_sampled_step_ = -1;
+  std::int64_t prompt_length_ = 0;  // of the sample being generated
 };
 
 void register_components(tessera::Registrar& registrar) {

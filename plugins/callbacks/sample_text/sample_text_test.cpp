@@ -22,7 +22,7 @@ namespace sample_text_test {
 namespace fs = std::filesystem;
 
 // vocab 256: every byte is a token. max_seq_len 8 is shorter than prompt + new tokens, so the
-// sampler must slide its context window.
+// sampler must slide its context window past the KV cache's.
 const char* kModel =
     "model: {component_key: model, variant_key: gpt, config: {vocab_size: 256, n_layer: 1, n_head: 2, n_embd: 16, "
     "max_seq_len: 8, init_std: 0.5}}\n";
@@ -146,11 +146,12 @@ TEST(SampleText, TopKOneIsGreedy) {
   const std::string text = only_sample(read_file(a.samples_path()), 1);
   EXPECT_EQ(text, only_sample(read_file(b.samples_path()), 1));
 
-  // The argmax continuation, computed here with the same sliding window.
+  // The argmax continuation by full forwards: over the whole text while it fits in max_seq_len 8
+  // (what the KV cache computes), then over a window of the last 7 tokens sliding.
   std::vector<std::int64_t> tokens = {'a', 'b'};
   model->eval();
   for (int i = 0; i < 12; ++i) {
-    const auto start = tokens.size() > 8 ? tokens.size() - 8 : 0;
+    const auto start = tokens.size() >= 8 ? tokens.size() - 7 : 0;
     std::vector<std::int64_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
     at::Tensor input = at::tensor(window, at::kLong).view({1, -1});
     tokens.push_back(model->forward(input)[0][-1].argmax().item<std::int64_t>());

@@ -103,6 +103,8 @@ class DataParallel final : public tessera::ParallelStrategy,
   // parameters are released around the swap.
   std::vector<at::Tensor> held_parameter_storages(tessera::Model& model) override;
   void release_derived_parameters() override;
+  // fsdp: every unit gathered for the whole of `fn`, the forward hooks freeing none meanwhile.
+  void with_whole_parameters(tessera::Model& model, const std::function<void()>& fn) override;
 
   // fsdp: called by the model around its units (ForwardHooks).
   void before_forward(std::size_t unit) override;
@@ -133,6 +135,9 @@ class DataParallel final : public tessera::ParallelStrategy,
   // fsdp: frees the frozen units of forward unit `unit` (the others are freed by their reduction).
   void release_frozen(std::size_t unit);
   void check_setup(const char* what) const;
+
+  // Inside with_whole_parameters: every unit stays gathered.
+  bool holding_whole_ = false;
 
   // Hybrid sharding: the unit gradients all-reduced over the replicas.
   void reduce_over_replicas();

@@ -137,6 +137,29 @@ void DataParallel::release(FlatUnit& unit) {
   unit.free_full();
 }
 
+void DataParallel::with_whole_parameters(tessera::Model& /*model*/, const std::function<void()>& fn) {
+  if (!options_.shard_parameters) {
+    fn();
+    return;
+  }
+  check_setup("with_whole_parameters");
+  if (holding_whole_) throw tessera::Error("parallel/fsdp: with_whole_parameters does not nest");
+  // Every rank gathers the units in one order (their collectives match), then computes alone.
+  for (FlatUnit* unit : all_units()) ensure_gathered(*unit);
+  holding_whole_ = true;
+  auto release_all = [this] {
+    holding_whole_ = false;
+    for (FlatUnit* unit : all_units()) release(*unit);
+  };
+  try {
+    fn();
+  } catch (...) {
+    release_all();
+    throw;
+  }
+  release_all();
+}
+
 void DataParallel::prefetch(FlatUnit* unit) {
   if (!options_.prefetch || !unit || unit->gathered() || gathering_.count(unit)) return;
   gathering_[unit] = unit->start_gather();
@@ -159,7 +182,7 @@ at::Tensor DataParallel::after_forward(std::size_t unit, const at::Tensor& outpu
   // The root stays gathered after the whole forward, with or without a backward: it holds the
   // output head (tied embeddings), which a hidden-state loss applies after forward_hidden()
   // returns. Its backward releases it, or else the next optimizer_step().
-  if (units.empty() || unit == kWholeModel) return output;
+  if (units.empty() || unit == kWholeModel || holding_whole_) return output;
   for (FlatUnit* u : units) release(*u);
   const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
   if (!backward_follows) return output;

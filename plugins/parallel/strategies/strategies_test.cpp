@@ -20,6 +20,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/components/strategy.hpp"
+#include "tessera/generation/generate.hpp"
 #include "gloo_ranks.hpp"
 #include "trainer_parts.hpp"
 #include "test_support.hpp"
@@ -495,6 +496,87 @@ TEST(StrategyCommunication, FsdpGathersTheFrozenBaseForComputeAndNeverReducesIt)
   for (const auto& item : d.model->named_parameters()) {
     EXPECT_EQ(item.value().storage().nbytes(), 0u) << item.key() << ": every unit is freed once backward is done";
   }
+}
+
+// A generation phase (rollouts, a sampled text) under fsdp: every unit gathered once before it,
+// nothing moved during its passes (so ranks may run different numbers of them), every unit freed
+// after it; the tokens are those of passes that gather unit by unit.
+TEST(StrategyCommunication, FsdpGathersEveryUnitOnceForAWholeGenerationPhase) {
+  Driven d = drive("fsdp");
+  GenerationRequest request;
+  request.prompt_ids = {1, 2, 3};
+  request.max_new_tokens = 6;
+  request.sampling.temperature = 0;
+  const std::vector<GenerationResult> unit_by_unit = generate(*d.model, {request}, {});
+  EXPECT_GE(d.comm->all_gathers, 3 * 6) << "each block gathered again for each of the six passes";
+  for (const auto& item : d.model->named_parameters()) {
+    if (item.key().rfind("h.", 0) == 0) EXPECT_EQ(item.value().storage().nbytes(), 0u) << item.key();
+  }
+  const int before = d.comm->all_gathers;
+  int at_start = -1, at_end = -1;
+  std::vector<GenerationResult> phase;
+  d.strategy->with_whole_parameters(*d.model, [&] {
+    at_start = d.comm->all_gathers;
+    phase = generate(*d.model, {request, request}, {});
+    at_end = d.comm->all_gathers;
+  });
+  EXPECT_LE(at_start - before, 4) << "each of the four units gathered at most once";
+  EXPECT_GE(at_start - before, 3) << "the three blocks, freed after the last pass, gathered again";
+  EXPECT_EQ(at_end, at_start) << "no collective inside the phase";
+  ASSERT_EQ(phase.size(), 2u);
+  for (const auto& result : phase) {
+    EXPECT_EQ(result.completion_ids, unit_by_unit[0].completion_ids);
+    EXPECT_EQ(result.logprobs, unit_by_unit[0].logprobs);
+  }
+  for (const auto& p : d.model->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u) << "every unit freed after the phase";
+  // The weights are the model's after the phase: a forward gathers them again as before.
+  EXPECT_EQ(generate(*d.model, {request}, {})[0].completion_ids, unit_by_unit[0].completion_ids);
+}
+
+// Under fsdp each rank generates its own prompts in one phase (RL rollouts): rank 0 two tokens,
+// rank 1 seven, so their passes differ in number; each equals what the whole model generates on
+// one rank. Gathering unit by unit, the ranks' collectives would not pair up.
+TEST(FsdpGeneration, EachRankGeneratesItsOwnPromptsInOnePhase) {
+  TempDir dir;
+  const std::string data = uneven_token_file(dir);
+  std::vector<std::vector<GenerationResult>> got(2), expected(2);
+  const auto errors = testing::run_on_gloo_ranks(2, [&](std::int64_t rank, std::shared_ptr<Communicator> comm) {
+    core::BuiltComponents built, plain;
+    {
+      std::lock_guard<std::mutex> lock(build_mutex);
+      core::seed_everything(42 + static_cast<std::uint64_t>(rank), "cpu");
+      built = testing::build_components(components_yaml(data, "fsdp"), testing::rank_context(comm, 42));
+      plain = testing::build_components(components_yaml(data, ""), testing::rank_context(core::make_local_communicator(), 42));
+    }
+    auto model = testing::built<Model>(built, "model");
+    auto strategy = testing::built<ParallelStrategy>(built, "parallel");
+    strategy->setup(*model, *testing::built<Optimizer>(built, "optimizer"), *comm);
+    // The whole model on one rank, with the weights fsdp shards (rank 0's, broadcast by setup).
+    auto whole = testing::built<Model>(plain, "model");
+    {
+      c10::NoGradGuard no_grad;
+      const StateDict weights = strategy->full_parameters(*model);
+      for (auto& item : whole->named_parameters()) item.value().copy_(weights.at(item.key()));
+    }
+    GenerationRequest request;
+    request.prompt_ids = rank == 0 ? std::vector<std::int64_t>{1, 2, 3} : std::vector<std::int64_t>{4, 5};
+    request.max_new_tokens = rank == 0 ? 2 : 7;
+    request.sampling.temperature = 0;
+    const auto r = static_cast<std::size_t>(rank);
+    expected[r] = generate(*whole, {request}, {});
+    strategy->with_whole_parameters(*model, [&] { got[r] = generate(*model, {request}, {}); });
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    ASSERT_EQ(got[r].size(), 1u);
+    EXPECT_EQ(got[r][0].completion_ids, expected[r][0].completion_ids) << "rank " << r;
+    ASSERT_EQ(got[r][0].logprobs.size(), expected[r][0].logprobs.size());
+    for (std::size_t t = 0; t < got[r][0].logprobs.size(); ++t) {
+      EXPECT_NEAR(got[r][0].logprobs[t], expected[r][0].logprobs[t], 1e-6) << "rank " << r;
+    }
+  }
+  EXPECT_EQ(got[0][0].completion_ids.size(), 2u);
+  EXPECT_EQ(got[1][0].completion_ids.size(), 7u);
 }
 
 }  // namespace strategies_test

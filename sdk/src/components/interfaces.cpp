@@ -45,6 +45,8 @@ LossAndGradNorm ParallelStrategy::reduce_loss_and_grad_norm(Communicator& comm, 
 }
 at::Tensor ParallelStrategy::gradient_of(const at::Tensor& param) { return param.grad(); }
 
+void ParallelStrategy::with_whole_parameters(Model& /*model*/, const std::function<void()>& fn) { fn(); }
+
 std::vector<Communicator*> ParallelStrategy::state_share_groups() const {
   return std::vector<Communicator*>(owned_ranges().size(), nullptr);
 }
@@ -144,6 +146,16 @@ at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
 Tokenizer::~Tokenizer() = default;
+
+std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  const std::vector<std::int64_t> ids = tokenizer.encode_with_offsets(text, spans);
+  std::vector<std::int64_t> kept;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (spans[i].first != spans[i].second) kept.push_back(ids[i]);  // what encode() adds covers no text
+  }
+  return kept;
+}
 at::Tensor softcapped(const at::Tensor& logits, double cap) {
   return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }

@@ -68,7 +68,8 @@ void generate_batch(Model& model, const std::vector<GenerationRequest>& requests
   std::size_t remaining = rows;
   while (true) {
     // The step's logits on the host in float32: the draw, the log-probabilities and the stops.
-    const at::Tensor raw = logits.squeeze(1).to(at::kCPU, at::kFloat);
+    at::Tensor raw = logits.squeeze(1).to(at::kCPU, at::kFloat);
+    if (options.vocabulary > 0 && options.vocabulary < raw.size(-1)) raw = raw.narrow(-1, 0, options.vocabulary);
     const at::Tensor logprobs = at::log_softmax(raw, -1);
     at::Tensor step_ids = at::zeros({batch, 1}, at::kLong), step_positions = at::full({batch, 1}, -1, at::kLong);
     for (std::size_t r = 0; r < rows; ++r) {

@@ -127,6 +127,14 @@ class TESSERA_API ParallelStrategy {
   // as during optimizer_step: the view under which its state_dict is loaded.
   virtual void with_owned_parameters(const std::function<void()>& fn) = 0;
 
+  // --- Generation (rollouts, sampling) -----------------------------------------------------------
+  // Runs `fn` with every parameter of the model whole on this rank, gathered once: the many passes
+  // of a generation phase (Model::decode, one per token) then move nothing, and each rank may run
+  // its own number of them (its own prompts). fsdp gathers every unit before `fn` and frees them
+  // after it, also when it throws; a strategy that keeps the parameters whole (the default) runs
+  // `fn` as it is. A collective under fsdp: every rank calls it. No backward inside `fn`.
+  virtual void with_whole_parameters(Model& model, const std::function<void()>& fn);
+
   // --- A frozen copy of the weights: a loss's reference model without adapters (loss/dpo) ------
   // Copies the parameters as they are now into memory held as this strategy holds them between
   // steps: whole on every rank, or (fsdp) each rank its shard. A collective-free copy; every rank

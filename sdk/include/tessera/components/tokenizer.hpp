@@ -65,4 +65,10 @@ class TESSERA_API Tokenizer {
   virtual std::string identity() const { return "unknown"; }
 };
 
+// Text that writes its own special tokens (a rendered chat template: its BOS, its turn markers)
+// to ids, as transformers' apply_chat_template(tokenize=True) encodes it (add_special_tokens off):
+// what encode() adds beyond the text (a BOS or EOS covering no bytes) is left out. Throws
+// std::runtime_error as encode_with_offsets does.
+TESSERA_API std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text);
+
 }  // namespace tessera

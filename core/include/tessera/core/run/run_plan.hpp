@@ -27,6 +27,9 @@ struct RunOptions {
   // `tessera eval`: no training step follows, so the trainer's own requirements (a pipeline's
   // micro-batches) are not checked.
   bool evaluate_only = false;
+  // `tessera generate` and `tessera chat`: the spec needs only a model (and a tokenizer for
+  // text); the trainer's other components may be there, and are not required.
+  bool generate_only = false;
   // `tessera plan`: plan as one process, whatever torchrun's or Slurm's variables say.
   bool single_process = false;
 };

@@ -26,7 +26,8 @@ const std::vector<ComponentRole>& trainer_roles();
 
 // Fails on the first role that is missing, of the wrong shape (one component or a list) or
 // declared with another kind. `components` may be null; `top` is where to point then.
-void check_trainer_roles(const ConfigNode* components, const SourcePos& top);
+// `model_only` (generation): only the model and its adapters are looked at.
+void check_trainer_roles(const ConfigNode* components, const SourcePos& top, bool model_only = false);
 // No component refers to components.train_data ({instance_key: train_data}): the trainer's alone.
 void check_train_data_unshared(const ConfigNode* components);
 

@@ -55,13 +55,27 @@ class TrainingRun {
   EvalTotals evaluate(const EvalOptions& options);
 
  private:
-  // --resume auto: the newest valid checkpoint as rank 0 finds it ("" for none), on every rank.
-  std::string agreed_resumable_checkpoint(Communicator& comm) const;
-
   RunPlan plan_;  // completed by the constructor (component defaults), fixed after it
   PluginHost host_;
   std::shared_ptr<Communicator> communicator_;  // joined by make_trainer()
 };
+
+// The run's plan, with the process-wide effects of planning it: the log level, and the rank
+// prefix of its lines under torchrun or srun.
+RunPlan plan_and_configure_logging(const RunOptions& options);
+
+// Refuses (ConfigIssue) a model asked to split over a mesh axis of the plan's context that its
+// config does not declare (Schema::mesh_axes), and a sequence those splits cannot cut.
+void check_model_splits(const RunPlan& plan, const Registry& registry);
+
+// The process-wide settings of a run's plan (deterministic algorithms, TF32, threads, the seeds)
+// and its communicator: the local one, or the process group of its ranks (Gloo, or NCCL on
+// CUDA). Refuses first a CUDA device the machine lacks.
+std::shared_ptr<Communicator> start_process(const RunPlan& plan);
+
+// --resume auto: the newest valid checkpoint under the plan's checkpoint folder as rank 0 finds
+// it ("" for none), on every rank of `comm`.
+std::string agreed_resumable_checkpoint(const RunPlan& plan, Communicator& comm);
 
 // Seeds every RNG the run may use from one seed; touches CUDA only for a cuda device.
 void seed_everything(std::uint64_t seed, const std::string& device);

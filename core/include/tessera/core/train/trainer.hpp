@@ -96,6 +96,11 @@ struct CheckpointContext {
   std::chrono::milliseconds timeout{300000};
 };
 
+// `model` on `device`: its buffers and the parameters with storage moved there, its deferred
+// parameters (tessera/nn/deferred_init.hpp) given storage there and their initial values, unless
+// `keep_deferred` (a strategy that materialises them itself, a unit at a time).
+void place_model(Model& model, const c10::Device& device, bool keep_deferred);
+
 class Trainer : private CallbackEvents {
  public:
   // `peak_flops`: one device's peak FLOP/s for MFU (settings.peak_flops); 0: the table of known
@@ -184,7 +189,6 @@ class Trainer : private CallbackEvents {
   StepMetrics record(CallbackContext& ctx, const StepInputs& inputs, double lr,
                      const SkipDecision& decision, const StepClock& clock);
 
-  void place_model();
   // The model's parameters and buffers from a read checkpoint (restore and restore_model).
   void load_model_state(const LoadedCheckpoint& ck, const std::string& checkpoint_path);
   std::string stop_reason() const;
