@@ -42,14 +42,15 @@ build_example() {
   cmake --build "$tmp/$example" -j 1 >"$tmp/$example.build.log" 2>&1 \
     || { cat "$tmp/$example.build.log"; echo "FAIL: build $example" >&2; return 1; }
 }
-for example in step_decay stop_at_loss whole_matrix; do in_parallel "example $example" build_example "$example"; done
+for example in step_decay stop_at_loss whole_matrix length_reward; do in_parallel "example $example" build_example "$example"; done
 finish_all
-paths="--plugin-path $tmp/step_decay/plugins --plugin-path $tmp/stop_at_loss/plugins"
+paths="--plugin-path $tmp/step_decay/plugins --plugin-path $tmp/stop_at_loss/plugins --plugin-path $tmp/length_reward/plugins"
 
 # The installed host lists the bundled plugins from its prefix and the examples from their builds.
 "$bin" components $paths >"$tmp/components.txt"
 grep -q "scheduler/step_decay" "$tmp/components.txt" || fail "step_decay not listed"
 grep -q "callback/stop_at_loss" "$tmp/components.txt" || fail "stop_at_loss not listed"
+grep -q "reward/length_target" "$tmp/components.txt" || fail "length_target (a reward) not listed"
 grep -q "$tmp/prefix/lib/tessera/plugins/libtessera_model_gpt.so" "$tmp/components.txt" || fail "bundled plugins not found in the prefix"
 
 cat >"$tmp/run.yaml" <<YAML

@@ -16,6 +16,7 @@
 #include "tessera/components/model.hpp"
 #include "tessera/components/moe_routing.hpp"
 #include "tessera/components/optimizer.hpp"
+#include "tessera/components/reward.hpp"
 #include "tessera/components/strategy.hpp"
 #include "tessera/components/tokenizer.hpp"
 #include "tessera/parallel/collectives.hpp"
@@ -146,6 +147,7 @@ at::Tensor Model::run_unit(std::size_t index, const at::Tensor& input,
 Dataset::~Dataset() = default;
 Loss::~Loss() = default;
 Tokenizer::~Tokenizer() = default;
+Reward::~Reward() = default;
 
 std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text) {
   std::vector<std::pair<std::size_t, std::size_t>> spans;
