@@ -30,7 +30,7 @@ int chat_command(const Args& args) {
       ("resume", po::value<std::string>(&run_options.resume),
        "the weights of a checkpoint: 'auto' (the newest valid one under checkpoint.dir) or its PATH")
       ("system", po::value<std::string>(&system), "a system message that opens every conversation");
-  add_sampling_options(visible, flags);
+  add_sampling_options(visible, flags, /*batches=*/false);
   visible.add_options()("help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>(&run_options.config_path));
@@ -38,11 +38,7 @@ int chat_command(const Args& args) {
   positional.add("config", 1);
   if (!parse_command_line(args, visible, hidden, positional)) return 0;
   if (run_options.config_path.empty()) throw UsageError("missing SPEC (a run spec YAML file)");
-  try {
-    check_sampling(sampling_of(flags, 0));
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+  check_sampling_flags(flags);
 
   core::GenerationRun run(run_options);
   if (run.plan().env.world_size > 1) {
@@ -85,8 +81,7 @@ int chat_command(const Args& args) {
     }
     request.sampling = sampling_of(flags, flags.seed + turn++);
     TextStream stream(*run.tokenizer(), run.eos_token_ids(), flags.stops);
-    GenerationOptions options;
-    options.eos_token_ids = run.eos_token_ids();
+    GenerationOptions options = generation_options(run, flags);
     options.after_token = [&](std::size_t, const std::vector<std::int64_t>& completion) {
       std::cout << stream.next(completion, false) << std::flush;
       return stream.stopped();

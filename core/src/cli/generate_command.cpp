@@ -155,7 +155,7 @@ GenerateArgs parse(const Args& args, bool& help) {
       ("prompt", po::value<std::string>(&parsed.prompt), "one prompt; its completion's text is printed as it comes")
       ("prompts", po::value<std::string>(&parsed.prompts_file), "a JSON-lines file of prompts")
       ("out", po::value<std::string>(&parsed.out), "write the JSON lines here instead of stdout");
-  add_sampling_options(visible, parsed.sampling);
+  add_sampling_options(visible, parsed.sampling, /*batches=*/true);
   visible.add_options()("help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>(&parsed.run.config_path));
@@ -165,15 +165,7 @@ GenerateArgs parse(const Args& args, bool& help) {
   if (help) return parsed;
   if (parsed.run.config_path.empty()) throw UsageError("missing SPEC (a run spec YAML file)");
   if (parsed.prompt.empty() == parsed.prompts_file.empty()) throw UsageError("give one of --prompt TEXT and --prompts FILE");
-  if (parsed.sampling.batch_size < 1) throw UsageError("--batch-size must be at least 1");
-  for (const auto& stop : parsed.sampling.stops) {
-    if (stop.empty()) throw UsageError("--stop needs a non-empty string");
-  }
-  try {
-    check_sampling(sampling_of(parsed.sampling, 0));
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+  check_sampling_flags(parsed.sampling);
   return parsed;
 }
 
@@ -199,23 +191,24 @@ int generate_command(const Args& args) {
   if (help) return 0;
   core::GenerationRun run(parsed.run);
   run.start();
+  const std::vector<std::string>& stops = parsed.sampling.stops;
+  if (!stops.empty() && !run.tokenizer()) {
+    throw ConfigError(parsed.run.config_path + ": --stop reads the completions' text, which needs a tokenizer, and "
+                      "the spec has none; add components.tokenizer", "");
+  }
   PromptRows rows(run, parsed.sampling);
   const bool one_text = !parsed.prompt.empty();
   const std::vector<GenerationRequest> requests =
       one_text ? std::vector<GenerationRequest>{rows.text_prompt(parsed.prompt)} : rows.read(parsed.prompts_file);
 
-  GenerationOptions options;
-  options.eos_token_ids = run.eos_token_ids();
-  options.batch_size = parsed.sampling.batch_size;
-  const std::vector<std::string>& stops = parsed.sampling.stops;
+  GenerationOptions options = generation_options(run, parsed.sampling);
   std::unique_ptr<TextStream> stream;
   if (one_text && run.rank() == 0) stream = std::make_unique<TextStream>(*run.tokenizer(), run.eos_token_ids(), stops);
   if (!stops.empty() || stream) {
     // Every rank decides alike (the same ids, the same tokenizer): tensor-parallel peers stay in step.
     options.after_token = [&](std::size_t, const std::vector<std::int64_t>& completion) {
       if (stream) std::cout << stream->next(completion, false) << std::flush;
-      return !stops.empty() &&
-             first_stop(run.tokenizer()->decode(completion), stops) != std::string::npos;
+      return !stops.empty() && reaches_stop(*run.tokenizer(), completion, stops);
     };
   }
   const std::vector<GenerationResult> results = run.generate(requests, options);

@@ -4,13 +4,14 @@
 
 #include <algorithm>
 
+#include "commands.hpp"
 #include "tessera/error.hpp"
 
 namespace po = boost::program_options;
 
 namespace tessera::cli {
 
-void add_sampling_options(po::options_description& options, SamplingFlags& flags) {
+void add_sampling_options(po::options_description& options, SamplingFlags& flags, bool batches) {
   options.add_options()
       ("max-new-tokens", po::value<std::int64_t>(&flags.max_new_tokens)->default_value(0),
        "tokens to generate at most (0: 128, or what the model's max_seq_len leaves)")
@@ -24,9 +25,33 @@ void add_sampling_options(po::options_description& options, SamplingFlags& flags
       ("seed", po::value<std::int64_t>(&flags.seed)->default_value(0),
        "seed of the draws (prompt i of a file: seed + i, unless its row has its own)")
       ("stop", po::value<std::vector<std::string>>(&flags.stops)->composing(),
-       "end a completion where its text holds STR (repeatable); the text stops before it")
-      ("batch-size", po::value<std::int64_t>(&flags.batch_size)->default_value(8),
-       "prompts generated together (per data-parallel rank)");
+       "end a completion where its text holds STR (repeatable); the text stops before it");
+  if (batches) {
+    options.add_options()("batch-size", po::value<std::int64_t>(&flags.batch_size)->default_value(8),
+                          "prompts generated together (per data-parallel rank)");
+  }
+}
+
+void check_sampling_flags(const SamplingFlags& flags) {
+  if (flags.batch_size < 1) throw UsageError("--batch-size must be at least 1");
+  if (flags.max_new_tokens < 0) throw UsageError("--max-new-tokens must be at least 1 (or 0 for the default)");
+  for (const auto& stop : flags.stops) {
+    if (stop.empty()) throw UsageError("--stop needs a non-empty string");
+  }
+  try {
+    check_sampling(sampling_of(flags, 0));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+GenerationOptions generation_options(const core::GenerationRun& run, const SamplingFlags& flags) {
+  GenerationOptions options;
+  options.eos_token_ids = run.eos_token_ids();
+  options.batch_size = flags.batch_size;
+  // Ids past the tokenizer's (a vocabulary padded to a multiple of 64) have no text.
+  if (run.tokenizer()) options.vocabulary = run.tokenizer()->vocab_size();
+  return options;
 }
 
 SamplingParams sampling_of(const SamplingFlags& flags, std::int64_t seed) {
@@ -93,6 +118,15 @@ std::size_t first_stop(const std::string& text, const std::vector<std::string>& 
   return first;
 }
 
+bool reaches_stop(const Tokenizer& tokenizer, const std::vector<std::int64_t>& completion,
+                  const std::vector<std::string>& stops) {
+  std::size_t longest = 0;
+  for (const auto& stop : stops) longest = std::max(longest, stop.size());
+  const std::size_t tail = std::min(completion.size(), longest + 2);
+  const std::vector<std::int64_t> last(completion.end() - static_cast<std::ptrdiff_t>(tail), completion.end());
+  return first_stop(tokenizer.decode(last), stops) != std::string::npos;
+}
+
 std::string completion_text(const Tokenizer& tokenizer, const std::vector<std::int64_t>& completion_ids,
                             const std::vector<std::int64_t>& end_ids, const std::vector<std::string>& stops) {
   std::vector<std::int64_t> ids = completion_ids;
@@ -105,11 +139,13 @@ std::string completion_text(const Tokenizer& tokenizer, const std::vector<std::i
 
 namespace {
 
-// Bytes at the end of `text` that may still change: an unfinished UTF-8 character, or a
-// replacement character a byte-level decoder wrote for one.
+// Bytes at the end of `text` that may still change: an unfinished UTF-8 character, or the
+// replacement characters a decoder wrote for one (sentencepiece's byte fallback: one a byte).
 std::size_t unsettled_tail(const std::string& text) {
   static const std::string replacement = "\xEF\xBF\xBD";
-  if (text.size() >= 3 && text.compare(text.size() - 3, 3, replacement) == 0) return 3;
+  std::size_t run = 0;
+  while (text.size() >= run + 3 && text.compare(text.size() - run - 3, 3, replacement) == 0) run += 3;
+  if (run > 0) return run;
   for (std::size_t back = 1; back <= std::min<std::size_t>(3, text.size()); ++back) {
     const auto byte = static_cast<unsigned char>(text[text.size() - back]);
     if ((byte & 0xC0) == 0x80) continue;  // a continuation byte: look further back

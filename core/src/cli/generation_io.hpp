@@ -26,7 +26,13 @@ struct SamplingFlags {
   std::int64_t batch_size = 8;
 };
 
-void add_sampling_options(boost::program_options::options_description& options, SamplingFlags& flags);
+// The sampling flags (and --batch-size where `batches`: a command generating many prompts).
+void add_sampling_options(boost::program_options::options_description& options, SamplingFlags& flags, bool batches);
+// UsageError for flags no generation can take (a temperature below 0, an empty --stop, ...).
+void check_sampling_flags(const SamplingFlags& flags);
+// The options every command generates with: the run's EOS ids, and draws kept to the
+// tokenizer's ids where the model's vocabulary is padded past them.
+GenerationOptions generation_options(const core::GenerationRun& run, const SamplingFlags& flags);
 
 // The defaults a row or a turn starts from: the flags' sampling, `seed`.
 SamplingParams sampling_of(const SamplingFlags& flags, std::int64_t seed);
@@ -42,6 +48,11 @@ std::vector<std::int64_t> conversation_ids(const core::GenerationRun& run, const
 
 // Where the first of `stops` begins in `text` (std::string::npos: none does).
 std::size_t first_stop(const std::string& text, const std::vector<std::string>& stops);
+// Whether the completion's text, grown by its last token, now holds one of `stops`: the decode of
+// its last tokens, as many as the longest stop has bytes and two more, is searched (a stop string
+// found earlier would have ended the completion there).
+bool reaches_stop(const Tokenizer& tokenizer, const std::vector<std::int64_t>& completion,
+                  const std::vector<std::string>& stops);
 
 // A completion as a reader sees it: decoded without the EOS that ended it (one of `end_ids`),
 // cut before the first stop string.

@@ -200,15 +200,14 @@ std::vector<GenerationResult> GenerationRun::generate(const std::vector<Generati
     results = tessera::generate(*model_, mine, options);
   }
   if (context_.world_size == 1) return results;
-  return gather_on_rank0(std::move(results), requests.size());
+  return gather_on_rank0(std::move(results), first, requests.size());
 }
 
-std::vector<GenerationResult> GenerationRun::gather_on_rank0(std::vector<GenerationResult> mine, std::size_t total) {
+std::vector<GenerationResult> GenerationRun::gather_on_rank0(std::vector<GenerationResult> mine, std::size_t first,
+                                                            std::size_t total) {
   const DeviceMesh& mesh = *context_.mesh;
-  const auto groups = static_cast<std::size_t>(mesh.data_parallel().world_size());
-  const std::size_t first = (total * static_cast<std::size_t>(mesh.data_parallel().rank()) + groups - 1) / groups;
-  // Tensor-parallel rank 0 of each group speaks for it; the results travel on the host (Gloo, or
-  // the world's NCCL group with a CPU copy: a few kilobytes once per call).
+  // Tensor-parallel rank 0 of each group speaks for it; the results travel as float64 on the run's
+  // device (a few kilobytes, once per call), as its communicator moves tensors.
   const bool speaks = mesh.coordinate(MeshAxis::tp) == 0;
   const at::Tensor packed = speaks ? pack(mine, first) : at::zeros({0}, at::kDouble);
   Communicator& world = *communicator_;

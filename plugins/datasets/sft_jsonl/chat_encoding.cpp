@@ -105,22 +105,12 @@ std::vector<std::int64_t> ChatEncoder::plain_ids(const std::string& text) const 
 
 std::vector<std::int64_t> ChatEncoder::encode_text(const std::string& text,
                                                    std::vector<std::pair<std::size_t, std::size_t>>& spans) const {
-  std::vector<std::pair<std::size_t, std::size_t>> all;
-  std::vector<std::int64_t> ids;
+  // What the tokenizer adds (its BOS, EOS) covers no text: the template writes what it writes.
   try {
-    ids = tok_.encode_with_offsets(text, all);
+    return tessera::encode_written_text(tok_, text, &spans);
   } catch (const std::runtime_error& e) {
     throw tessera::Error(std::string("the tokenizer cannot map the rendered conversation to its tokens: ") + e.what());
   }
-  // What the tokenizer adds (its BOS, EOS) covers no text: the template writes what it writes.
-  std::vector<std::int64_t> kept;
-  spans.clear();
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (all[i].first == all[i].second) continue;
-    kept.push_back(ids[i]);
-    spans.push_back(all[i]);
-  }
-  return kept;
 }
 
 Example ChatEncoder::encode(const nlohmann::ordered_json& messages, const nlohmann::ordered_json* row_tools) const {

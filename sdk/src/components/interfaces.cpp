@@ -149,12 +149,16 @@ Loss::~Loss() = default;
 Tokenizer::~Tokenizer() = default;
 Reward::~Reward() = default;
 
-std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text) {
+std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text,
+                                              std::vector<std::pair<std::size_t, std::size_t>>* offsets) {
   std::vector<std::pair<std::size_t, std::size_t>> spans;
   const std::vector<std::int64_t> ids = tokenizer.encode_with_offsets(text, spans);
   std::vector<std::int64_t> kept;
+  if (offsets) offsets->clear();
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (spans[i].first != spans[i].second) kept.push_back(ids[i]);  // what encode() adds covers no text
+    if (spans[i].first == spans[i].second) continue;  // what encode() adds covers no text
+    kept.push_back(ids[i]);
+    if (offsets) offsets->push_back(spans[i]);
   }
   return kept;
 }

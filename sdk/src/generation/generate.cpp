@@ -68,16 +68,17 @@ void generate_batch(Model& model, const std::vector<GenerationRequest>& requests
   std::size_t remaining = rows;
   while (true) {
     // The step's logits on the host in float32: the draw, the log-probabilities and the stops.
-    at::Tensor raw = logits.squeeze(1).to(at::kCPU, at::kFloat);
-    if (options.vocabulary > 0 && options.vocabulary < raw.size(-1)) raw = raw.narrow(-1, 0, options.vocabulary);
+    const at::Tensor raw = logits.squeeze(1).to(at::kCPU, at::kFloat);
     const at::Tensor logprobs = at::log_softmax(raw, -1);
+    const at::Tensor drawn_from =
+        options.vocabulary > 0 && options.vocabulary < raw.size(-1) ? raw.narrow(-1, 0, options.vocabulary) : raw;
     at::Tensor step_ids = at::zeros({batch, 1}, at::kLong), step_positions = at::full({batch, 1}, -1, at::kLong);
     for (std::size_t r = 0; r < rows; ++r) {
       if (done[r]) continue;
       const GenerationRequest& request = requests[first + r];
       GenerationResult& out = results[first + r];
       const auto row = static_cast<std::int64_t>(r);
-      const std::int64_t token = draw_token(raw[row], request.sampling, generators[r]);
+      const std::int64_t token = draw_token(drawn_from[row], request.sampling, generators[r]);
       out.completion_ids.push_back(token);
       out.logprobs.push_back(logprobs[row][token].item<double>());
       const auto is = [token](const std::vector<std::int64_t>& ids) {

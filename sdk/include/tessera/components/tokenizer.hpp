@@ -67,8 +67,9 @@ class TESSERA_API Tokenizer {
 
 // Text that writes its own special tokens (a rendered chat template: its BOS, its turn markers)
 // to ids, as transformers' apply_chat_template(tokenize=True) encodes it (add_special_tokens off):
-// what encode() adds beyond the text (a BOS or EOS covering no bytes) is left out. Throws
-// std::runtime_error as encode_with_offsets does.
-TESSERA_API std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text);
+// what encode() adds beyond the text (a BOS or EOS covering no bytes) is left out. `offsets`, when
+// given, gets each kept id's bytes of `text`. Throws std::runtime_error as encode_with_offsets does.
+TESSERA_API std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text,
+                                                          std::vector<std::pair<std::size_t, std::size_t>>* offsets = nullptr);
 
 }  // namespace tessera

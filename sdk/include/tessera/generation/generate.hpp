@@ -45,7 +45,7 @@ struct GenerationOptions {
   std::vector<std::int64_t> eos_token_ids;  // end every request (the model's generation_config)
   std::int64_t batch_size = 8;
   // Draw only ids below this (a tokenizer's, where the model's vocabulary is padded past it); the
-  // log-probabilities are then over those ids. 0: every id.
+  // log-probabilities stay those of the raw logits over every id. 0: every id.
   std::int64_t vocabulary = 0;
   c10::Device device = c10::Device(c10::kCPU);  // the model's
   // Called after each token a request draws (streaming, stop strings): true ends the request

@@ -68,8 +68,9 @@ class GenerationRun {
 
  private:
   void load_checkpoint(const std::string& path);
-  // Rank 0 gets every data-parallel group's results, in request order.
-  std::vector<GenerationResult> gather_on_rank0(std::vector<GenerationResult> mine, std::size_t total);
+  // Rank 0 gets every data-parallel group's results (each group's from request `first` of its
+  // share), in request order.
+  std::vector<GenerationResult> gather_on_rank0(std::vector<GenerationResult> mine, std::size_t first, std::size_t total);
 
   RunPlan plan_;
   PluginHost host_;
