@@ -33,10 +33,21 @@ std::optional<double> as_number(const std::string& text) {
   return value;
 }
 
+// The last `n` characters (UTF-8 code points, as Python slices a str) of `text`.
+std::string last_characters(const std::string& text, std::size_t n) {
+  std::size_t start = text.size();
+  for (std::size_t kept = 0; start > 0 && kept < n; ++kept) {
+    do {
+      --start;
+    } while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80);
+  }
+  return text.substr(start);
+}
+
 }  // namespace
 
 std::optional<std::string> gsm8k_answer(const std::string& full) {
-  const std::string text = full.size() > 300 ? full.substr(full.size() - 300) : full;
+  const std::string text = last_characters(full, 300);
   std::optional<std::string> last;
   for (std::size_t at = text.find("#### "); at != std::string::npos; at = text.find("#### ", at + 1)) {
     std::size_t i = at + 5;
@@ -55,12 +66,8 @@ std::optional<std::string> boxed_answer(const std::string& text) {
     const std::string rest = text.substr(spaced + 7);
     return rest.substr(0, rest.find('$'));
   }
-  std::size_t at = text.rfind("\\boxed");
-  std::size_t name = 6;
-  if (at == std::string::npos) {
-    at = text.rfind("\\fbox");
-    name = 5;
-  }
+  const std::size_t at = text.rfind("\\boxed");
+  const std::size_t name = 6;
   if (at == std::string::npos) return std::nullopt;
   int open = 0;
   for (std::size_t i = at; i < text.size(); ++i) {
@@ -74,7 +81,8 @@ std::optional<std::string> boxed_answer(const std::string& text) {
   return std::nullopt;
 }
 
-std::optional<std::string> last_number(const std::string& text) {
+std::optional<std::string> last_number(const std::string& full) {
+  const std::string text = last_characters(full, 300);
   std::optional<std::string> last;
   for (std::size_t i = 0; i < text.size();) {
     std::size_t start = i;
@@ -85,7 +93,7 @@ std::optional<std::string> last_number(const std::string& text) {
     }
     while (i < text.size() && numeric_char(text[i])) ++i;
     const std::string match = text.substr(start, i - start);
-    if (match != "." && match != "-.") last = match;
+    if (match != ".") last = match;
   }
   return last;
 }

@@ -43,8 +43,7 @@ class MathAnswer final : public tessera::Reward {
         scores.emplace_back(std::nullopt);
         continue;
       }
-      const std::string reference = it->is_string() ? final_answer(it->get<std::string>()).value_or(it->get<std::string>())
-                                                     : it->dump();
+      const std::string reference = it->is_string() ? reference_answer(it->get<std::string>()) : it->dump();
       const std::optional<std::string> answer = final_answer(input.completion);
       scores.emplace_back(answer && ma::same_answer(*answer, reference) ? 1.0 : 0.0);
     }
@@ -52,6 +51,14 @@ class MathAnswer final : public tessera::Reward {
   }
 
  private:
+  // A whole solution ("... #### 72", "... \\boxed{72}") gives its final answer; anything else is
+  // the answer itself ("1/2" stays "1/2", not its last number).
+  std::string reference_answer(const std::string& answer) const {
+    const bool solution = (config_.format == "gsm8k" && answer.find("#### ") != std::string::npos) ||
+                          (config_.format == "boxed" && answer.find("\\boxed") != std::string::npos);
+    return solution ? final_answer(answer).value_or(answer) : answer;
+  }
+
   std::optional<std::string> final_answer(const std::string& text) const {
     if (config_.format == "gsm8k") return ma::gsm8k_answer(text);
     if (config_.format == "boxed") return ma::boxed_answer(text);

@@ -69,7 +69,7 @@ TEST(MathAnswer, BoxedTakesTheLastBalancedBoxAsVerlsMathJudge) {
       {"\\boxed{3} first, then \\boxed{4}", "4", 1.0},
       {"\\boxed{3} first, then \\boxed{4}", "3", 0.0},
       {"$\\boxed 5$", 5, 1.0},                                              // "\boxed X" up to the $
-      {"\\fbox{12}", "12", 1.0},
+      {"\\fbox{12}", "12", 0.0},                                            // verl's remove_boxed fails
       {"\\boxed{12", "12", 0.0},                                            // never closed
       {"\\boxed{42.0}", "The area is $6 \\cdot 7 = \\boxed{42}$.", 1.0},    // a MATH solution's box
       {"\\boxed{x + 1}", " x + 1 ", 1.0},                                   // text, trimmed
@@ -84,6 +84,8 @@ TEST(MathAnswer, LastNumberTakesTheFinalNumberAsVerlsFlexibleJudge) {
       {"no numbers here", 3, 0.0},
       {"it is -7", -7, 1.0},
       {"about 1,234,567 people", "1234567", 1.0},
+      {"it was 1/2", "1/2", 0.0},               // the reference is the answer itself, not its last number
+      {"21 then " + std::string(300, 'x'), 21, 0.0},  // only the last 300 characters are read
   });
 }
 

@@ -1,5 +1,5 @@
-// reward/regex: 1 where a completion's text matches `pattern` (PCRE2, UTF-8, as Python's `re`
-// reads the common syntax), else 0. `mode: search` finds it anywhere (re.search), `fullmatch`
+// reward/regex: 1 where a completion's text matches `pattern` (PCRE2 over UTF-8 with Unicode
+// classes: \d, \w, \s and \b as Python 3's `re` reads them in a str), else 0. `mode: search` finds it anywhere (re.search), `fullmatch`
 // needs the whole completion to match (re.fullmatch): a format reward ("<think>...</think>
 // <answer>...</answer>").
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -26,7 +26,7 @@ struct RegexConfig {
     f.check([](const C& c) {
       int error = 0;
       PCRE2_SIZE offset = 0;
-      pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(c.pattern.data()), c.pattern.size(), PCRE2_UTF,
+      pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(c.pattern.data()), c.pattern.size(), PCRE2_UTF | PCRE2_UCP,
                                        &error, &offset, nullptr);
       if (code) {
         pcre2_code_free(code);
@@ -47,7 +47,7 @@ class RegexReward final : public tessera::Reward {
     int error = 0;
     PCRE2_SIZE offset = 0;
     // fullmatch: anchored at the start and required to end at the end, as re.fullmatch.
-    const std::uint32_t options = PCRE2_UTF | (config.mode == "fullmatch" ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : 0);
+    const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (config.mode == "fullmatch" ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : 0);
     code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(config.pattern.data()), config.pattern.size(), options,
                               &error, &offset, nullptr));
     if (!code_) throw tessera::Error("reward/regex: the pattern does not compile");

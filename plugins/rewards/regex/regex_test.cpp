@@ -35,6 +35,12 @@ TEST(RegexReward, SearchFindsTheMatchAnywhereAndFullmatchNeedsAllOfIt) {
             (std::vector<std::optional<double>>{1.0, 0.0, 0.0}));
 }
 
+TEST(RegexReward, ClassesAreUnicodeAsPythonsRe) {
+  // re.search(r'^\w+$', 'héllo') and re.search(r'\d', '٣') (an Arabic-Indic three) both match.
+  EXPECT_EQ(scores("{pattern: '^\\w+$'}", {"h\xC3\xA9llo"}), (std::vector<std::optional<double>>{1.0}));
+  EXPECT_EQ(scores("{pattern: '\\d'}", {"\xD9\xA3"}), (std::vector<std::optional<double>>{1.0}));
+}
+
 TEST(RegexReward, TextThatIsNotUtf8MatchesNothing) {
   EXPECT_EQ(scores("{pattern: '.'}", {"\xff\xfe", "ok"}), (std::vector<std::optional<double>>{0.0, 1.0}));
 }
