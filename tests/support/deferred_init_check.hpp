@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/components/model.hpp"
+#include "tessera/core/run/training_run.hpp"
 #include "tessera/nn/deferred_init.hpp"
 #include "test_support.hpp"
 

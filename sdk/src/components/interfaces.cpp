@@ -16,6 +16,7 @@
 #include "tessera/components/model.hpp"
 #include "tessera/components/moe_routing.hpp"
 #include "tessera/components/optimizer.hpp"
+#include "tessera/components/prompt_source.hpp"
 #include "tessera/components/reward.hpp"
 #include "tessera/components/strategy.hpp"
 #include "tessera/components/tokenizer.hpp"
@@ -148,6 +149,7 @@ Dataset::~Dataset() = default;
 Loss::~Loss() = default;
 Tokenizer::~Tokenizer() = default;
 Reward::~Reward() = default;
+PromptSource::~PromptSource() = default;
 
 std::vector<std::int64_t> encode_written_text(const Tokenizer& tokenizer, const std::string& text,
                                               std::vector<std::pair<std::size_t, std::size_t>>* offsets) {

@@ -10,6 +10,8 @@
 
 namespace tessera {
 
+class PromptSource;
+
 class TESSERA_API Dataset : public Stateful {
  public:
   static constexpr const char* kKind = "dataset";
@@ -24,6 +26,9 @@ class TESSERA_API Dataset : public Stateful {
   virtual std::int64_t seq_len() const = 0;
   // Samples in one epoch of the whole dataset (all shards together).
   virtual std::int64_t num_samples() const = 0;
+  // A dataset of prompts for reinforcement learning (tessera/components/prompt_source.hpp) gives
+  // them here, and itself; a dataset of token sequences gives null (the default).
+  virtual PromptSource* prompts() { return nullptr; }
 };
 
 }  // namespace tessera
