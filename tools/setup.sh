@@ -69,6 +69,11 @@ if ! .venv/bin/python3 -c "import peft" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "peft==0.21.2" "accelerate==1.15.0" ||
     echo "setup: NOTE: peft could not be installed; the LoRA interop test will be skipped"
 fi
+# trl is the reference of reinforcement learning: GRPOTrainer's formulas and its step beside ours.
+if ! .venv/bin/python3 -c "import trl, sys; sys.exit(trl.__version__ != '1.16.0')" 2>/dev/null; then
+  .venv/bin/pip install --quiet --progress-bar off "trl==1.16.0" ||
+    echo "setup: NOTE: trl could not be installed; the GRPO reference tests will be skipped"
+fi
 # matplotlib draws tools/plot's PNGs; tensorboard's own reader checks the event files in a test.
 if ! .venv/bin/python3 -c "import matplotlib, tensorboard" 2>/dev/null; then
   .venv/bin/pip install --quiet --progress-bar off "matplotlib==3.11.2" "tensorboard==2.21.0" ||

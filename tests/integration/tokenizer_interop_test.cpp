@@ -15,6 +15,7 @@
 #include "tessera/components/dataset.hpp"
 #include "tessera/error.hpp"
 #include "tessera/components/tokenizer.hpp"
+#include "reference_process.hpp"
 #include "test_support.hpp"
 
 namespace tessera {
