@@ -45,7 +45,7 @@ struct PromptConfig : tessera::chat::ChatFormatConfig, tessera::chat::ExampleFil
     f.field("tokenizer", &C::tokenizer, "the tokenizer of the model").required();
     f.field("prompt_field", &C::prompt_field, "the field holding the prompt (text, or messages so far)");
     f.field("max_prompt_length", &C::max_prompt_length,
-            "keep a prompt's last this many tokens (TRL's max_prompt_length; 0: the whole prompt)")
+            "keep a prompt's last this many tokens (0: the whole prompt); TRL 1.16's GRPOTrainer has no such limit")
         .at_least(0);
     f.field("shuffle", &C::shuffle, "a new seeded order of prompts every epoch");
     f.field("seed", &C::seed, "seed of the order; -1 = the run seed").at_least(-1);
@@ -97,7 +97,7 @@ class PromptDataset final : public tessera::Dataset, public tessera::PromptSourc
       }
       if (p.ids.empty()) throw tessera::ConfigError(where + ": the prompt has no tokens", "path");
       if (c.max_prompt_length > 0 && static_cast<std::int64_t>(p.ids.size()) > c.max_prompt_length) {
-        // TRL keeps a prompt's end (the question nearest the answer).
+        // The prompt's end: the question nearest the answer.
         p.ids.erase(p.ids.begin(), p.ids.end() - c.max_prompt_length);
         p.text = tok.decode(p.ids);
         ++cut;

@@ -27,6 +27,7 @@ class TESSERA_API PromptSource {
   // The next `count` prompts of this rank's share (Dataset::set_shard), in the dataset's order (a
   // new seeded shuffle each epoch, or file order), epochs following each other. The position is
   // the dataset's state (Stateful): a resumed run goes on with the prompts it would have had.
+  // Every rank asks for the same counts (the shares interleave over one global position).
   virtual std::vector<Prompt> next_prompts(std::int64_t count) = 0;
 };
 

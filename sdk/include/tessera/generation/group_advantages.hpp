@@ -5,6 +5,8 @@
 // reward less its group's mean (unscorable ones left out), divided by the Bessel-corrected
 // standard deviation of its group ("group") or of the whole batch ("batch") plus 1e-4, or not
 // divided ("none"). Groups are the rows [g * G, (g + 1) * G): a prompt's G completions in a row.
+// TRL gathers the rewards of every rank first: pass the whole step's completions, so that the
+// batch's standard deviation is the step's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
