@@ -25,6 +25,21 @@ namespace grpo_reference_test {
 
 using nlohmann::json;
 
+// grpo_reference.py MODE over `cases`: its answers, one per case (empty, the test failed, when it
+// did not run).
+json reference(const std::string& python, const std::string& mode, const json& cases) {
+  testing::TempDir dir;
+  std::ofstream(dir.file("cases.json")) << cases.dump();
+  std::string out;
+  const int rc = testing::run_command(python + " " + testing::source_dir() + "/tools/interop/grpo_reference.py " + mode +
+                                          " " + dir.file("cases.json") + " " + dir.file("expected.json"),
+                                      out);
+  EXPECT_EQ(rc, 0) << out;
+  if (rc != 0) return json::array();
+  std::ifstream in(dir.file("expected.json"));
+  return json::parse(in);
+}
+
 TEST(GrpoReference, GroupAdvantagesEqualTrlsForEveryScaling) {
   const std::string python = testing::source_dir() + "/.venv/bin/python3";
   if (!testing::python_has(python, {"trl", "torch"})) GTEST_SKIP() << "trl is not installed in .venv (tools/setup.sh installs it)";
@@ -52,16 +67,7 @@ TEST(GrpoReference, GroupAdvantagesEqualTrlsForEveryScaling) {
       cases.push_back(c);
     }
   }
-  testing::TempDir dir;
-  std::ofstream(dir.file("cases.json")) << cases.dump();
-  std::string out;
-  ASSERT_EQ(testing::run_command(python + " " + testing::source_dir() + "/tools/interop/grpo_reference.py advantages " +
-                                     dir.file("cases.json") + " " + dir.file("expected.json"),
-                                 out),
-            0)
-      << out;
-  std::ifstream in(dir.file("expected.json"));
-  const json expected = json::parse(in);
+  const json expected = reference(python, "advantages", cases);
   ASSERT_EQ(expected.size(), cases.size());
   const auto nan_or = [](const json& v) {
     return v.is_null() ? std::numeric_limits<float>::quiet_NaN() : v.get<float>();
@@ -144,16 +150,7 @@ TEST(GrpoReference, ObjectiveLossGradientAndMetricsEqualTrlsForEveryLossType) {
       }
     }
   }
-  testing::TempDir dir;
-  std::ofstream(dir.file("cases.json")) << cases.dump();
-  std::string out;
-  ASSERT_EQ(testing::run_command(python + " " + testing::source_dir() + "/tools/interop/grpo_reference.py objective " +
-                                     dir.file("cases.json") + " " + dir.file("expected.json"),
-                                 out),
-            0)
-      << out;
-  std::ifstream in(dir.file("expected.json"));
-  const json expected = json::parse(in);
+  const json expected = reference(python, "objective", cases);
   ASSERT_EQ(expected.size(), cases.size());
   const auto tensor = [&](const json& v) {
     return v.is_null() ? at::Tensor() : at::tensor(flat(v), at::kDouble).view({rows, length});

@@ -7,8 +7,6 @@
 // and counts its pairs as its num_target_tokens: the loss of a step is then the mean over every
 // pair of the step, all micro-batches and ranks.
 #include <ATen/ops/empty.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/tensor.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -153,29 +151,12 @@ class PreferenceDataset final : public tessera::Dataset {
   std::int64_t num_samples() const override { return 2 * static_cast<std::int64_t>(pairs_.size()); }
 
   tessera::StateDict state_dict() const override {
-    const auto pairs = static_cast<std::int64_t>(pairs_.size());
-    return {{"epoch", at::scalar_tensor(cursor_ / pairs, at::kLong)},
-            {"position", at::scalar_tensor(cursor_ % pairs, at::kLong)},
-            {"layout", at::tensor(layout_, at::kLong)}};
+    return tessera::chat::position_state(cursor_, static_cast<std::int64_t>(pairs_.size()), layout_);
   }
   void load_state_dict(const tessera::StateDict& state) override {
-    const auto epoch = state.find("epoch"), position = state.find("position"), layout = state.find("layout");
-    if (epoch == state.end() || position == state.end() || layout == state.end() || state.size() != 3) {
-      throw tessera::Error("dataset/preference_jsonl state: expected exactly the keys epoch, position and layout");
-    }
-    const at::Tensor saved = layout->second.to(at::kLong).contiguous();
-    const std::vector<std::int64_t> was(saved.const_data_ptr<std::int64_t>(),
-                                        saved.const_data_ptr<std::int64_t>() + saved.numel());
-    if (was != layout_) {
-      throw tessera::Error(
-          "dataset/preference_jsonl state was saved reading other pairs (another file, tokenizer, template or "
-          "seq_len): its position would pick pairs the run has not seen. Resume with what it was saved with, or "
-          "start a new run from the checkpoint's weights");
-    }
-    const auto p = position->second.item<std::int64_t>(), e = epoch->second.item<std::int64_t>();
-    const auto pairs = static_cast<std::int64_t>(pairs_.size());
-    if (e < 0 || p < 0 || p >= pairs) throw tessera::Error("dataset/preference_jsonl state: position outside an epoch");
-    cursor_ = e * pairs + p;
+    cursor_ = tessera::chat::position_from_state(state, static_cast<std::int64_t>(pairs_.size()), layout_,
+                                                 "dataset/preference_jsonl", "pairs",
+                                                 "another file, tokenizer, template or seq_len");
   }
 
  private:

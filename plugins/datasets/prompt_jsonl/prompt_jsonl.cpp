@@ -4,8 +4,6 @@
 // its generation prompt (chat_encoding.hpp; without one, sft_jsonl's plain ROLE: CONTENT lines and
 // "assistant: "), text as the tokenizer encodes it. Every other field of a row reaches the
 // rewards. It gives prompts (tessera/components/prompt_source.hpp), not batches of tokens.
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/tensor.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -147,25 +145,11 @@ class PromptDataset final : public tessera::Dataset, public tessera::PromptSourc
   std::int64_t num_samples() const override { return static_cast<std::int64_t>(prompts_.size()); }
 
   tessera::StateDict state_dict() const override {
-    return {{"epoch", at::scalar_tensor(cursor_ / num_samples(), at::kLong)},
-            {"position", at::scalar_tensor(cursor_ % num_samples(), at::kLong)},
-            {"layout", at::tensor(layout_, at::kLong)}};
+    return tessera::chat::position_state(cursor_, num_samples(), layout_);
   }
   void load_state_dict(const tessera::StateDict& state) override {
-    const auto epoch = state.find("epoch"), position = state.find("position"), layout = state.find("layout");
-    if (epoch == state.end() || position == state.end() || layout == state.end() || state.size() != 3) {
-      throw tessera::Error("dataset/prompt_jsonl state: expected exactly the keys epoch, position and layout");
-    }
-    const at::Tensor saved = layout->second.to(at::kLong).contiguous();
-    if (std::vector<std::int64_t>(saved.const_data_ptr<std::int64_t>(),
-                                  saved.const_data_ptr<std::int64_t>() + saved.numel()) != layout_) {
-      throw tessera::Error("dataset/prompt_jsonl state was saved reading other prompts (another file, tokenizer, "
-                           "template, max_prompt_length or order): its position would pick prompts the run has not "
-                           "seen. Resume with what it was saved with, or start a new run from the checkpoint's weights");
-    }
-    const auto e = epoch->second.item<std::int64_t>(), p = position->second.item<std::int64_t>();
-    if (e < 0 || p < 0 || p >= num_samples()) throw tessera::Error("dataset/prompt_jsonl state: position outside an epoch");
-    cursor_ = e * num_samples() + p;
+    cursor_ = tessera::chat::position_from_state(state, num_samples(), layout_, "dataset/prompt_jsonl", "prompts",
+                                                 "another file, tokenizer, template, max_prompt_length or order");
   }
 
  private:

@@ -3,6 +3,9 @@
 // the rank's share, and the layout a saved position is a position in.
 #pragma once
 
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
+
 #include <cstdint>
 #include <random>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include "tessera/error.hpp"
 #include "tessera/formats/crc32c.hpp"
+#include "tessera/run/stateful.hpp"
 
 namespace tessera::chat {
 
@@ -65,6 +69,36 @@ std::vector<std::int64_t> layout_of(const Rows& rows, std::int64_t count, std::i
     crc = tessera::crc32c(r.labels.data(), r.labels.size() * sizeof(std::int64_t), crc);
   }
   return {count, seq_len, shuffle ? 1 : 0, shuffle ? static_cast<std::int64_t>(seed) : 0, static_cast<std::int64_t>(crc)};
+}
+
+// A global position as a dataset's state: its epoch, its place in an epoch of `count`, and the
+// layout it is a position in.
+inline tessera::StateDict position_state(std::int64_t cursor, std::int64_t count, const std::vector<std::int64_t>& layout) {
+  return {{"epoch", at::scalar_tensor(cursor / count, at::kLong)},
+          {"position", at::scalar_tensor(cursor % count, at::kLong)},
+          {"layout", at::tensor(layout, at::kLong)}};
+}
+
+// The global position `state` holds. tessera::Error led by `dataset` for other keys, a position
+// outside an epoch, or a layout other than `layout`: a position saved over other `items` (what
+// `causes` says may differ) would pick ones the run has not seen.
+inline std::int64_t position_from_state(const tessera::StateDict& state, std::int64_t count,
+                                        const std::vector<std::int64_t>& layout, const std::string& dataset,
+                                        const std::string& items, const std::string& causes) {
+  const auto epoch = state.find("epoch"), position = state.find("position"), saved = state.find("layout");
+  if (epoch == state.end() || position == state.end() || saved == state.end() || state.size() != 3) {
+    throw tessera::Error(dataset + " state: expected exactly the keys epoch, position and layout");
+  }
+  const at::Tensor was = saved->second.to(at::kLong).contiguous();
+  if (std::vector<std::int64_t>(was.const_data_ptr<std::int64_t>(), was.const_data_ptr<std::int64_t>() + was.numel()) !=
+      layout) {
+    throw tessera::Error(dataset + " state was saved reading other " + items + " (" + causes + "): its position would "
+                         "pick " + items + " the run has not seen. Resume with what it was saved with, or start a new "
+                         "run from the checkpoint's weights");
+  }
+  const auto e = epoch->second.item<std::int64_t>(), p = position->second.item<std::int64_t>();
+  if (e < 0 || p < 0 || p >= count) throw tessera::Error(dataset + " state: position outside an epoch");
+  return e * count + p;
 }
 
 }  // namespace tessera::chat

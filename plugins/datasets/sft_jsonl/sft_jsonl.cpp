@@ -9,8 +9,6 @@
 // dataset/tokens. A tokenizer that adds BOS or EOS to every encode() (sentencepiece's add_bos,
 // add_eos) gives them once per example: its BOS first, its EOS where the dataset places one.
 #include <ATen/ops/empty.h>
-#include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/tensor.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -146,9 +144,7 @@ class SftDataset final : public tessera::Dataset {
 
   // With the position, what it is a position in (layout_): a resume over other rows is refused.
   tessera::StateDict state_dict() const override {
-    return {{"epoch", at::scalar_tensor(cursor_ / num_samples(), at::kLong)},
-            {"position", at::scalar_tensor(cursor_ % num_samples(), at::kLong)},
-            {"layout", at::tensor(layout_, at::kLong)}};
+    return tessera::chat::position_state(cursor_, num_samples(), layout_);
   }
   void load_state_dict(const tessera::StateDict& state) override {
     const auto epoch = state.find("epoch"), position = state.find("position"), layout = state.find("layout");
