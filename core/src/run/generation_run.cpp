@@ -31,14 +31,14 @@ namespace {
 constexpr const char* kTokenizerInstance = "tessera_generation_tokenizer";
 
 // components.tokenizer when it is one, else the first tokenizer any component holds inline.
-std::pair<const ConfigNode*, std::string> find_tokenizer(const ConfigNode& components) {
+const ConfigNode* find_tokenizer(const ConfigNode& components) {
   if (const ConfigNode* top = components.find("tokenizer")) {
     const ConfigNode* kind = top->is_map() ? top->find("component_key") : nullptr;
-    if (kind && kind->is_scalar() && kind->scalar() == "tokenizer") return {top, "components.tokenizer"};
+    if (kind && kind->is_scalar() && kind->scalar() == "tokenizer") return top;
   }
-  std::pair<const ConfigNode*, std::string> found{nullptr, ""};
-  for_each_component(components, "tokenizer", [&](const ConfigNode& node, const std::string& path) {
-    if (!found.first) found = {&node, path};
+  const ConfigNode* found = nullptr;
+  for_each_component(components, "tokenizer", [&](const ConfigNode& node, const std::string&) {
+    if (!found) found = &node;
   });
   return found;
 }
@@ -110,9 +110,7 @@ GenerationRun::GenerationRun(RunOptions options) : plan_([&] {
         return plan_and_configure_logging(options);
       }()) {
   host_.load_directories(plugin_search_path(plan_.spec_plugin_paths, plan_.cli_plugin_paths));
-  const auto [tokenizer, path] = find_tokenizer(plan_.components());
-  tokenizer_path_ = path;
-  components_ = generation_components(plan_.components(), tokenizer);
+  components_ = generation_components(plan_.components(), find_tokenizer(plan_.components()));
   context_ = plan_.context;
   context_.parallel = generation_dims(plan_, plan_.env.world_size);
   RunPlan on_generation_mesh = plan_;

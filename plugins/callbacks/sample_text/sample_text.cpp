@@ -101,7 +101,6 @@ class SampleText final : public tessera::Callback {
       return;
     }
     std::vector<std::int64_t> tokens = config_.tokenizer->encode(config_.prompt);
-    prompt_length_ = static_cast<std::int64_t>(tokens.size());
     for (std::int64_t t : tokens) {
       if (t < 0 || t >= model.vocab_size()) {
         if (report) {
@@ -129,12 +128,12 @@ class SampleText final : public tessera::Callback {
     // tokenizer has no text for are never drawn.
     options.vocabulary = config_.tokenizer->vocab_size();
     const std::int64_t window = model.max_seq_len() - 1;
-    for (std::uint64_t part = 0; static_cast<std::int64_t>(tokens.size()) < prompt_length_ + config_.max_new_tokens;
-         ++part) {
+    const auto length = static_cast<std::int64_t>(tokens.size()) + config_.max_new_tokens;  // the sample's
+    for (std::uint64_t part = 0; static_cast<std::int64_t>(tokens.size()) < length; ++part) {
       const auto context = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), window);
       tessera::GenerationRequest request;
       request.prompt_ids.assign(tokens.end() - context, tokens.end());
-      request.max_new_tokens = std::min(prompt_length_ + config_.max_new_tokens - static_cast<std::int64_t>(tokens.size()),
+      request.max_new_tokens = std::min(length - static_cast<std::int64_t>(tokens.size()),
                                         model.max_seq_len() - context);
       request.sampling.temperature = config_.temperature;
       request.sampling.top_k = config_.top_k;
@@ -159,7 +158,6 @@ class SampleText final : public tessera::Callback {
   std::uint64_t seed_;  // config_.seed, or the run seed
   std::filesystem::path samples_path_;
   std::int64_t last_sampled_step_ = -1;
-  std::int64_t prompt_length_ = 0;  // of the sample being generated
 };
 
 void register_components(tessera::Registrar& registrar) {

@@ -50,8 +50,6 @@ class GenerationRun {
   // The spec's tokenizer (components.tokenizer, else the first one any component holds); null
   // when it has none.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  // Where the tokenizer came from in the spec ("components.callbacks[0].config.tokenizer").
-  const std::string& tokenizer_path() const { return tokenizer_path_; }
   // The model's chat template: the tokenizer's folder's, else the init_from folder's.
   const std::optional<text::ChatTemplate>& chat_template() const { return chat_template_; }
   // The ids that end every completion: init_from's generation_config.json (else config.json),
@@ -80,7 +78,6 @@ class GenerationRun {
   BuiltComponents built_;
   std::shared_ptr<Model> model_;
   std::shared_ptr<Tokenizer> tokenizer_;
-  std::string tokenizer_path_;
   std::optional<text::ChatTemplate> chat_template_;
   std::vector<std::int64_t> eos_token_ids_;
 };
