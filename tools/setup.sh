@@ -34,6 +34,14 @@ fi
 # machine), a venv installed with --no-compile recompiles torch and transformers from source in
 # every Python process (the interop tests each took 15-37 s longer in a CI run, to save ~20 s here).
 if ! .venv/bin/python3 -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  # The wheel and what unpacks from it take ~6 GiB, the builds and the compiler cache ~3 GiB more:
+  # on a fuller disk pip fails half-way and the build fails later with a misleading error.
+  free_gib=$(( $(df -Pk . | awk 'NR == 2 {print $4}') / 1048576 ))
+  if [ "$free_gib" -lt 12 ]; then
+    echo "setup: only $free_gib GiB free on $(df -P . | awk 'NR == 2 {print $6}'); a fresh setup needs" \
+         "about 12 GiB (.venv with torch 6 GiB, builds and compiler cache 3 GiB). Free space and rerun." >&2
+    exit 1
+  fi
   echo "setup: installing torch==$TORCH_VERSION into .venv (its LibTorch is what Tessera links)"
   if ! .venv/bin/pip install --quiet --progress-bar off "torch==$TORCH_VERSION"; then
     echo "setup: NOTE: the torch wheel could not be installed; falling back to Debian's"

@@ -4,6 +4,7 @@
 # `bash .ci/run`. Prints the exit status, the wall time and the stage times
 # (tools/check/ci_stage_times.py on the run's own output, kept in WORK/ci.log).
 # pip's cache is left as it is: the torch wheel's download is not part of the figure.
+# The clone, its .venv, builds and compiler cache (~7.5 GiB) are removed afterwards; ci.log stays.
 # Usage: tools/bench/ci_cold.sh [REV] [WORK]   (WORK default: a new folder under /tmp; takes the
 # machine for the whole run: ~40 minutes on 2 cores; run nothing else meanwhile)
 set -euo pipefail
@@ -21,3 +22,5 @@ rc=0
 (cd "$work/main" && CI=true CCACHE_DIR="$work/ccache" bash .ci/run </dev/null >"$work/ci.log" 2>&1) || rc=$?
 echo ".ci/run exited $rc after $(( $(date +%s) - start )) s (its output: $work/ci.log)"
 python3 "$root/tools/check/ci_stage_times.py" "$work/ci.log"
+chmod -R u+w "$work/shared"
+rm -rf "$work/main" "$work/shared" "$work/ccache"
