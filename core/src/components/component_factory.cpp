@@ -230,6 +230,19 @@ class GraphWalker {
     }
   }
 
+  // A list field's components, each inline or a reference.
+  std::vector<ComponentHandle> make_list(const ConfigNode& node, const std::string& path, const std::string& expected_kind) {
+    if (!node.is_sequence()) {
+      throw ConfigIssue(node.pos(), path, "expected a list of components of kind " + expected_kind + ", got " +
+                                              node.type_name());
+    }
+    std::vector<ComponentHandle> handles;
+    for (std::size_t i = 0; i < node.items().size(); ++i) {
+      handles.push_back(make(node.items()[i], index_path(path, i), expected_kind));
+    }
+    return handles;
+  }
+
   ComponentHandle make(const ConfigNode& node, const std::string& path, const std::string& expected_kind) {
     if (is_reference(node)) {
       const std::string target = node.find(kInstanceKey)->scalar();
@@ -265,9 +278,9 @@ class GraphWalker {
       const std::string field_path = join_path(config_path, field.name);
       if (value && !value->is_null()) {
         given.insert(field.name);
-        values[field.name] = field.type == FieldType::component
-                                 ? Value(make(*value, field_path, field.component_kind))
-                                 : read_field(field, *value, field_path);
+        values[field.name] = field.type == FieldType::component    ? Value(make(*value, field_path, field.component_kind))
+                             : field.type == FieldType::components ? Value(make_list(*value, field_path, field.component_kind))
+                                                                   : read_field(field, *value, field_path);
       } else if (field.is_required) {
         throw ConfigIssue(config && config->is_map() ? config->pos() : node.pos(), field_path,
                           std::string("required ") + to_string(field.type) +

@@ -146,7 +146,8 @@ Value read_scalar(const FieldSpec& f, FieldType type, const ConfigNode& node, co
       }
       return s;
     }
-    case FieldType::component: break;
+    case FieldType::component:
+    case FieldType::components: break;
   }
   throw ConfigIssue(node.pos(), path, "internal: component field read as a plain value");
 }
@@ -182,7 +183,8 @@ Value read_field(const FieldSpec& field, const ConfigNode& node, const std::stri
       if (field.type == FieldType::numbers) return doubles;
       return strings;
     }
-    case FieldType::component: break;
+    case FieldType::component:
+    case FieldType::components: break;
   }
   throw ConfigIssue(node.pos(), path, "internal: component field read as a plain value");
 }

@@ -20,6 +20,7 @@
 #include "tessera/nn/deferred_init.hpp"
 #include "tessera/log.hpp"
 #include "tessera/components/strategy.hpp"
+#include "tessera/formats/hugging_face.hpp"
 #include "tessera/parallel/sharded_rng.hpp"
 
 namespace fs = std::filesystem;
@@ -308,7 +309,12 @@ std::unique_ptr<Trainer> TrainingRun::make_trainer() {
   parts.names.loss = name_of("loss");
   parts.names.optimizer = name_of("optimizer");
   parts.names.scheduler = name_of("scheduler");
-  return std::make_unique<Trainer>(std::move(parts), plan_.trainer, context, plan_.settings.peak_flops);
+  auto trainer = std::make_unique<Trainer>(std::move(parts), plan_.trainer, context, plan_.settings.peak_flops);
+  // A rollout's completions end where the model's generation_config says, as `tessera generate`'s.
+  if (const std::string init_from = model_init_from(plan_); !init_from.empty() && std::filesystem::is_directory(init_from)) {
+    trainer->set_eos_token_ids(hf_eos_token_ids(init_from));
+  }
+  return trainer;
 }
 
 TrainResult TrainingRun::train() {

@@ -1,4 +1,4 @@
-// A step's micro-batches and their token counts (trainer_step.cpp draws them; the step's schedule,
+// A step's micro-batches and their token counts, and a rollout's (trainer_step.cpp draws them; the step's schedule,
 // core/src/schedule's local_schedule.cpp or pipeline_step.cpp, runs them). Private to the trainer's sources.
 #pragma once
 
@@ -18,6 +18,12 @@ struct Trainer::StepInputs {
   std::int64_t seq_len = 0;  // the longest micro-batch's, for the model's FLOPs per token
   // 1 / target_tokens: every micro-batch's summed loss is scaled by it.
   double inv_tokens() const { return 1.0 / static_cast<double>(std::max<std::int64_t>(target_tokens, 1)); }
+};
+
+// A rollout's micro-batches (trainer_rollout.cpp) and each one's rows for the loss.
+struct Trainer::Rollout {
+  std::vector<Batch> micro_batches;
+  std::vector<RolloutRows> rows;
 };
 
 }  // namespace tessera::core

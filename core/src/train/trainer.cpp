@@ -114,7 +114,9 @@ Trainer::Trainer(TrainerParts parts, TrainerSettings settings, RunContext contex
     }
     graph_ = std::make_unique<MicroBatchGraph>(device_, kCudaGraphWarmupSteps);
   }
-  if (settings_.prefetch > 0) {
+  rollout_settings_ = parts_.loss->rollouts();
+  if (rollout_settings_) check_rollout_setup();
+  if (settings_.prefetch > 0 && !rollout_settings_) {  // prompts are not drawn ahead
     parts_.train_data =
         std::make_shared<PrefetchingDataset>(parts_.train_data, settings_.prefetch, /*pin_memory=*/device_.is_cuda());
   }

@@ -81,6 +81,7 @@ StepMetrics Trainer::step() {
 // All micro-batches are drawn first: the loss divisor is the target-token count of the whole
 // step over all ranks, known on the host before any forward pass.
 Trainer::StepInputs Trainer::fetch() {
+  if (rollout_settings_) return fetch_rollout();
   StepInputs in;
   in.micro_batches.reserve(static_cast<std::size_t>(settings_.grad_accum));
   for (std::int64_t i = 0; i < settings_.grad_accum; ++i) {
@@ -107,6 +108,7 @@ Trainer::StepInputs Trainer::fetch() {
 }
 
 at::Tensor Trainer::micro_batch(const MicroBatchInputs& in, double aux_weight) {
+  hand_rollout_rows();
   LossSum loss = forward_loss(in.input_ids, in.labels, in.document_ids);
   at::Tensor objective = loss.sum * in.inv_tokens;
   if (at::Tensor aux = parts_.model->auxiliary_loss(); aux.defined()) objective = objective + aux * aux_weight;
@@ -305,6 +307,7 @@ StepMetrics Trainer::record(CallbackContext& ctx, const StepInputs& inputs, doub
   reset_peak_memory(device_);
   fill_rates(m, inputs.seq_len, clock.begin, end);
   add_loss_metrics(m);
+  m.extra.insert(rollout_metrics_.begin(), rollout_metrics_.end());
   if (pause_s_ > 0) {
     // The copy of the state a save made before this step, while training waited.
     m.extra["time_checkpoint_s"] = pause_s_;

@@ -12,6 +12,11 @@ namespace {
 struct ValueToJson {
   nlohmann::json operator()(std::monostate) const { return nullptr; }
   nlohmann::json operator()(const ComponentHandle& h) const { return h.kind + "/" + h.variant; }
+  nlohmann::json operator()(const std::vector<ComponentHandle>& list) const {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ComponentHandle& h : list) out.push_back((*this)(h));
+    return out;
+  }
   template <class T>
   nlohmann::json operator()(const T& x) const {
     return x;
@@ -44,8 +49,11 @@ nlohmann::json field_schema(const FieldSpec& f) {
     case FieldType::numbers: s = {{"type", "array"}, {"items", scalar("number")}}; break;
     case FieldType::strings: s = {{"type", "array"}, {"items", scalar("string")}}; break;
     case FieldType::component: s = {{"$ref", "#/$defs/kind_" + f.component_kind}}; break;
+    case FieldType::components:
+      s = {{"type", "array"}, {"items", {{"$ref", "#/$defs/kind_" + f.component_kind}}}};
+      break;
   }
-  if (f.type != FieldType::component) {
+  if (f.type != FieldType::component && f.type != FieldType::components) {
     // ${...} interpolation may stand in for any value.
     s = {{"anyOf", {s, {{"type", "string"}, {"pattern", "\\$\\{.+\\}"}}}}};
   }
@@ -71,7 +79,7 @@ nlohmann::json section_schema(const Schema& schema) {
 nlohmann::json field_json(const FieldSpec& f) {
   nlohmann::json j{{"name", f.name}, {"type", to_string(f.type)}, {"doc", f.doc}, {"required", f.is_required}};
   if (f.has_default()) j["default"] = value_json(f.default_value);
-  if (f.type == FieldType::component) j["kind"] = f.component_kind;
+  if (f.type == FieldType::component || f.type == FieldType::components) j["kind"] = f.component_kind;
   if (f.min) j[f.min_exclusive ? "greater_than" : "at_least"] = *f.min;
   if (f.max) j[f.max_exclusive ? "less_than" : "at_most"] = *f.max;
   if (!f.choices.empty()) j["one_of"] = f.choices;

@@ -60,7 +60,7 @@ struct PromptConfig : tessera::chat::ChatFormatConfig, tessera::chat::ExampleFil
 class PromptDataset final : public tessera::Dataset, public tessera::PromptSource {
  public:
   PromptDataset(const PromptConfig& c, std::uint64_t run_seed)
-      : shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)), order_(shuffle_, seed_) {
+      : tokenizer_(c.tokenizer), shuffle_(c.shuffle), seed_(c.seed < 0 ? run_seed : static_cast<std::uint64_t>(c.seed)), order_(shuffle_, seed_) {
     const tessera::chat::ChatEncoder chat(*c.tokenizer, c);
     const tessera::Tokenizer& tok = *c.tokenizer;
     std::size_t cut = 0, chats = 0;
@@ -132,6 +132,12 @@ class PromptDataset final : public tessera::Dataset, public tessera::PromptSourc
     return out;
   }
 
+  std::string decode(const std::vector<std::int64_t>& ids) const override { return tokenizer_->decode(ids); }
+  std::vector<std::int64_t> eos_token_ids() const override {
+    if (tokenizer_->eos_id() < 0) return {};
+    return {tokenizer_->eos_id()};
+  }
+
   void set_shard(std::int64_t rank, std::int64_t world_size) override {
     shard_.set(rank, world_size, "dataset/prompt_jsonl");
   }
@@ -153,6 +159,7 @@ class PromptDataset final : public tessera::Dataset, public tessera::PromptSourc
   }
 
  private:
+  std::shared_ptr<tessera::Tokenizer> tokenizer_;
   std::vector<tessera::Prompt> prompts_;
   std::int64_t longest_ = 0;
   bool shuffle_;

@@ -4,8 +4,8 @@
 #include <ATen/ops/clamp.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/minimum.h>
-
-#include <algorithm>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
 
 #include "tessera/error.hpp"
 
@@ -44,11 +44,11 @@ ObjectiveTerms objective_terms(const at::Tensor& logps, const at::Tensor& old_lo
 
 LossSum aggregate(const at::Tensor& per_token_loss, const at::Tensor& mask, const ObjectiveSettings& s) {
   const at::Tensor masked = per_token_loss * mask;
-  const auto sequences = static_cast<double>(per_token_loss.size(0));
-  if (s.loss_type == "dapo") return {masked.sum(), std::max(1.0, mask.sum().item<double>())};
+  const at::Tensor sequences = at::scalar_tensor(static_cast<double>(per_token_loss.size(0)), mask.options());
+  if (s.loss_type == "dapo") return {masked.sum(), mask.sum().clamp_min(1.0)};
   if (s.loss_type == "grpo") return {(masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).sum(), sequences};
   if (s.loss_type == "dr_grpo") return {masked.sum() / static_cast<double>(s.max_completion_length), sequences};
-  if (s.loss_type == "bnpo") return {masked.sum() / mask.sum().clamp_min(1.0), 1.0};
+  if (s.loss_type == "bnpo") return {masked.sum() / mask.sum().clamp_min(1.0), at::ones({}, mask.options())};
   throw tessera::Error("loss/grpo: loss_type must be grpo, bnpo, dr_grpo or dapo, got '" + s.loss_type + "'");
 }
 

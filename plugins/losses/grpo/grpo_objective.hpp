@@ -50,8 +50,8 @@ ObjectiveTerms objective_terms(const at::Tensor& logps, const at::Tensor& old_lo
 // sequences, bnpo the micro-batch's token mean over micro-batches (one unit). A micro-batch of
 // dapo with no completion token counts one unit, as TRL's normaliser is at least 1.
 struct LossSum {
-  at::Tensor sum;  // 0-dim, with gradients
-  double units = 0;
+  at::Tensor sum;    // 0-dim, with gradients
+  at::Tensor units;  // 0-dim float32, on the device (no wait for the host)
 };
 LossSum aggregate(const at::Tensor& per_token_loss, const at::Tensor& mask, const ObjectiveSettings& settings);
 

@@ -57,5 +57,8 @@ const std::vector<std::string>& ComponentConfig::strings(const std::string& n) c
 const ComponentHandle& ComponentConfig::handle(const std::string& n) const {
   return get_as<ComponentHandle>(n, "component");
 }
+const std::vector<ComponentHandle>& ComponentConfig::handles(const std::string& n) const {
+  return get_as<std::vector<ComponentHandle>>(n, "list[component]");
+}
 
 }  // namespace tessera

@@ -16,6 +16,7 @@ const char* to_string(FieldType type) {
     case FieldType::numbers: return "list[float]";
     case FieldType::strings: return "list[string]";
     case FieldType::component: return "component";
+    case FieldType::components: return "list[component]";
   }
   return "?";
 }
@@ -123,7 +124,7 @@ std::string FieldSpec::constraints_text() const {
     parts.push_back(s);
   }
   if (must_exist) parts.push_back("an existing path");
-  if (type == FieldType::component) parts.push_back("kind " + component_kind);
+  if (type == FieldType::component || type == FieldType::components) parts.push_back("kind " + component_kind);
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   return out;
@@ -155,6 +156,11 @@ FieldSpec& Schema::numbers(std::string n, std::string d) { return add(std::move(
 FieldSpec& Schema::strings(std::string n, std::string d) { return add(std::move(n), FieldType::strings, std::move(d)); }
 FieldSpec& Schema::component(std::string n, std::string kind, std::string d) {
   FieldSpec& spec = add(std::move(n), FieldType::component, std::move(d));
+  spec.component_kind = std::move(kind);
+  return spec;
+}
+FieldSpec& Schema::components(std::string n, std::string kind, std::string d) {
+  FieldSpec& spec = add(std::move(n), FieldType::components, std::move(d));
   spec.component_kind = std::move(kind);
   return spec;
 }

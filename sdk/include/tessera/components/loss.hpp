@@ -10,6 +10,7 @@
 
 #include "tessera/export.hpp"
 #include "tessera/components/output_head.hpp"
+#include "tessera/components/rollout.hpp"
 
 namespace tessera {
 
@@ -47,6 +48,13 @@ class TESSERA_API Loss {
   // whole logits to take_reference() before compute() gets the policy's.
   virtual bool needs_reference() const { return false; }
   virtual void take_reference(const at::Tensor& /*logits*/, const at::Tensor& /*labels*/) {}
+
+  // --- Reinforcement learning: rollouts (tessera/components/rollout.hpp) ----------------------
+  // Non-null for a loss that trains on the model's own completions: how to sample and score them.
+  // The trainer then takes prompts, not batches, and calls take_rollout() before each compute().
+  // With needs_reference() too, take_reference() gets the reference's logits of the same rows.
+  virtual const RolloutSettings* rollouts() const { return nullptr; }
+  virtual void take_rollout(const RolloutRows& /*rows*/) {}
 
   // Named metrics of a step (DPO's rewards and log-probabilities). After each step the trainer
   // takes the sums the loss kept over its micro-batches: a tensor of metric_names().size() + 1

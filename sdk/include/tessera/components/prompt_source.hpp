@@ -29,6 +29,12 @@ class TESSERA_API PromptSource {
   // the dataset's state (Stateful): a resumed run goes on with the prompts it would have had.
   // Every rank asks for the same counts (the shares interleave over one global position).
   virtual std::vector<Prompt> next_prompts(std::int64_t count) = 0;
+  // A completion's text as rewards read it: the ids decoded by the tokenizer the prompts were
+  // encoded with.
+  virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
+  // The ids that end a completion, where the model's folder names none (its generation_config):
+  // the tokenizer's EOS; empty when it has none.
+  virtual std::vector<std::int64_t> eos_token_ids() const { return {}; }
 };
 
 }  // namespace tessera

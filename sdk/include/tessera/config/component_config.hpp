@@ -34,6 +34,7 @@ class TESSERA_API ComponentConfig {
   const std::vector<double>& numbers(const std::string& name) const;
   const std::vector<std::string>& strings(const std::string& name) const;
   const ComponentHandle& handle(const std::string& name) const;
+  const std::vector<ComponentHandle>& handles(const std::string& name) const;
 
   // A nested component as its interface type, e.g. config.component<Model>("model").
   template <class Interface>
@@ -45,6 +46,21 @@ class TESSERA_API ComponentConfig {
                         name);
     }
     return std::static_pointer_cast<Interface>(h.object);
+  }
+
+  // A list of nested components as their interface type, in the YAML's order.
+  template <class Interface>
+  std::vector<std::shared_ptr<Interface>> components(const std::string& name) const {
+    std::vector<std::shared_ptr<Interface>> out;
+    for (const ComponentHandle& h : handles(name)) {
+      if (h.kind != Interface::kKind) {
+        throw ConfigError("expected components of kind " + std::string(Interface::kKind) + ", got " + h.kind + "/" +
+                              h.variant,
+                          name);
+      }
+      out.push_back(std::static_pointer_cast<Interface>(h.object));
+    }
+    return out;
   }
 
   // The config path of this component, e.g. "components.optimizer".

@@ -16,7 +16,8 @@
 //
 // Member types and the YAML they take: bool, std::int64_t, double, std::string, and
 // std::vector of the last three (lists); std::shared_ptr<Interface> (a nested component of
-// Interface::kKind, inline or by reference); std::optional<T> (may be left out). A field with
+// Interface::kKind, inline or by reference) and std::vector of those (a list of them, each inline
+// or by reference; an empty list when absent); std::optional<T> (may be left out). A field with
 // no sensible default calls .required().
 #pragma once
 
@@ -88,6 +89,14 @@ struct Field<std::shared_ptr<Interface>, std::void_t<decltype(Interface::kKind)>
   }
 };
 
+// A list of nested components; empty when absent.
+template <class Interface>
+struct Field<std::vector<std::shared_ptr<Interface>>, std::void_t<decltype(Interface::kKind)>> {
+  static FieldSpec& declare(Schema& s, std::string n, std::string d) {
+    return s.components(std::move(n), Interface::kKind, std::move(d)).optional();
+  }
+};
+
 template <class T>
 struct IsOptional : std::false_type {};
 template <class T>
@@ -96,6 +105,10 @@ template <class T>
 struct IsComponent : std::false_type {};
 template <class T>
 struct IsComponent<std::shared_ptr<T>> : std::true_type {};
+template <class T>
+struct IsComponentList : std::false_type {};
+template <class T>
+struct IsComponentList<std::vector<std::shared_ptr<T>>> : std::true_type {};
 
 }  // namespace config_fields_detail
 
@@ -136,6 +149,13 @@ class ConfigFields {
         if (values.has(name)) c.*target = values.component<Interface>(name);
       });
       return spec;
+    } else if constexpr (detail::IsComponentList<T>::value) {
+      using Interface = typename T::value_type::element_type;
+      FieldSpec& spec = detail::Field<T>::declare(schema_, name, std::move(doc));
+      readers_.push_back([name, target](Config& c, const ComponentConfig& values) {
+        if (values.has(name)) c.*target = values.components<Interface>(name);
+      });
+      return spec;
     } else {
       FieldSpec& spec = detail::Field<T>::declare(schema_, name, std::move(doc)).default_to(prototype_.*target);
       readers_.push_back([name, target](Config& c, const ComponentConfig& values) {
@@ -150,6 +170,15 @@ class ConfigFields {
   // checkpoint it imports).
   void record_given(std::set<std::string> Config::*member) {
     readers_.push_back([member](Config& c, const ComponentConfig& values) { c.*member = values.given_names(); });
+  }
+
+  // Fills `member` with the variants ("math_answer") of the components the list field `name`
+  // holds, in order ("" for a reference during validation): names to report them by.
+  void record_variants(std::string name, std::vector<std::string> Config::*member) {
+    readers_.push_back([name, member](Config& c, const ComponentConfig& values) {
+      if (!values.has(name)) return;
+      for (const ComponentHandle& h : values.handles(name)) (c.*member).push_back(h.variant);
+    });
   }
 
   // A rule over several fields (or one the schema cannot express). It throws

@@ -12,7 +12,7 @@
 
 namespace tessera {
 
-enum class FieldType { boolean, integer, number, string, integers, numbers, strings, component };
+enum class FieldType { boolean, integer, number, string, integers, numbers, strings, component, components };
 
 TESSERA_API const char* to_string(FieldType type);
 
@@ -20,7 +20,7 @@ struct TESSERA_API FieldSpec {
   std::string name;
   FieldType type = FieldType::string;
   std::string doc;
-  std::string component_kind;  // for FieldType::component: the kind the value must be
+  std::string component_kind;  // for FieldType::component(s): the kind the value (each item) must be
   Value default_value;         // std::monostate when there is none
   bool is_required = true;     // false once a default is given or optional() is called
   std::optional<double> min, max;
@@ -70,6 +70,8 @@ class TESSERA_API Schema {
   // A nested component of the given kind: inline {component_key, variant_key, config} or a
   // reference {instance_key: NAME, pass_type: BY_REFERENCE}.
   FieldSpec& component(std::string name, std::string kind, std::string doc);
+  // A list of nested components of the given kind, each inline or a reference.
+  FieldSpec& components(std::string name, std::string kind, std::string doc);
 
   const std::vector<FieldSpec>& fields() const { return fields_; }
   const FieldSpec* find(const std::string& name) const;

@@ -1,5 +1,6 @@
 // A typed config value as a factory receives it, after the host has validated it against the
-// component's schema. Nested components arrive already built, as a ComponentHandle.
+// component's schema. Nested components arrive already built, as a ComponentHandle (a list of
+// them as a vector of handles).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,6 @@ struct ComponentHandle {
 
 using Value = std::variant<std::monostate, bool, std::int64_t, double, std::string,
                            std::vector<std::int64_t>, std::vector<double>,
-                           std::vector<std::string>, ComponentHandle>;
+                           std::vector<std::string>, ComponentHandle, std::vector<ComponentHandle>>;
 
 }  // namespace tessera

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -32,6 +33,9 @@
 #include "tessera/core/train/trainer_settings.hpp"
 #include "tessera/components/dataset.hpp"
 #include "tessera/components/loss.hpp"
+#include "tessera/components/prompt_source.hpp"
+#include "tessera/generation/generate.hpp"
+#include "tessera/generation/group_advantages.hpp"
 #include "tessera/run/metric_value.hpp"
 #include "tessera/components/model.hpp"
 #include "tessera/components/optimizer.hpp"
@@ -131,6 +135,9 @@ class Trainer : private CallbackEvents {
   // One optimizer step (all micro-batches of it), with the step's metrics complete (callbacks'
   // on_collect_metrics included) but before on_step_end. fit() calls this; tests call it directly.
   StepMetrics step();
+  // The ids that end a rollout's completion (Loss::rollouts): the model folder's generation_config
+  // (the run sets them); when none, the prompt dataset's tokenizer EOS. Call before fit().
+  void set_eos_token_ids(std::vector<std::int64_t> ids);
   // What MFU is measured against (settled at construction).
   const PeakFlops& peak_flops() const { return peak_; }
 
@@ -155,6 +162,18 @@ class Trainer : private CallbackEvents {
   struct StepInputs;   // the step's micro-batches and their token counts over all ranks
   struct StepClock;    // when each phase ended
   StepInputs fetch();
+  // A loss that trains on sampled completions (Loss::rollouts; trainer_rollout.cpp): the step's
+  // micro-batches come from a rollout, sampled every num_iterations steps.
+  struct Rollout;
+  void check_rollout_setup();
+  StepInputs fetch_rollout();
+  std::unique_ptr<Rollout> sample_rollout();
+  void take_old_logps(Rollout& rollout);
+  void hand_rollout_rows();  // before each micro-batch's loss
+  void record_rollout_metrics(const at::Tensor& all, const GroupAdvantages& advantages, std::int64_t rewards);
+  void write_rollouts(std::int64_t step, const std::vector<Prompt>& prompts, const std::vector<GenerationResult>& results,
+                      const std::vector<RewardInput>& inputs, const at::Tensor& scores,
+                      const GroupAdvantages& advantages, const at::Tensor& mine);
   // How the step's micro-batches run (step_schedule.hpp): chosen once, at construction.
   class StepSchedule;
   class LocalSchedule;
@@ -235,6 +254,14 @@ class Trainer : private CallbackEvents {
 
   TrainerParts parts_;
   TrainerSettings settings_;
+  // Loss::rollouts(), the prompts (Dataset::prompts()), the rollout being trained on and its next
+  // micro-batch, the ids that end a completion, and TRL's metrics of a rollout sampled this step.
+  const RolloutSettings* rollout_settings_ = nullptr;
+  PromptSource* prompts_ = nullptr;
+  std::unique_ptr<Rollout> rollout_;
+  std::size_t rollout_row_ = 0;
+  std::vector<std::int64_t> eos_token_ids_;
+  std::map<std::string, double> rollout_metrics_;
   RunContext context_;
   // The run's mesh (the data-parallel-only one when the context has none): the strategy works
   // over its data-parallel group, the loss and norm over its loss group.

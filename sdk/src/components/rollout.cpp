@@ -1,0 +1,18 @@
+// Log-probabilities of a rollout's completion tokens (tessera/components/rollout.hpp).
+#include "tessera/components/rollout.hpp"
+
+#include <ATen/ops/log_softmax.h>
+
+#include "tessera/run/batch.hpp"
+
+namespace tessera {
+
+at::Tensor completion_logps(const at::Tensor& logits, const at::Tensor& labels, double temperature) {
+  const at::Tensor mask = labels.ne(kIgnoreIndex);
+  const at::Tensor safe = labels.masked_fill(mask.logical_not(), 0);
+  at::Tensor scaled = logits.to(at::kFloat);
+  if (temperature > 0 && temperature != 1.0) scaled = scaled / temperature;
+  return at::log_softmax(scaled, -1).gather(-1, safe.unsqueeze(-1)).squeeze(-1).masked_fill(mask.logical_not(), 0);
+}
+
+}  // namespace tessera
