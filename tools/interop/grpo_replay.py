@@ -6,24 +6,26 @@ reference tests/integration/grpo_test.cpp checks Tessera against.
                    --micro-batch-size B --grad-accum A [--ranks R] [--temperature T] [--beta BETA]
                    [--epsilon E] [--epsilon-high EH] [--loss-type dapo|grpo|bnpo|dr_grpo]
                    [--importance-sampling-level token|sequence] [--num-iterations I]
-                   [--max-completion-length L] [--scale-rewards group|batch|none]
+                   [--max-completion-length L] [--scale-rewards group|batch|none] [--adapter DIR]
 
-BASE_DIR: the Hugging Face Llama the run started from (full fine-tuning); RUN_DIR: the run's
+BASE_DIR: the Hugging Face Llama the run started from; with --adapter, the PEFT folder of the
+run's first export, whose lora_A matrices are the starting ones (lora_B starts at zero, so the
+first step leaves A as it was), trained over the frozen base. RUN_DIR: the run's
 folder, whose rollouts.jsonl holds every completion (step, prompt_ids, completion_ids, rewards,
 advantage) and metrics.jsonl each step's loss; EXPORT_DIR: the run's Hugging Face export after
-step S. For each step the rollout it trains on (sampled at that step, or num_iterations - 1 steps
+step S (a PEFT folder with --adapter). For each step the rollout it trains on (sampled at that step, or num_iterations - 1 steps
 before) is read back; its advantages are recomputed from the logged rewards (TRL's
 sum_then_normalize, all ranks' completions together); each rank's rows form micro-batches of B in
 file order; a token's log-probability is log_softmax(logits / T) of the model being trained, the
 old one that of the weights that sampled it (num_iterations > 1; else the same, detached), the
-reference one that of BASE_DIR's weights (beta > 0). The loss is TRL's _compute_loss summed over
+reference one that of BASE_DIR's weights (beta > 0; with an adapter: the adapter switched off). The loss is TRL's _compute_loss summed over
 micro-batches and ranks and divided by the step's units, then one plain SGD step (param -= lr *
 grad). Prints {"losses", "tessera_losses", "advantage_error", "weight_error", "update"}.
 """
 import argparse
+import contextlib
 import copy
 import json
-import math
 import pathlib
 
 import torch
@@ -99,11 +101,26 @@ def main(argv=None):
     parser.add_argument("--loss-type", default="dapo")
     parser.add_argument("--importance-sampling-level", default="token")
     parser.add_argument("--scale-rewards", default="group")
+    parser.add_argument("--adapter")
     a = parser.parse_args(argv)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(a.base, torch_dtype=torch.float32)
-    reference = copy.deepcopy(model).eval() if a.beta != 0.0 else None
-    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32)
+    reference = None
+    if a.adapter:
+        from peft import PeftModel, get_peft_model_state_dict
+        model = PeftModel.from_pretrained(model, a.adapter, is_trainable=True)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.zero_()
+        trained = lambda: get_peft_model_state_dict(model)  # noqa: E731  (PEFT's saved names)
+        export_file = "adapter_model.safetensors"
+    else:
+        if a.beta != 0.0:
+            reference = copy.deepcopy(model).eval()
+        trained = model.state_dict
+        export_file = "model.safetensors"
+    start = {k: v.detach().clone() for k, v in trained().items()}
     rollouts = read_jsonl(pathlib.Path(a.run) / "rollouts.jsonl")
     metrics = [m for m in read_jsonl(pathlib.Path(a.run) / "metrics.jsonl") if "eval" not in m]
     per_rank = a.micro_batch_size * a.grad_accum
@@ -125,9 +142,9 @@ def main(argv=None):
             logps = token_logps(model, ids, targets, a.temperature)
             old = sampled[i] if a.num_iterations > 1 else logps.detach()
             ref = None
-            if reference is not None:
-                with torch.no_grad():
-                    ref = token_logps(reference, ids, targets, a.temperature)
+            if a.beta != 0.0:
+                with torch.no_grad(), (model.disable_adapter() if a.adapter else contextlib.nullcontext()):
+                    ref = token_logps(reference if reference is not None else model, ids, targets, a.temperature)
             adv = advantages[i * a.micro_batch_size: (i + 1) * a.micro_batch_size]
             s, u = micro_batch_loss(a, logps, old, ref, adv, mask)
             total = total + s
@@ -139,11 +156,10 @@ def main(argv=None):
                 if p.grad is not None:
                     p -= a.lr * p.grad
         losses.append(loss.item())
-    ours = load_file(str(pathlib.Path(a.export) / "model.safetensors"))
+    ours = load_file(str(pathlib.Path(a.export) / export_file))
     weight_error, update = 0.0, 0.0
-    for name, value in model.state_dict().items():
-        if name not in ours:
-            continue
+    for name, value in trained().items():
+        assert name in ours, f"{name} is not in {a.export}"
         weight_error = max(weight_error, (ours[name].float() - value).abs().max().item())
         update = max(update, (value - start[name]).abs().max().item())
     print(json.dumps({"losses": losses, "tessera_losses": [m["loss"] for m in metrics[: a.steps]],

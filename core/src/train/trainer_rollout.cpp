@@ -25,6 +25,7 @@
 #include "step_inputs.hpp"
 #include "tessera/components/prompt_source.hpp"
 #include "tessera/core/train/trainer.hpp"
+#include "tessera/formats/jsonl_steps.hpp"
 #include "tessera/generation/generate.hpp"
 #include "tessera/generation/group_advantages.hpp"
 #include "tessera/log.hpp"
@@ -340,9 +341,69 @@ void Trainer::write_rollouts(std::int64_t step, const std::vector<Prompt>& promp
   const std::vector<std::string> every = all_gather_strings(dp, lines, device_);
   if (context_.rank != 0) return;
   const std::filesystem::path path = in_run_dir(context_, "rollouts.jsonl");
-  std::ofstream out(path, std::ios::app);
+  // A fresh run starts the file; a resumed one appends to what load_rollout kept.
+  std::ofstream out(path, rollouts_started_ ? std::ios::app : std::ios::trunc);
+  rollouts_started_ = true;
   for (const std::string& part : every) out << part;
   if (!out) throw Error("could not append to " + path.string());
+}
+
+// A checkpoint between a rollout's steps (num_iterations > 1) holds the rollout: its steps still
+// to come train on it, and the weights that sampled it are gone. Beside the data's state, by rank.
+void Trainer::save_rollout(StateDict& data) const {
+  if (!rollout_settings_ || !rollout_ || progress_.step % rollout_settings_->num_iterations == 0) return;
+  for (std::size_t i = 0; i < rollout_->micro_batches.size(); ++i) {
+    const std::string key = "rollout." + std::to_string(i) + ".";
+    data[key + "input_ids"] = rollout_->micro_batches[i].input_ids.clone();
+    data[key + "labels"] = rollout_->micro_batches[i].labels.clone();
+    data[key + "units"] = at::tensor({rollout_->micro_batches[i].num_target_tokens}, at::kLong);
+    data[key + "advantages"] = rollout_->rows[i].advantages.clone();
+    if (rollout_->rows[i].old_logps.defined()) data[key + "old_logps"] = rollout_->rows[i].old_logps.to(at::kCPU);
+  }
+}
+
+void Trainer::load_rollout(StateDict& data, const std::string& checkpoint_path) {
+  StateDict saved;
+  for (auto it = data.begin(); it != data.end();) {
+    if (it->first.rfind("rollout.", 0) == 0) {
+      saved.insert(*it);
+      it = data.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!rollout_settings_) return;
+  if (context_.rank == 0) {
+    // Lines past the checkpoint belong to an attempt that did not reach its next one.
+    keep_jsonl_steps_up_to(in_run_dir(context_, "rollouts.jsonl"), progress_.step);
+    rollouts_started_ = true;
+  }
+  if (progress_.step % rollout_settings_->num_iterations == 0) return;
+  auto rollout = std::make_unique<Rollout>();
+  for (std::size_t i = 0;; ++i) {
+    const std::string key = "rollout." + std::to_string(i) + ".";
+    const auto ids = saved.find(key + "input_ids");
+    if (ids == saved.end()) break;
+    Batch batch;
+    batch.input_ids = ids->second;
+    batch.labels = saved.at(key + "labels");
+    batch.num_target_tokens = saved.at(key + "units").item<std::int64_t>();
+    RolloutRows rows;
+    rows.advantages = saved.at(key + "advantages");
+    if (const auto old = saved.find(key + "old_logps"); old != saved.end()) rows.old_logps = old->second.to(device_);
+    rollout->micro_batches.push_back(std::move(batch));
+    rollout->rows.push_back(std::move(rows));
+  }
+  if (static_cast<std::int64_t>(rollout->micro_batches.size()) != settings_.grad_accum) {
+    throw CheckpointError("checkpoint " + checkpoint_path + " was saved at step " + std::to_string(progress_.step) +
+                          ", inside a rollout that num_iterations " + std::to_string(rollout_settings_->num_iterations) +
+                          " trains on again, and holds " + std::to_string(rollout->micro_batches.size()) +
+                          " of its micro-batches for this rank, not grad_accum's " +
+                          std::to_string(settings_.grad_accum) +
+                          ": resume it with the ranks and micro-batches that saved it, or from a checkpoint at a multiple "
+                          "of num_iterations");
+  }
+  rollout_ = std::move(rollout);
 }
 
 }  // namespace tessera::core

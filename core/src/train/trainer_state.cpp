@@ -57,6 +57,7 @@ CheckpointState Trainer::capture() {
   }
   capture_optimizer_state(st, {*parts_.optimizer, strategy_, *optimizer_placements_});
   st.data = on_host(parts_.train_data->state_dict());
+  save_rollout(st.data);
   st.rng = capture_generators(device_, placements_.tensor_ranks());
   return st;
 }
@@ -125,9 +126,10 @@ void Trainer::restore(const std::string& checkpoint_path) {
   restore_optimizer_state(std::move(ck.optimizer), ck.optimizer_names,
                           {*parts_.optimizer, strategy_, *optimizer_placements_},
                           mesh_->dims().pp > 1, checkpoint_path, parts_.names.model);
+  progress_.step = ck.metadata.step;
+  load_rollout(ck.data, checkpoint_path);
   parts_.train_data->load_state_dict(ck.data);
   restore_generators(ck.rng, device_, placements_.tensor_ranks());
-  progress_.step = ck.metadata.step;
   progress_.tokens = ck.metadata.tokens;
   progress_.samples = ck.metadata.samples;
   progress_.elapsed_s = elapsed_before_ = ck.metadata.elapsed_s;

@@ -11,6 +11,7 @@
 
 #include "tessera/components/callback.hpp"
 #include "tessera/error.hpp"
+#include "tessera/formats/jsonl_steps.hpp"
 #include "tessera/log.hpp"
 #include "tessera/plugin.hpp"
 
@@ -42,26 +43,8 @@ class JsonlMetrics final : public tessera::Callback {
     if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
     // A fresh run starts a fresh file. A resumed one keeps the lines up to the step it resumed
     // at (later ones belong to the attempt that did not reach its next checkpoint) and appends.
-    std::string kept;
-    if (ctx.progress.step > 0) {
-      std::ifstream in(path_);
-      for (std::string line; std::getline(in, line);) {
-        const auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (row.is_object() && row.contains("step") && row["step"].is_number_integer() &&
-            row["step"].get<std::int64_t>() <= ctx.progress.step) {
-          kept += line + "\n";
-        }
-      }
-    }
-    if (ctx.progress.step > 0) {
-      // Replaced by a rename: a kill here leaves the old file or the new one, never half.
-      const std::string tmp = path_.string() + ".tmp";
-      std::ofstream(tmp, std::ios::out | std::ios::trunc) << kept;
-      std::filesystem::rename(tmp, path_);
-      out_.open(path_, std::ios::out | std::ios::app);
-    } else {
-      out_.open(path_, std::ios::out | std::ios::trunc);
-    }
+    if (ctx.progress.step > 0) tessera::keep_jsonl_steps_up_to(path_, ctx.progress.step);
+    out_.open(path_, std::ios::out | (ctx.progress.step > 0 ? std::ios::app : std::ios::trunc));
     if (!out_) throw tessera::Error("callback/jsonl_metrics: cannot open " + path_.string());
   }
 

@@ -170,6 +170,10 @@ class Trainer : private CallbackEvents {
   std::unique_ptr<Rollout> sample_rollout();
   void take_old_logps(Rollout& rollout);
   void hand_rollout_rows();  // before each micro-batch's loss
+  // The rollout in a checkpoint's data state, saved between its steps (num_iterations > 1), and
+  // taken back out of it when restoring.
+  void save_rollout(StateDict& data) const;
+  void load_rollout(StateDict& data, const std::string& checkpoint_path);
   void record_rollout_metrics(const at::Tensor& all, const GroupAdvantages& advantages, std::int64_t rewards);
   void write_rollouts(std::int64_t step, const std::vector<Prompt>& prompts, const std::vector<GenerationResult>& results,
                       const std::vector<RewardInput>& inputs, const at::Tensor& scores,
@@ -262,6 +266,7 @@ class Trainer : private CallbackEvents {
   std::size_t rollout_row_ = 0;
   std::vector<std::int64_t> eos_token_ids_;
   std::map<std::string, double> rollout_metrics_;
+  bool rollouts_started_ = false;  // rank 0: rollouts.jsonl was started (or kept, resuming)
   RunContext context_;
   // The run's mesh (the data-parallel-only one when the context has none): the strategy works
   // over its data-parallel group, the loss and norm over its loss group.
