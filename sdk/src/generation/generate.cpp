@@ -53,11 +53,15 @@ void generate_batch(Model& model, const std::vector<GenerationRequest>& requests
   at::Tensor ids = at::zeros({batch, longest}, at::kLong), positions = at::full({batch, longest}, -1, at::kLong);
   std::vector<std::int64_t> next_position(rows);
   std::vector<at::Generator> generators;
+  auto prompt_ids = ids.accessor<std::int64_t, 2>(), prompt_positions = positions.accessor<std::int64_t, 2>();
   for (std::size_t r = 0; r < rows; ++r) {
     const auto& prompt = requests[first + r].prompt_ids;
     const auto n = static_cast<std::int64_t>(prompt.size());
-    ids[static_cast<std::int64_t>(r)].narrow(0, longest - n, n).copy_(at::tensor(prompt, at::kLong));
-    for (std::int64_t i = 0; i < n; ++i) positions[static_cast<std::int64_t>(r)][longest - n + i] = i;
+    const auto row = static_cast<std::int64_t>(r);
+    for (std::int64_t i = 0; i < n; ++i) {
+      prompt_ids[row][longest - n + i] = prompt[static_cast<std::size_t>(i)];
+      prompt_positions[row][longest - n + i] = i;
+    }
     next_position[r] = n;
     generators.push_back(at::make_generator<at::CPUGeneratorImpl>(requests[first + r].sampling.seed));
   }
@@ -69,18 +73,33 @@ void generate_batch(Model& model, const std::vector<GenerationRequest>& requests
   while (true) {
     // The step's logits on the host in float32: the draw, the log-probabilities and the stops.
     const at::Tensor raw = logits.squeeze(1).to(at::kCPU, at::kFloat);
-    const at::Tensor logprobs = at::log_softmax(raw, -1);
+    const at::Tensor logprobs = at::log_softmax(raw, -1).contiguous();
     const at::Tensor drawn_from =
         options.vocabulary > 0 && options.vocabulary < raw.size(-1) ? raw.narrow(-1, 0, options.vocabulary) : raw;
     at::Tensor step_ids = at::zeros({batch, 1}, at::kLong), step_positions = at::full({batch, 1}, -1, at::kLong);
+    auto next_ids = step_ids.accessor<std::int64_t, 2>(), next_positions = step_positions.accessor<std::int64_t, 2>();
+    // The rows still running draw together: one pass for those that sample alike.
+    std::vector<std::int64_t> running;
+    std::vector<SamplingParams> sampling;
+    std::vector<at::Generator> running_generators;
     for (std::size_t r = 0; r < rows; ++r) {
       if (done[r]) continue;
+      running.push_back(static_cast<std::int64_t>(r));
+      sampling.push_back(requests[first + r].sampling);
+      running_generators.push_back(generators[r]);
+    }
+    const at::Tensor candidates = running.size() == rows ? drawn_from : drawn_from.index_select(0, at::tensor(running, at::kLong));
+    const std::vector<std::int64_t> drawn = draw_tokens(candidates.contiguous(), sampling, running_generators);
+    const float* row_logprobs = logprobs.data_ptr<float>();
+    const std::int64_t vocab = logprobs.size(-1);
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      const auto r = static_cast<std::size_t>(running[i]);
       const GenerationRequest& request = requests[first + r];
       GenerationResult& out = results[first + r];
       const auto row = static_cast<std::int64_t>(r);
-      const std::int64_t token = draw_token(drawn_from[row], request.sampling, generators[r]);
+      const std::int64_t token = drawn[i];
       out.completion_ids.push_back(token);
-      out.logprobs.push_back(logprobs[row][token].item<double>());
+      out.logprobs.push_back(row_logprobs[row * vocab + token]);
       const auto is = [token](const std::vector<std::int64_t>& ids) {
         return std::find(ids.begin(), ids.end(), token) != ids.end();
       };
@@ -90,8 +109,8 @@ void generate_batch(Model& model, const std::vector<GenerationRequest>& requests
       } else if (static_cast<std::int64_t>(out.completion_ids.size()) >= request.max_new_tokens) {
         out.finish_reason = "length";
       } else {
-        step_ids[row][0] = token;
-        step_positions[row][0] = next_position[r]++;
+        next_ids[row][0] = token;
+        next_positions[row][0] = next_position[r]++;
         continue;
       }
       done[r] = true;

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "tessera/export.hpp"
 
@@ -32,7 +33,14 @@ TESSERA_API void check_sampling(const SamplingParams& p);
 TESSERA_API at::Tensor processed_logits(const at::Tensor& logits, const SamplingParams& p);
 
 // One token drawn from `logits` [vocab] (float32, on the host) as `p` says, with `generator` (a
-// CPU generator seeded from p.seed); the argmax when p.greedy().
+// CPU generator seeded from p.seed); the argmax when p.greedy(). The draw takes one uniform number
+// from the generator and finds where it falls in the cumulative softmax.
 TESSERA_API std::int64_t draw_token(const at::Tensor& logits, const SamplingParams& p, at::Generator& generator);
+
+// draw_token for each row of `logits` [rows, vocab]: row r as params[r] says, with generators[r].
+// Rows that sample alike (the same temperature and filters) are processed in one pass, and each
+// row's draw uses its own generator alone: a request draws the same tokens in any batch.
+TESSERA_API std::vector<std::int64_t> draw_tokens(const at::Tensor& logits, const std::vector<SamplingParams>& params,
+                                                  std::vector<at::Generator>& generators);
 
 }  // namespace tessera
