@@ -194,7 +194,11 @@ std::unique_ptr<Trainer::Rollout> Trainer::sample_rollout() {
     inputs.push_back({prompt.text, text::replace_invalid_utf8(prompts_->decode(text_ids)), result.completion_ids, prompt.row});
   }
   const auto K = static_cast<std::int64_t>(r.rewards.size());
-  at::Tensor scores = at::full({per_rank, K}, std::numeric_limits<float>::quiet_NaN(), at::kFloat);
+  // This rank's completions as a table: a column per reward (NaN where it gave none), then each
+  // one's length and whether it was cut; gathered from every rank for the advantages (the
+  // batch's standard deviation) and the metrics, the same on every rank.
+  const at::Tensor table = at::full({per_rank, K + 2}, std::numeric_limits<float>::quiet_NaN(), at::kFloat);
+  auto cells = table.accessor<float, 2>();
   for (std::int64_t k = 0; k < K; ++k) {
     const NamedReward& reward = r.rewards[static_cast<std::size_t>(k)];
     const auto given = in_component("reward " + reward.name, "score", step, [&] { return reward.reward->score(inputs); });
@@ -203,18 +207,15 @@ std::unique_ptr<Trainer::Rollout> Trainer::sample_rollout() {
                   std::to_string(inputs.size()) + " completions");
     }
     for (std::size_t i = 0; i < given.size(); ++i) {
-      if (given[i]) scores[static_cast<std::int64_t>(i)][k] = static_cast<float>(*given[i]);
+      if (given[i]) cells[static_cast<std::int64_t>(i)][k] = static_cast<float>(*given[i]);
     }
   }
-  // Every rank's completions: their scores, lengths and whether they were cut, for the advantages
-  // (the batch's standard deviation) and the metrics, the same on every rank.
-  at::Tensor shape = at::zeros({per_rank, 2}, at::kFloat);
   for (std::int64_t i = 0; i < per_rank; ++i) {
     const GenerationResult& result = results[static_cast<std::size_t>(i)];
-    shape[i][0] = static_cast<float>(result.completion_ids.size());
-    shape[i][1] = result.finish_reason == "length" ? 1.0f : 0.0f;
+    cells[i][K] = static_cast<float>(result.completion_ids.size());
+    cells[i][K + 1] = result.finish_reason == "length" ? 1.0f : 0.0f;
   }
-  const at::Tensor mine = at::cat({scores, shape}, 1).to(device_);
+  const at::Tensor mine = table.to(device_);
   std::vector<at::Tensor> every;
   for (std::int64_t i = 0; i < dp.world_size(); ++i) every.push_back(at::empty_like(mine));
   dp.all_gather_async(every, mine)->wait();
@@ -259,7 +260,7 @@ std::unique_ptr<Trainer::Rollout> Trainer::sample_rollout() {
     rollout->rows.push_back(std::move(row_data));
   }
   if (r.num_iterations > 1) take_old_logps(*rollout);
-  write_rollouts(step, prompts, results, inputs, scores, advantages, my_advantages);
+  write_rollouts(step, prompts, results, inputs, table, advantages, my_advantages);
   return rollout;
 }
 
@@ -315,18 +316,22 @@ void Trainer::record_rollout_metrics(const at::Tensor& all, const GroupAdvantage
 // rank's (tensor-parallel peers hold the same lines; rank 0's group stands for them).
 void Trainer::write_rollouts(std::int64_t step, const std::vector<Prompt>& prompts,
                              const std::vector<GenerationResult>& results, const std::vector<RewardInput>& inputs,
-                             const at::Tensor& scores, const GroupAdvantages& advantages, const at::Tensor& mine) {
+                             const at::Tensor& table, const GroupAdvantages& advantages, const at::Tensor& mine) {
   const RolloutSettings& r = *rollout_settings_;
   Communicator& dp = mesh_->data_parallel();
   const std::int64_t per_rank = settings_.micro_batch_size * settings_.grad_accum;
+  const auto cells = table.accessor<float, 2>();
+  const auto weighted = advantages.rewards.accessor<float, 1>();
+  const at::Tensor mine_contiguous = mine.contiguous();
+  const auto advantage = mine_contiguous.accessor<float, 1>();
   std::string lines;
   for (std::size_t i = 0; i < results.size(); ++i) {
     nlohmann::json rewards = nlohmann::json::object();
     for (std::size_t k = 0; k < r.rewards.size(); ++k) {
-      const float v = scores[static_cast<std::int64_t>(i)][static_cast<std::int64_t>(k)].item<float>();
+      const float v = cells[static_cast<std::int64_t>(i)][static_cast<std::int64_t>(k)];
       rewards[r.rewards[k].name] = std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v);
     }
-    const float reward = advantages.rewards[dp.rank() * per_rank + static_cast<std::int64_t>(i)].item<float>();
+    const float reward = weighted[dp.rank() * per_rank + static_cast<std::int64_t>(i)];
     const Prompt& prompt = prompts[i / static_cast<std::size_t>(r.num_generations)];
     const nlohmann::json line{{"step", step},
                               {"prompt_index", prompt.index},
@@ -335,7 +340,7 @@ void Trainer::write_rollouts(std::int64_t step, const std::vector<Prompt>& promp
                               {"completion", inputs[i].completion},
                               {"rewards", rewards},
                               {"reward", std::isnan(reward) ? nlohmann::json(nullptr) : nlohmann::json(reward)},
-                              {"advantage", mine[static_cast<std::int64_t>(i)].item<float>()}};
+                              {"advantage", advantage[static_cast<std::int64_t>(i)]}};
     lines += line.dump() + "\n";
   }
   const std::vector<std::string> every = all_gather_strings(dp, lines, device_);

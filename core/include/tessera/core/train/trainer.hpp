@@ -176,7 +176,7 @@ class Trainer : private CallbackEvents {
   void load_rollout(StateDict& data, const std::string& checkpoint_path);
   void record_rollout_metrics(const at::Tensor& all, const GroupAdvantages& advantages, std::int64_t rewards);
   void write_rollouts(std::int64_t step, const std::vector<Prompt>& prompts, const std::vector<GenerationResult>& results,
-                      const std::vector<RewardInput>& inputs, const at::Tensor& scores,
+                      const std::vector<RewardInput>& inputs, const at::Tensor& table,
                       const GroupAdvantages& advantages, const at::Tensor& mine);
   // How the step's micro-batches run (step_schedule.hpp): chosen once, at construction.
   class StepSchedule;
