@@ -8,7 +8,9 @@
 #include <fstream>
 
 #include "tessera/components/model.hpp"
+#include "tessera/components/loss.hpp"
 #include "tessera/components/optimizer.hpp"
+#include "tessera/components/reward.hpp"
 #include "tessera/components/scheduler.hpp"
 #include "test_support.hpp"
 
@@ -62,6 +64,31 @@ TEST(ComponentFactory, BuildsListsOfComponents) {
       "  - {component_key: callback, variant_key: jsonl_metrics}\n");
   ASSERT_EQ(b.lists.at("callbacks").size(), 2u);
   EXPECT_EQ(b.lists.at("callbacks")[1].variant, "jsonl_metrics");
+}
+
+// A list field (loss/grpo's rewards) takes each item inline or by reference, in order; an item of
+// the wrong kind, or a value that is no list, is refused at its position.
+TEST(ComponentFactory, ListFieldsTakeInlineAndReferencedComponents) {
+  const std::string loss =
+      "loss: {component_key: loss, variant_key: grpo, config: {rewards: [\n"
+      "  {component_key: reward, variant_key: regex, config: {pattern: 'x'}},\n"
+      "  {instance_key: judge, pass_type: BY_REFERENCE}]}}\n";
+  auto b = build_components("judge: {component_key: reward, variant_key: math_answer}\n" + loss);
+  const RolloutSettings* rollout = built<Loss>(b, "loss")->rollouts();
+  ASSERT_NE(rollout, nullptr);
+  ASSERT_EQ(rollout->rewards.size(), 2u);
+  EXPECT_EQ(rollout->rewards[0].name, "regex");
+  EXPECT_EQ(rollout->rewards[1].name, "math_answer");
+  EXPECT_EQ(rollout->rewards[1].reward.get(), built<Reward>(b, "judge").get()) << "the referenced component itself";
+  const std::string wrong_kind = validation_error(
+      "judge: {component_key: loss, variant_key: cross_entropy}\n" + loss);
+  EXPECT_NE(wrong_kind.find("expected a component of kind reward, but components.judge is a loss"), std::string::npos)
+      << wrong_kind;
+  EXPECT_NE(wrong_kind.find("rewards[1]"), std::string::npos) << wrong_kind;
+  const std::string not_a_list = validation_error(
+      "loss: {component_key: loss, variant_key: grpo, config: {rewards: {component_key: reward, variant_key: regex, "
+      "config: {pattern: 'x'}}}}\n");
+  EXPECT_NE(not_a_list.find("expected a list of components of kind reward"), std::string::npos) << not_a_list;
 }
 
 TEST(ComponentFactory, UnknownConfigKeyHasPositionAndSuggestion) {

@@ -78,6 +78,12 @@ EvalTotals TrainingRun::evaluate(const EvalOptions& options) {
   }
 
   auto trainer = make_trainer();
+  if (trainer->loss().rollouts()) {
+    throw ConfigError("the loss trains on completions it samples and scores with rewards, which no fixed batches "
+                      "hold: tessera eval does not evaluate it; read its reward in metrics.jsonl, or try the model "
+                      "with tessera generate",
+                      "components.loss");
+  }
   if (!plan_.resume.empty()) {
     const std::string path = plan_.resume == "auto" ? agreed_resumable_checkpoint(plan_, *communicator_) : plan_.resume;
     if (path.empty()) {

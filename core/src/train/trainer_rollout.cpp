@@ -25,7 +25,6 @@
 #include "step_inputs.hpp"
 #include "tessera/components/prompt_source.hpp"
 #include "tessera/core/train/trainer.hpp"
-#include "tessera/formats/jsonl_steps.hpp"
 #include "tessera/generation/generate.hpp"
 #include "tessera/generation/group_advantages.hpp"
 #include "tessera/log.hpp"
@@ -121,17 +120,8 @@ Trainer::StepInputs Trainer::fetch_rollout() {
   StepInputs in;
   in.micro_batches = rollout_->micro_batches;
   rollout_row_ = 0;
-  for (const Batch& batch : in.micro_batches) {
-    in.target_tokens += batch.num_target_tokens;
-    in.input_tokens += batch.input_ids.numel();
-    in.samples += batch.input_ids.size(0);
-    in.seq_len = std::max<std::int64_t>(in.seq_len, batch.input_ids.size(-1));
-  }
-  at::Tensor counts = at::tensor({in.target_tokens, in.input_tokens, in.samples}, at::kLong);
-  mesh_->data_parallel().all_reduce(counts);
-  in.target_tokens = counts[0].item<std::int64_t>();
-  in.input_tokens = counts[1].item<std::int64_t>();
-  in.samples = counts[2].item<std::int64_t>();
+  for (const Batch& batch : in.micro_batches) in.count(batch);
+  sum_over_ranks(in);
   return in;
 }
 
@@ -150,6 +140,15 @@ std::unique_ptr<Trainer::Rollout> Trainer::sample_rollout() {
   Communicator& dp = mesh_->data_parallel();
   const std::vector<Prompt> prompts =
       in_component(parts_.names.train_data, "next_prompts", step, [&] { return prompts_->next_prompts(per_rank / G); });
+  for (const Prompt& prompt : prompts) {
+    for (const std::int64_t id : prompt.ids) {
+      if (id < 0 || id >= vocab_size_) {
+        throw Error(parts_.names.train_data + ": prompt " + std::to_string(prompt.index) + " holds token id " +
+                    std::to_string(id) + ", outside " + parts_.names.model + "'s vocabulary of " +
+                    std::to_string(vocab_size_) + "; the dataset's tokenizer must be the model's");
+      }
+    }
+  }
 
   // G requests per prompt, each drawn with its own seed: of the run, the rollout and the
   // completion's place among every rank's, so tensor-parallel peers draw alike and a resumed run
@@ -160,7 +159,10 @@ std::unique_ptr<Trainer::Rollout> Trainer::sample_rollout() {
     for (std::int64_t g = 0; g < G; ++g) {
       GenerationRequest request;
       request.prompt_ids = prompts[p].ids;
-      request.sampling = r.sampling;
+      request.sampling.temperature = r.temperature;
+      request.sampling.top_k = r.top_k;
+      request.sampling.top_p = r.top_p;
+      request.sampling.min_p = r.min_p;
       const auto global = static_cast<std::uint64_t>(dp.rank() * per_rank + static_cast<std::int64_t>(p) * G + g);
       request.sampling.seed = splitmix64(context_.seed ^ splitmix64(rollout_index * 0x100000001B3ULL + global));
       request.max_new_tokens = r.max_completion_length;
@@ -267,7 +269,7 @@ std::unique_ptr<Trainer::Rollout> Trainer::sample_rollout() {
 // num_iterations > 1: each row's log-probabilities under the weights that sampled it.
 void Trainer::take_old_logps(Rollout& rollout) {
   c10::NoGradGuard no_grad;
-  const double temperature = rollout_settings_->sampling.temperature;
+  const double temperature = rollout_settings_->temperature;
   for (std::size_t i = 0; i < rollout.micro_batches.size(); ++i) {
     const Batch& batch = rollout.micro_batches[i];
     AutocastGuard autocast(device_, compute_dtype_);
@@ -351,64 +353,6 @@ void Trainer::write_rollouts(std::int64_t step, const std::vector<Prompt>& promp
   rollouts_started_ = true;
   for (const std::string& part : every) out << part;
   if (!out) throw Error("could not append to " + path.string());
-}
-
-// A checkpoint between a rollout's steps (num_iterations > 1) holds the rollout: its steps still
-// to come train on it, and the weights that sampled it are gone. Beside the data's state, by rank.
-void Trainer::save_rollout(StateDict& data) const {
-  if (!rollout_settings_ || !rollout_ || progress_.step % rollout_settings_->num_iterations == 0) return;
-  for (std::size_t i = 0; i < rollout_->micro_batches.size(); ++i) {
-    const std::string key = "rollout." + std::to_string(i) + ".";
-    data[key + "input_ids"] = rollout_->micro_batches[i].input_ids.clone();
-    data[key + "labels"] = rollout_->micro_batches[i].labels.clone();
-    data[key + "units"] = at::tensor({rollout_->micro_batches[i].num_target_tokens}, at::kLong);
-    data[key + "advantages"] = rollout_->rows[i].advantages.clone();
-    if (rollout_->rows[i].old_logps.defined()) data[key + "old_logps"] = rollout_->rows[i].old_logps.to(at::kCPU);
-  }
-}
-
-void Trainer::load_rollout(StateDict& data, const std::string& checkpoint_path) {
-  StateDict saved;
-  for (auto it = data.begin(); it != data.end();) {
-    if (it->first.rfind("rollout.", 0) == 0) {
-      saved.insert(*it);
-      it = data.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  if (!rollout_settings_) return;
-  if (context_.rank == 0) {
-    // Lines past the checkpoint belong to an attempt that did not reach its next one.
-    keep_jsonl_steps_up_to(in_run_dir(context_, "rollouts.jsonl"), progress_.step);
-    rollouts_started_ = true;
-  }
-  if (progress_.step % rollout_settings_->num_iterations == 0) return;
-  auto rollout = std::make_unique<Rollout>();
-  for (std::size_t i = 0;; ++i) {
-    const std::string key = "rollout." + std::to_string(i) + ".";
-    const auto ids = saved.find(key + "input_ids");
-    if (ids == saved.end()) break;
-    Batch batch;
-    batch.input_ids = ids->second;
-    batch.labels = saved.at(key + "labels");
-    batch.num_target_tokens = saved.at(key + "units").item<std::int64_t>();
-    RolloutRows rows;
-    rows.advantages = saved.at(key + "advantages");
-    if (const auto old = saved.find(key + "old_logps"); old != saved.end()) rows.old_logps = old->second.to(device_);
-    rollout->micro_batches.push_back(std::move(batch));
-    rollout->rows.push_back(std::move(rows));
-  }
-  if (static_cast<std::int64_t>(rollout->micro_batches.size()) != settings_.grad_accum) {
-    throw CheckpointError("checkpoint " + checkpoint_path + " was saved at step " + std::to_string(progress_.step) +
-                          ", inside a rollout that num_iterations " + std::to_string(rollout_settings_->num_iterations) +
-                          " trains on again, and holds " + std::to_string(rollout->micro_batches.size()) +
-                          " of its micro-batches for this rank, not grad_accum's " +
-                          std::to_string(settings_.grad_accum) +
-                          ": resume it with the ranks and micro-batches that saved it, or from a checkpoint at a multiple "
-                          "of num_iterations");
-  }
-  rollout_ = std::move(rollout);
 }
 
 }  // namespace tessera::core

@@ -1,13 +1,15 @@
 // The trainer's state for checkpoints: capture() takes host copies at a step boundary (the model
 // gathered whole by the strategy and the placements, this rank's optimizer part with the ranges
-// it covers, the data position, the generators, the progress); restore() loads them back, cut by
-// this run's placements and strategy.
+// it covers, the data position (with a rollout still being trained on), the generators, the
+// progress); restore() loads them back, cut by this run's placements and strategy.
 #include <c10/core/GradMode.h>
 
 #include "tessera/core/checkpoint/checkpoint_reader.hpp"
 #include "tessera/core/checkpoint/generator_state.hpp"
 #include "tessera/core/checkpoint/optimizer_state.hpp"
 #include "tessera/core/train/trainer.hpp"
+#include "tessera/formats/jsonl_steps.hpp"
+#include "step_inputs.hpp"
 #include "tessera/log.hpp"
 
 namespace tessera::core {
@@ -139,6 +141,64 @@ void Trainer::restore(const std::string& checkpoint_path) {
   log::info("resumed from ", checkpoint_path, " at step ", ck.metadata.step, " (saved by ", ck.metadata.world_size,
             ck.metadata.world_size == 1 ? " rank" : " ranks", " with ", ck.metadata.strategy, "; now ",
             context_.world_size, context_.world_size == 1 ? " rank" : " ranks", ")");
+}
+
+// A checkpoint between a rollout's steps (num_iterations > 1) holds the rollout: its steps still
+// to come train on it, and the weights that sampled it are gone. Beside the data's state, by rank.
+void Trainer::save_rollout(StateDict& data) const {
+  if (!rollout_settings_ || !rollout_ || progress_.step % rollout_settings_->num_iterations == 0) return;
+  for (std::size_t i = 0; i < rollout_->micro_batches.size(); ++i) {
+    const std::string key = "rollout." + std::to_string(i) + ".";
+    data[key + "input_ids"] = rollout_->micro_batches[i].input_ids.clone();
+    data[key + "labels"] = rollout_->micro_batches[i].labels.clone();
+    data[key + "units"] = at::tensor({rollout_->micro_batches[i].num_target_tokens}, at::kLong);
+    data[key + "advantages"] = rollout_->rows[i].advantages.clone();
+    if (rollout_->rows[i].old_logps.defined()) data[key + "old_logps"] = rollout_->rows[i].old_logps.to(at::kCPU);
+  }
+}
+
+void Trainer::load_rollout(StateDict& data, const std::string& checkpoint_path) {
+  StateDict saved;
+  for (auto it = data.begin(); it != data.end();) {
+    if (it->first.rfind("rollout.", 0) == 0) {
+      saved.insert(*it);
+      it = data.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!rollout_settings_) return;
+  if (context_.rank == 0) {
+    // Lines past the checkpoint belong to an attempt that did not reach its next one.
+    keep_jsonl_steps_up_to(in_run_dir(context_, "rollouts.jsonl"), progress_.step);
+    rollouts_started_ = true;
+  }
+  if (progress_.step % rollout_settings_->num_iterations == 0) return;
+  auto rollout = std::make_unique<Rollout>();
+  for (std::size_t i = 0;; ++i) {
+    const std::string key = "rollout." + std::to_string(i) + ".";
+    const auto ids = saved.find(key + "input_ids");
+    if (ids == saved.end()) break;
+    Batch batch;
+    batch.input_ids = ids->second;
+    batch.labels = saved.at(key + "labels");
+    batch.num_target_tokens = saved.at(key + "units").item<std::int64_t>();
+    RolloutRows rows;
+    rows.advantages = saved.at(key + "advantages");
+    if (const auto old = saved.find(key + "old_logps"); old != saved.end()) rows.old_logps = old->second.to(device_);
+    rollout->micro_batches.push_back(std::move(batch));
+    rollout->rows.push_back(std::move(rows));
+  }
+  if (static_cast<std::int64_t>(rollout->micro_batches.size()) != settings_.grad_accum) {
+    throw CheckpointError("checkpoint " + checkpoint_path + " was saved at step " + std::to_string(progress_.step) +
+                          ", inside a rollout that num_iterations " + std::to_string(rollout_settings_->num_iterations) +
+                          " trains on again, and holds " + std::to_string(rollout->micro_batches.size()) +
+                          " of its micro-batches for this rank, not grad_accum's " +
+                          std::to_string(settings_.grad_accum) +
+                          ": resume it with the ranks and micro-batches that saved it, or from a checkpoint at a multiple "
+                          "of num_iterations");
+  }
+  rollout_ = std::move(rollout);
 }
 
 }  // namespace tessera::core

@@ -90,21 +90,21 @@ Trainer::StepInputs Trainer::fetch() {
       check_token_ids(batch, vocab_size_);
       return batch;
     }));
-    const Batch& batch = in.micro_batches.back();
-    in.target_tokens += batch.num_target_tokens;
-    in.input_tokens += batch.input_ids.numel();
-    in.samples += batch.input_ids.size(0);
-    in.seq_len = std::max<std::int64_t>(in.seq_len, batch.input_ids.size(-1));
+    in.count(in.micro_batches.back());
   }
-  // Counted on the host, so summing them needs no device synchronisation (an NCCL run reduces
-  // host tensors on its Gloo group); with one rank the collective returns at once. Over the
-  // data-parallel ranks: tensor-parallel peers read the same batches.
+  sum_over_ranks(in);
+  return in;
+}
+
+// Counted on the host, so summing them needs no device synchronisation (an NCCL run reduces
+// host tensors on its Gloo group); with one rank the collective returns at once. Over the
+// data-parallel ranks: tensor-parallel peers read the same batches.
+void Trainer::sum_over_ranks(StepInputs& in) {
   at::Tensor counts = at::tensor({in.target_tokens, in.input_tokens, in.samples}, at::kLong);
   mesh_->data_parallel().all_reduce(counts);
   in.target_tokens = counts[0].item<std::int64_t>();
   in.input_tokens = counts[1].item<std::int64_t>();
   in.samples = counts[2].item<std::int64_t>();
-  return in;
 }
 
 at::Tensor Trainer::micro_batch(const MicroBatchInputs& in, double aux_weight) {

@@ -125,10 +125,10 @@ class GrpoLoss final : public tessera::Loss {
     objective_.max_completion_length = c.max_completion_length;
     rollout_.num_generations = c.num_generations;
     rollout_.max_completion_length = c.max_completion_length;
-    rollout_.sampling.temperature = c.temperature;
-    rollout_.sampling.top_p = c.top_p;
-    rollout_.sampling.top_k = c.top_k;
-    rollout_.sampling.min_p = c.min_p;
+    rollout_.temperature = c.temperature;
+    rollout_.top_p = c.top_p;
+    rollout_.top_k = c.top_k;
+    rollout_.min_p = c.min_p;
     rollout_.num_iterations = c.num_iterations;
     rollout_.mask_truncated_completions = c.mask_truncated_completions;
     rollout_.scale_rewards = c.scale_rewards;
@@ -144,7 +144,7 @@ class GrpoLoss final : public tessera::Loss {
   bool needs_reference() const override { return objective_.beta != 0.0; }
   void take_reference(const at::Tensor& logits, const at::Tensor& labels) override {
     at::NoGradGuard no_grad;
-    reference_ = tessera::completion_logps(logits, labels, rollout_.sampling.temperature);
+    reference_ = tessera::completion_logps(logits, labels, rollout_.temperature);
   }
 
   tessera::LossSum compute(const at::Tensor& logits, const at::Tensor& labels) override {
@@ -154,7 +154,7 @@ class GrpoLoss final : public tessera::Loss {
     }
     const tessera::RolloutRows rows = std::exchange(rows_, tessera::RolloutRows{});
     const at::Tensor reference = std::exchange(reference_, at::Tensor());
-    const at::Tensor logps = tessera::completion_logps(logits, labels, rollout_.sampling.temperature);
+    const at::Tensor logps = tessera::completion_logps(logits, labels, rollout_.temperature);
     const at::Tensor mask = labels.ne(tessera::kIgnoreIndex).to(at::kFloat);
     const auto terms = tessera_plugins::grpo::objective_terms(logps, rows.old_logps, reference,
                                                               rows.advantages.to(logps.device()), mask, objective_);
@@ -176,7 +176,7 @@ class GrpoLoss final : public tessera::Loss {
     auto token_mean = [&](const at::Tensor& per_token) { return (per_token * mask).sum() / tokens; };
     // A sequence-level clip flag [B, 1] stands for each of its tokens.
     auto clipped_mean = [&](const at::Tensor& flags) { return token_mean(flags.to(at::kFloat).expand_as(mask)); };
-    at::Tensor scaled = logits.detach().to(at::kFloat) / rollout_.sampling.temperature;
+    at::Tensor scaled = logits.detach().to(at::kFloat) / rollout_.temperature;
     const at::Tensor logp = at::log_softmax(scaled, -1);
     const at::Tensor entropy = -(logp.exp() * logp).sum(-1);
     const at::Tensor kl = t.per_token_kl.defined() ? token_mean(t.per_token_kl.detach()) : at::zeros({}, mask.options());

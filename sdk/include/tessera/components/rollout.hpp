@@ -18,7 +18,6 @@
 
 #include "tessera/components/reward.hpp"
 #include "tessera/export.hpp"
-#include "tessera/generation/sampling.hpp"
 
 namespace tessera {
 
@@ -31,7 +30,11 @@ struct NamedReward {
 struct RolloutSettings {
   std::int64_t num_generations = 8;         // completions per prompt: a group
   std::int64_t max_completion_length = 256;  // new tokens at most
-  SamplingParams sampling;                   // temperature, top_k, top_p, min_p; the trainer seeds each draw
+  // Sampling (tessera/generation/sampling.hpp's meanings; the trainer seeds each draw).
+  double temperature = 1.0;
+  std::int64_t top_k = 0;
+  double top_p = 1.0;
+  double min_p = 0.0;
   // Optimizer steps each rollout is trained on; from the second on, the log-probabilities taken at
   // the rollout (RolloutRows::old_logps) are the importance weights' denominators.
   std::int64_t num_iterations = 1;

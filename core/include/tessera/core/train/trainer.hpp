@@ -162,6 +162,7 @@ class Trainer : private CallbackEvents {
   struct StepInputs;   // the step's micro-batches and their token counts over all ranks
   struct StepClock;    // when each phase ended
   StepInputs fetch();
+  void sum_over_ranks(StepInputs& inputs);  // the step's counts over the data-parallel ranks
   // A loss that trains on sampled completions (Loss::rollouts; trainer_rollout.cpp): the step's
   // micro-batches come from a rollout, sampled every num_iterations steps.
   struct Rollout;
