@@ -27,14 +27,11 @@ namespace fs = std::filesystem;
 
 constexpr double kTolerance = 1e-4;
 
-class Dpo : public HfInterop {
+class Dpo : public LlamaWithPeft {
  protected:
   void SetUp() override {
-    HfInterop::SetUp();
+    LlamaWithPeft::SetUp();
     if (IsSkipped()) return;
-    if (!python_has({"peft"})) GTEST_SKIP() << "peft is not installed in .venv (tools/setup.sh installs it)";
-    base_ = dir_.file("llama");
-    reference("make-llama " + base_ + " --kv-heads 2");
     std::string lines;
     const char* const prompts[] = {"2+2=", "capital of France?", "say hi", "sky colour", "1,2,3,", "opposite of up",
                                    "cats say", "water is", "3*3=", "first letter", "sun rises in", "ice is"};
@@ -102,7 +99,7 @@ class Dpo : public HfInterop {
     }
   }
 
-  std::string base_, pairs_;
+  std::string pairs_;
   std::unique_ptr<testing::ReferenceProcess> dpo_process_;  // ends before the fixture's files go
 };
 

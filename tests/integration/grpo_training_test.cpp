@@ -36,14 +36,11 @@ struct Case {
   int dp() const { return ranks / tp; }
 };
 
-class GrpoTraining : public HfInterop {
+class GrpoTraining : public LlamaWithPeft {
  protected:
   void SetUp() override {
-    HfInterop::SetUp();
+    LlamaWithPeft::SetUp();
     if (IsSkipped()) return;
-    if (!python_has({"peft"})) GTEST_SKIP() << "peft is not installed in .venv (tools/setup.sh installs it)";
-    base_ = dir_.file("llama");
-    reference("make-llama " + base_ + " --kv-heads 2");
     std::string lines;
     for (int i = 0; i < 12; ++i) {
       const int a = (i * 7) % 10, b = (i * 3 + 1) % 10;
@@ -119,7 +116,7 @@ class GrpoTraining : public HfInterop {
     EXPECT_LE(r["weight_error"].get<double>(), 1e-4 * r["update"].get<double>());
   }
 
-  std::string base_, prompts_;
+  std::string prompts_;
   std::unique_ptr<testing::ReferenceProcess> replay_process_;  // ends before the fixture's files go
 };
 

@@ -132,6 +132,21 @@ class HfInterop : public ::testing::Test {
   std::unique_ptr<testing::ReferenceProcess> reference_process_;  // before dir_ goes: declared after it
 };
 
+// HfInterop with peft, and a Llama made in Python (2 key/value heads) in base_: where DPO and GRPO
+// train and their PyTorch + PEFT references start.
+class LlamaWithPeft : public HfInterop {
+ protected:
+  void SetUp() override {
+    HfInterop::SetUp();
+    if (IsSkipped()) return;
+    if (!python_has({"peft"})) GTEST_SKIP() << "peft is not installed in .venv (tools/setup.sh installs it)";
+    base_ = dir_.file("llama");
+    reference("make-llama " + base_ + " --kv-heads 2");
+  }
+
+  std::string base_;
+};
+
 inline std::string model_yaml(const std::string& variant, const std::string& folder, const std::string& extra = "") {
   return "{component_key: model, variant_key: " + variant + ", config: {init_from: " + folder + extra + "}}";
 }
