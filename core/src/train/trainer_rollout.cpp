@@ -9,8 +9,6 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/isnan.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <nlohmann/json.hpp>
@@ -27,7 +25,6 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/generation/generate.hpp"
 #include "tessera/generation/group_advantages.hpp"
-#include "tessera/log.hpp"
 #include "tessera/run/precision.hpp"
 #include "tessera/text/utf8.hpp"
 
