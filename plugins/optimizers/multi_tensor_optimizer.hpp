@@ -14,10 +14,16 @@
 #pragma once
 
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,6 +80,32 @@ inline std::vector<std::vector<std::size_t>> split_by_device_and_dtype(const std
   return splits;
 }
 
+// AdamW's update (torch::optim::AdamW's arithmetic) over many tensors at once: decoupled weight
+// decay, the moments, bias corrections by each tensor's own step. Shared by optimizer/adamw's
+// foreach implementation and optimizer/muon's AdamW parameters.
+struct AdamWHyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+inline void adamw_foreach_update(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                                 std::vector<at::Tensor>& exp_avgs, std::vector<at::Tensor>& exp_avg_sqs,
+                                 const std::vector<std::int64_t>& steps, const AdamWHyper& h) {
+  std::vector<c10::Scalar> root_bc2, step_sizes;
+  for (const std::int64_t step : steps) {
+    const auto t = static_cast<double>(step);
+    root_bc2.emplace_back(std::sqrt(1.0 - std::pow(h.beta2, t)));
+    step_sizes.emplace_back(-h.lr / (1.0 - std::pow(h.beta1, t)));
+  }
+  if (h.weight_decay != 0) at::_foreach_mul_(params, 1.0 - h.lr * h.weight_decay);
+  at::_foreach_mul_(exp_avgs, h.beta1);
+  at::_foreach_add_(exp_avgs, grads, 1.0 - h.beta1);
+  at::_foreach_mul_(exp_avg_sqs, h.beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - h.beta2);
+  std::vector<at::Tensor> denoms = at::_foreach_sqrt(exp_avg_sqs);
+  at::_foreach_div_(denoms, root_bc2);
+  at::_foreach_add_(denoms, h.eps);
+  at::_foreach_addcdiv_(params, exp_avgs, denoms, step_sizes);
+}
+
 // One group of parameters with the same hyperparameters (AdamW: decayed or not).
 struct ParamGroup {
   std::vector<std::size_t> members;  // indices into the optimizer's parameters
@@ -84,7 +116,7 @@ struct ParamGroup {
 struct ParamState {
   std::int64_t step = 0;           // 0: never stepped (no state); steps skipped on the device count
                                    // here too (device_step is the true count where defined)
-  std::vector<at::Tensor> fields;  // per-element fields, in per_element_fields() order
+  std::vector<at::Tensor> fields;  // per-element fields, in fields_of(its index) order
   at::Tensor device_step;          // fused AdamW: the step as a float scalar on the device
 };
 
@@ -110,12 +142,12 @@ class MultiTensorOptimizer : public tessera::Optimizer {
   // Parameters never stepped have no keys; the step is saved when the optimizer counts steps.
   tessera::StateDict state_dict() const override {
     tessera::StateDict state;
-    const std::vector<std::string> fields = per_element_fields();
     const std::vector<std::int64_t> steps = step_counts();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const ParamState& s = state_[i];
       if (steps[i] == 0) continue;  // never stepped, or its only steps were skipped on the device
-      if (saves_step()) state[key(i, "step")] = at::scalar_tensor(steps[i], at::kLong);
+      const std::vector<std::string> fields = fields_of(i);
+      if (saves_step_of(i)) state[key(i, "step")] = at::scalar_tensor(steps[i], at::kLong);
       for (std::size_t f = 0; f < fields.size(); ++f) {
         state[key(i, fields[f])] = s.fields[f].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
       }
@@ -124,16 +156,17 @@ class MultiTensorOptimizer : public tessera::Optimizer {
   }
 
   void load_state_dict(const tessera::StateDict& state) override {
-    const std::vector<std::string> fields = per_element_fields();
     std::size_t used = 0;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       ParamState& s = state_[i];
       s = ParamState{};
-      if (!saves_step() && fields.empty()) continue;  // stateless (sgd without momentum)
-      const std::string first = saves_step() ? key(i, "step") : key(i, fields.front());
+      const std::vector<std::string> fields = fields_of(i);
+      const bool steps = saves_step_of(i);
+      if (!steps && fields.empty()) continue;  // stateless (sgd without momentum)
+      const std::string first = steps ? key(i, "step") : key(i, fields.front());
       if (state.count(first) == 0) continue;  // never stepped when saved
-      s.step = saves_step() ? saved(state, first).item<std::int64_t>() : 1;
-      used += saves_step() ? 1 : 0;
+      s.step = steps ? saved(state, first).item<std::int64_t>() : 1;
+      used += steps ? 1 : 0;
       for (const std::string& field : fields) {
         s.fields.push_back(restore_like(saved(state, key(i, field)), i, key(i, field)));
         ++used;
@@ -152,9 +185,10 @@ class MultiTensorOptimizer : public tessera::Optimizer {
       : model_(std::move(model)), base_lr_(base_lr), lr_(base_lr), implementation_(std::move(implementation)),
         name_(std::move(name)) {}
 
-  // The per-element state fields, and whether a step count is state too.
-  virtual std::vector<std::string> per_element_fields() const = 0;
-  virtual bool saves_step() const = 0;
+  // Parameter i's per-element state fields, and whether its step count is state too (Muon's
+  // matrices and its AdamW parameters keep different state).
+  virtual std::vector<std::string> fields_of(std::size_t i) const = 0;
+  virtual bool saves_step_of(std::size_t i) const = 0;
 
   // Sets the parameters (group by group) and sizes the state.
   void adopt(std::vector<std::vector<at::Tensor>> groups, const std::vector<double>& weight_decays) {
@@ -180,11 +214,11 @@ class MultiTensorOptimizer : public tessera::Optimizer {
   // (per-element fields zero, shaped like the parameter as it is now: whole, or its shard).
   std::vector<std::size_t> active(const ParamGroup& group) {
     std::vector<std::size_t> out;
-    const std::size_t n_fields = per_element_fields().size();
     for (std::size_t i : group.members) {
       if (!params_[i].grad().defined()) continue;
       ParamState& s = state_[i];
       if (s.fields.empty()) {
+        const std::size_t n_fields = fields_of(i).size();
         for (std::size_t f = 0; f < n_fields; ++f) s.fields.push_back(at::zeros_like(params_[i]));
       }
       out.push_back(i);

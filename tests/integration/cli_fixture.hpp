@@ -65,6 +65,13 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return rows;
 }
 
+// Per-step losses of a run's metrics.jsonl.
+inline std::vector<double> step_losses(const std::string& metrics) {
+  std::vector<double> losses;
+  for (const auto& row : read_metrics(metrics)) losses.push_back(row.at("loss").get<double>());
+  return losses;
+}
+
 // `tessera plan --json`'s output (`plan_json`) for the mesh a run used (the one marked spec_mesh)
 // agrees with what the run's metrics.jsonl measured, within 10 %: the bytes held at step 1
 // (parameters, optimizer state, gradients) and moved at step 2 (communicated_bytes*, per group).

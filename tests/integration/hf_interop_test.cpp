@@ -139,13 +139,6 @@ TEST_F(HfInterop, TrainedModelsExportToFoldersTransformersLoadsWithTheSameLoss) 
   reference("same-tokenizer " + dir_.file("llama") + " " + gpt_export);
 }
 
-// Per-step losses of a run's metrics.jsonl.
-std::vector<double> step_losses(const std::string& metrics) {
-  std::vector<double> losses;
-  for (const auto& row : read_metrics(metrics)) losses.push_back(row.at("loss").get<double>());
-  return losses;
-}
-
 }  // namespace hf_interop_test
 
 // A run on 2 ranks of a model-parallel mesh saves and exports whole models: the hf exports of a

@@ -14,6 +14,7 @@
     hf_reference.py probe-tokens FILE --model DIR --mutate WHAT --seq-len T --windows N
     hf_reference.py loss DIR --tokens FILE --seq-len T --batch B --batches K [--mutate WHAT] [--adapter PEFT_DIR]
     hf_reference.py train DIR --tokens FILE --seq-len T --batch B --world W --steps N --lr LR ...
+                      [--optimizer muon --ns-dtype bf16|fp32 --adamw-lr LR --adamw-weight-decay WD ...]
 
 serve.py runs these commands in one process for a test (tests/integration/reference_process.hpp).
 
@@ -28,7 +29,10 @@ interleaved instead of rotate-half RoPE, no sliding window) to show the tests wo
 differ by at most 5e-4, which averages out of the loss on random tokens; `probe-tokens` writes
 text on which it cannot (each next token is the one that mistake moves most). `train` runs a plain
 PyTorch loop (AdamW, decay on matrices only, the step loss the summed token loss over the step's
-target tokens) and prints each step's loss, one JSON list.
+target tokens) and prints each step's loss, one JSON list; with --optimizer muon, torch.optim.Muon
+over the hidden matrices (2-D, their names without `embed`, `wte`, `wpe` or `lm_head`) and
+torch.optim.AdamW over the rest (--beta1, --beta2, --eps, --adamw-weight-decay, --adamw-lr); with
+--ns-dtype fp32 its Newton-Schulz iteration runs in float32 instead of torch's bfloat16.
 """
 import argparse
 import json
@@ -379,25 +383,59 @@ def loss(args):
     print(json.dumps({"loss": total / count, "tokens": count}))
 
 
+def newton_schulz_fp32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's Newton-Schulz iteration, in float32 instead of bfloat16."""
+    a, b, c = ns_coefficients
+    x = grad.float().clone()
+    tall = grad.size(0) > grad.size(1)
+    if tall:
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+def optimizers(model, args):
+    if args.optimizer == "adamw":
+        decay = [p for _, p in model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for _, p in model.named_parameters() if p.dim() < 2]
+        return [torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)]
+    import torch.optim._muon as muon
+    # One process serves several commands (serve.py): torch's own iteration is kept to go back to.
+    if not hasattr(muon, "bf16_newton_schulz"):
+        muon.bf16_newton_schulz = muon._zeropower_via_newtonschulz
+    muon._zeropower_via_newtonschulz = newton_schulz_fp32 if args.ns_dtype == "fp32" else muon.bf16_newton_schulz
+    adamw_names = ("embed", "wte", "wpe", "lm_head")
+    hidden = lambda n, p: p.dim() == 2 and not any(s in n for s in adamw_names)  # noqa: E731
+    matrices = [p for n, p in model.named_parameters() if hidden(n, p)]
+    rest = [p for n, p in model.named_parameters() if not hidden(n, p)]
+    return [torch.optim.Muon(matrices, lr=args.lr, weight_decay=args.weight_decay, momentum=args.momentum,
+                             nesterov=True, adjust_lr_fn=args.adjust_lr_fn),
+            torch.optim.AdamW(rest, lr=args.adamw_lr or args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
+                              weight_decay=args.adamw_weight_decay)]
+
+
 def train(args):
     torch.manual_seed(0)
     model = load(args.dir)
     model.train()
-    decay = [p for _, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for _, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    opts = optimizers(model, args)
     per_step = args.batch * args.world  # the step's samples over all ranks, in order
     losses = []
     for step in range(args.steps):
         inputs, labels = windows(args.tokens, args.seq_len, step * per_step, per_step)
-        opt.zero_grad()
+        for opt in opts:
+            opt.zero_grad()
         s, n = mean_loss(model, inputs, labels)
         (s / n).backward()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        opt.step()
+        for opt in opts:
+            opt.step()
         losses.append(float(s) / n)
     print(json.dumps(losses))
 
@@ -594,6 +632,12 @@ def main(argv=None):
             c.add_argument("--eps", type=float, default=1e-8)
             c.add_argument("--weight-decay", type=float, default=0.0)
             c.add_argument("--clip", type=float, default=0.0)
+            c.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw")
+            c.add_argument("--momentum", type=float, default=0.95)
+            c.add_argument("--ns-dtype", choices=["bf16", "fp32"], default="bf16")
+            c.add_argument("--adjust-lr-fn", choices=["original", "match_rms_adamw"], default="original")
+            c.add_argument("--adamw-lr", type=float)
+            c.add_argument("--adamw-weight-decay", type=float, default=0.01)
     args = p.parse_args(argv)
     args.fn(args)
 

@@ -2,11 +2,6 @@
 // ../multi_tensor_optimizer.hpp). By default biases and norm weights (tensors with fewer than 2
 // dimensions) are not decayed, as in GPT training.
 #include <ATen/ops/_foreach_add.h>
-#include <ATen/ops/_foreach_addcdiv.h>
-#include <ATen/ops/_foreach_addcmul.h>
-#include <ATen/ops/_foreach_div.h>
-#include <ATen/ops/_foreach_mul.h>
-#include <ATen/ops/_foreach_sqrt.h>
 #include <ATen/ops/_foreach_sub.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/full.h>
@@ -86,8 +81,8 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
   void skip_next_step_if(const at::Tensor& found_inf) override { found_inf_ = found_inf; }
 
  protected:
-  std::vector<std::string> per_element_fields() const override { return {"exp_avg", "exp_avg_sq"}; }
-  bool saves_step() const override { return true; }
+  std::vector<std::string> fields_of(std::size_t) const override { return {"exp_avg", "exp_avg_sq"}; }
+  bool saves_step_of(std::size_t) const override { return true; }
 
  private:
   double bias_correction1(std::int64_t step) const { return 1.0 - std::pow(beta1_, static_cast<double>(step)); }
@@ -113,22 +108,11 @@ class AdamWOptimizer final : public tessera_plugins::MultiTensorOptimizer {
   // The loop's arithmetic, every op over all of the group's tensors at once.
   void foreach_step(const tessera_plugins::ParamGroup& group, const std::vector<std::size_t>& members) {
     std::vector<at::Tensor> params = params_of(members);
-    const std::vector<at::Tensor> grads = grads_of(members);
     std::vector<at::Tensor> exp_avgs = gather(members, 0), exp_avg_sqs = gather(members, 1);
-    std::vector<c10::Scalar> root_bc2, step_sizes;
-    for (std::size_t i : members) {
-      root_bc2.emplace_back(std::sqrt(bias_correction2(state_[i].step)));
-      step_sizes.emplace_back(-lr_ / bias_correction1(state_[i].step));
-    }
-    if (group.weight_decay != 0) at::_foreach_mul_(params, 1.0 - lr_ * group.weight_decay);
-    at::_foreach_mul_(exp_avgs, beta1_);
-    at::_foreach_add_(exp_avgs, grads, 1.0 - beta1_);
-    at::_foreach_mul_(exp_avg_sqs, beta2_);
-    at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - beta2_);
-    std::vector<at::Tensor> denoms = at::_foreach_sqrt(exp_avg_sqs);
-    at::_foreach_div_(denoms, root_bc2);
-    at::_foreach_add_(denoms, eps_);
-    at::_foreach_addcdiv_(params, exp_avgs, denoms, step_sizes);
+    std::vector<std::int64_t> steps;
+    for (std::size_t i : members) steps.push_back(state_[i].step);
+    tessera_plugins::adamw_foreach_update(params, grads_of(members), exp_avgs, exp_avg_sqs, steps,
+                                          {lr_, beta1_, beta2_, eps_, group.weight_decay});
   }
 
   // LibTorch's fused kernel; its step counts live on the device beside the parameters.

@@ -74,11 +74,11 @@ class SgdOptimizer final : public tessera_plugins::MultiTensorOptimizer {
   }
 
  protected:
-  std::vector<std::string> per_element_fields() const override {
+  std::vector<std::string> fields_of(std::size_t) const override {
     if (momentum_ == 0) return {};
     return {"momentum_buffer"};
   }
-  bool saves_step() const override { return false; }
+  bool saves_step_of(std::size_t) const override { return false; }
 
  private:
   // torch::optim::SGD's arithmetic, one parameter at a time: the reference.
