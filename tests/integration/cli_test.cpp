@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <vector>
 #include <unistd.h>
 
 #include "cli_fixture.hpp"
@@ -67,8 +69,11 @@ TEST_F(Cli, ComponentsJsonCarriesEverySchema) {
   std::string out;
   ASSERT_EQ(run_command(tessera("components --json --kind optimizer") + " 2>/dev/null", out), 0) << out;
   const auto list = nlohmann::json::parse(out);
-  ASSERT_EQ(list.size(), 2u);
-  const auto& adamw = list[0]["variant"] == "adamw" ? list[0] : list[1];
+  std::vector<std::string> variants;
+  for (const auto& component : list) variants.push_back(component["variant"]);
+  std::sort(variants.begin(), variants.end());
+  ASSERT_EQ(variants, (std::vector<std::string>{"adamw", "muon", "sgd"}));
+  const auto& adamw = *std::find_if(list.begin(), list.end(), [](const auto& c) { return c["variant"] == "adamw"; });
   EXPECT_NE(adamw["plugin"].get<std::string>().find("libtessera_optimizer_adamw.so"), std::string::npos);
   bool saw_lr = false;
   for (const auto& f : adamw["fields"]) {
