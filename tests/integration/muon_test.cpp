@@ -1,13 +1,16 @@
 // optimizer/muon against torch.optim.Muon over the hidden matrices plus torch.optim.AdamW over the
 // rest (tools/interop/hf_reference.py train --optimizer muon): a Llama made in Python trained 10
 // steps on the same windows gives every step's loss within 1e-5 with Newton-Schulz in fp32 and
-// 1e-3 in bf16 (torch's); fsdp 2 and tp 2 (each matrix made whole for its orthogonalisation) give
-// one rank's losses, and so does ep 2 over a mixture of experts (each expert orthogonalised alone);
-// a checkpoint resumes bit-exact.
+// 1e-3 in bf16 (torch's); fsdp, zero1 and zero2 on 2 ranks and tp 2 (each matrix made whole for
+// its orthogonalisation) give one rank's losses, as `tessera plan` counts their state and bytes,
+// and so does ep 2 over a mixture of experts (each expert orthogonalised alone); a checkpoint
+// resumes bit-exact, and resumes under another mesh.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_fixture.hpp"
@@ -60,6 +63,16 @@ class Muon : public HfInterop {
     return nlohmann::json::parse(line).get<std::vector<double>>();
   }
 
+  // `tessera plan` of the spec for 2 ranks agrees with run NAME's metrics.
+  void plan_agrees(const std::string& spec_path, const std::string& name) {
+    SCOPED_TRACE(name);
+    std::string out;
+    const std::string errors = dir_.file("plan_stderr.txt");
+    ASSERT_EQ(run_command(testing::tessera_binary() + " plan " + spec_path + " --ranks 2 --json 2>" + errors, out), 0)
+        << out << std::ifstream(errors).rdbuf();
+    expect_plan_agrees_with_metrics(out, read_metrics(dir_.file("runs/" + name + "/metrics.jsonl")));
+  }
+
   static void expect_close(const std::vector<double>& ours, const std::vector<double>& theirs, double tolerance,
                            const std::string& what) {
     ASSERT_EQ(ours.size(), 10u) << what;
@@ -81,12 +94,38 @@ TEST_F(Muon, StepsEqualTorchMuonWithAdamWOverTheRest) {
   }
 }
 
-TEST_F(Muon, FsdpAndTensorParallelRanksMakeEachMatrixWhole) {
+// Every strategy and tp 2 give one rank's losses; `tessera plan` counts each run's optimizer state
+// and the bytes its matrices' gathers move (with the rest of the step's) within 10 % of what the
+// run measured.
+TEST_F(Muon, EveryStrategyAndTensorParallelRanksMakeEachMatrixWhole) {
   const std::vector<double> one = train(muon_spec("one", "fp32"), 1, "one");
-  const std::string fsdp = "  parallel: {component_key: parallel, variant_key: fsdp}\n";
-  expect_close(train(muon_spec("fsdp", "fp32", 2, fsdp), 2, "fsdp"), one, 1e-5, "fsdp 2");
+  for (const std::string strategy : {"fsdp", "zero1", "zero2"}) {
+    const std::string spec_path =
+        muon_spec(strategy, "fp32", 2, "  parallel: {component_key: parallel, variant_key: " + strategy + "}\n");
+    expect_close(train(spec_path, 2, strategy), one, 1e-5, strategy + " 2");
+    plan_agrees(spec_path, strategy);
+  }
   const std::string tp = muon_spec("tp", "fp32", 1, "parallelism: {tp: 2}\n");
   expect_close(train(tp, 2, "tp"), one, 1e-5, "tp 2");
+  plan_agrees(tp, "tp");
+}
+
+// The momentum buffers and AdamW's moments saved by fsdp 2 at step 5 reshard: resumed on one rank
+// and on tp 2, steps 6-10 are the uninterrupted run's within float32 rounding.
+TEST_F(Muon, CheckpointsReshardAcrossMeshes) {
+  const std::vector<double> one = train(muon_spec("one", "fp32"), 1, "one");
+  const std::string fsdp =
+      muon_spec("save", "fp32", 2, "  parallel: {component_key: parallel, variant_key: fsdp}\n");
+  ASSERT_EQ(train(fsdp, 2, "save", " --set checkpoint.every_steps=5").size(), 10u);
+  const std::string resume = " --resume " + dir_.file("runs/save/checkpoints/step_00000005");
+  const std::vector<double> alone = train(muon_spec("alone", "fp32"), 1, "alone", resume);
+  const std::vector<double> tp = train(muon_spec("tp", "fp32", 1, "parallelism: {tp: 2}\n"), 2, "tp", resume);
+  for (const auto& [what, resumed] : {std::pair{"one rank", alone}, std::pair{"tp 2", tp}}) {
+    ASSERT_EQ(resumed.size(), 5u) << what;
+    for (std::size_t i = 0; i < 5; ++i) {
+      EXPECT_LT(relative(resumed[i], one[i + 5]), 1e-5) << what << " step " << i + 6;
+    }
+  }
 }
 
 // A mixture of experts (tests/integration/configs/tiny_moe_ep.yaml): with ep 2 each rank

@@ -4,7 +4,8 @@
 // trainer hands them over (Optimizer::set_placements); from this rank's share of a parameter (a
 // 1-D piece of a strategy's flat unit, of a tensor-parallel part, of a rank's experts) whole()
 // gives the whole matrix, equal to the one-rank model's weight bit for bit and its gradient
-// within float32 rounding; share_of_whole() cuts it back to the share exactly.
+// within float32 rounding; share_of_whole() cuts it back to the share exactly; local() of every
+// parameter in one batch equals each one's local().
 #include <gtest/gtest.h>
 
 #include <ATen/ops/allclose.h>
@@ -32,6 +33,19 @@ class WholeMatrixReader : public Optimizer {
   }
   void step() override {
     const std::vector<at::Tensor> params = inner_->parameters();
+    // Every parameter's local tensor in one batch (one gather per share group) equals each one's own.
+    std::vector<std::size_t> indices;
+    std::vector<at::Tensor> shares;
+    for (std::size_t i = params.size(); i-- > 0;) {  // in reverse: the batch keeps its own order
+      indices.push_back(i);
+      shares.push_back(params[i].detach());
+    }
+    const std::vector<at::Tensor> batch = placements_->local(indices, shares);
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      if (!at::equal(batch[k], placements_->local(indices[k], shares[k]))) {
+        round_trip_failures.push_back((*placements_)[indices[k]].name + " batched local");
+      }
+    }
     for (std::size_t i = 0; i < params.size(); ++i) {
       const std::string& name = (*placements_)[i].name;
       const at::Tensor share = params[i].detach();

@@ -22,6 +22,9 @@
 //                gradients backward; ulysses: four all-to-alls each way
 //   ep           per MoE block the routed tokens' dispatch and combine each way (k rows per
 //                token, none dropped) and the counts (8 B per expert)
+//   muon         each hidden matrix's update made whole every step (fp32): the strategy's shares
+//                all-gathered on its group (zero1, zero2, fsdp; batched, so about the matrices'
+//                size), then a tensor-parallel part gathered on tp (tp times its part)
 //   pp           each stage boundary's activation (fp32, 64-byte header) on pp, its gradient
 //                on pp_gradients; a tied embedding's gradient summed over the two ends
 // Checkpointed blocks run their forward collectives again in backward (MoE blocks recompute
@@ -95,6 +98,13 @@ std::map<std::string, double> plan_communication(const RankModel& model, const T
       const double shards = static_cast<double>(dims.dp_shard * dims.cp);
       add(group_label(dims, {MeshAxis::dp_replicate}, rank), s * (n + ne) / shards);
     }
+  }
+  if (step.whole_matrices && (strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")) {
+    add(units, s * model.matrix_dense);
+    add(expert_units, s * model.matrix_experts);
+  }
+  if (step.whole_matrices && dims.tp > 1) {
+    add(group_label(dims, {MeshAxis::tp}, rank), s * static_cast<double>(dims.tp) * model.matrix_tp_split);
   }
   if (dims.pp > 1 && model.tied > 0 && (model.first_stage || model.last_stage)) {
     const bool sharded = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <tuple>
+#include <variant>
 
 #include "plan_parts.hpp"
 #include "tessera/core/run/parallelism_settings.hpp"
@@ -12,6 +13,7 @@
 #include "tessera/parallel/pipeline_schedule.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
+#include "tessera/registry.hpp"
 
 namespace tessera::core {
 
@@ -39,7 +41,25 @@ std::string scalar_at(const ConfigNode& spec, const std::vector<const char*>& pa
   return node->is_scalar() ? node->scalar() : "";
 }
 
-plan::StepFacts step_facts(const RunPlan& run, const Model& model) {
+// The strings of a list at a path of the spec, or the field's default in `schema`.
+std::vector<std::string> strings_at(const ConfigNode& spec, const std::vector<const char*>& path, const Schema* schema) {
+  const ConfigNode* node = &spec;
+  for (const char* key : path) {
+    node = node && node->is_map() ? node->find(key) : nullptr;
+  }
+  std::vector<std::string> out;
+  if (node && node->is_sequence()) {
+    for (const ConfigNode& item : node->items()) out.push_back(item.scalar());
+    return out;
+  }
+  const FieldSpec* field = schema ? schema->find(path.back()) : nullptr;
+  if (field && std::holds_alternative<std::vector<std::string>>(field->default_value)) {
+    return std::get<std::vector<std::string>>(field->default_value);
+  }
+  return out;
+}
+
+plan::StepFacts step_facts(const RunPlan& run, const Model& model, const Registry& registry) {
   plan::StepFacts step;
   step.micro_batch = run.trainer.micro_batch_size;
   step.micro_batches = run.trainer.grad_accum;
@@ -56,6 +76,12 @@ plan::StepFacts step_facts(const RunPlan& run, const Model& model) {
   step.fused_optimizer = implementation.empty() || implementation == "auto" || implementation == "fused";
   const std::string momentum = scalar_at(run.spec, {"components", "optimizer", "config", "momentum"});
   step.sgd_momentum = momentum.empty() ? 0 : std::atof(momentum.c_str());
+  if (step.optimizer == "muon") {
+    step.whole_matrices = true;
+    const ComponentInfo* info = registry.find("optimizer", "muon");
+    step.element_wise = strings_at(run.spec, {"components", "optimizer", "config", "adamw_params"},
+                                   info ? &info->schema : nullptr);
+  }
   step.vocab = model.vocab_size();
   return step;
 }
@@ -108,7 +134,8 @@ PlannedMesh plan_mesh(const TrainingRun& run, const RunPlan& spec, const Paralle
     auto found = key.empty() ? built.end() : built.find(key);
     if (found == built.end()) {
       const auto model = run.build_model(context);
-      found = built.emplace(key.empty() ? std::to_string(stage) : key, plan::describe_rank(*model, context, shape)).first;
+      found = built.emplace(key.empty() ? std::to_string(stage) : key, plan::describe_rank(*model, context, shape, step))
+                  .first;
     }
     plan::RankModel part = found->second;
     part.rank = context.rank;
@@ -227,7 +254,7 @@ PlanResult plan_meshes(const PlanRequest& request) {
     alone.mesh = plan::make_layout_mesh(alone.parallel, 0);
     const auto model = run.build_model(alone);
     shape = model->transformer_shape();
-    step = step_facts(spec, *model);
+    step = step_facts(spec, *model, run.plugins().registry());
   }
   step.reference_copy = run.keeps_reference_copy();
   result.model_describes_shape = shape.hidden > 0;

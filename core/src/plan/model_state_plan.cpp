@@ -8,7 +8,8 @@
 //   fsdp    parameters n/W, gradients n/W (hybrid: W is the shard group, dp_shard x cp)
 //   local   parameters n, gradients n (freed between steps; the measured gradient_bytes is 0)
 // Optimizer state covers what the rank updates (n, or n/W when sharded): adamw two fp32 moments
-// per element and, fused, a step per tensor; sgd a momentum buffer when momentum > 0. A frozen
+// per element and, fused, a step per tensor; sgd a momentum buffer when momentum > 0; muon a
+// momentum buffer for its hidden matrices and AdamW's moments for the rest. A frozen
 // base (adapters) counts in the parameters only: gradients and optimizer state are the trained
 // parameters' (fsdp shards the frozen base like the rest; ddp and zero hold it whole). A loss
 // that compares with a frozen copy of the starting weights (loss/dpo without adapters) holds one
@@ -61,6 +62,12 @@ PlannedMemory plan_model_state(const RankModel& model, const StepFacts& step, co
   const double updated = sharded_state ? trained_owned : trained_whole;
   if (step.optimizer == "adamw") {
     m.optimizer_state = 2 * kMaster * updated + (step.fused_optimizer ? 4 * (model.tensors - model.frozen_tensors) : 0);
+  } else if (step.whole_matrices) {
+    // muon: one fp32 buffer per hidden-matrix element, AdamW's two moments for the rest (its
+    // foreach steps count on the host).
+    const double matrices = model.matrix_dense / (sharded_state ? shards : 1) +
+                            model.matrix_experts / (sharded_state ? expert_group : 1);
+    m.optimizer_state = kMaster * matrices + 2 * kMaster * (updated - matrices);
   } else if (step.optimizer == "sgd") {
     m.optimizer_state = step.sgd_momentum > 0 ? kMaster * updated : 0;
   }

@@ -37,6 +37,9 @@ struct RankModel {
   double tied = 0;             // held by both pipeline ends (a tied embedding), on an end
   double tp_replicated = 0;    // left whole by the tensor-parallel plan (norms, biases, positions)
   double tp_shared_by_heads = 0;  // of those, used on each rank's heads: gradients summed always
+  // Trained hidden matrices (StepFacts::whole_matrices): dense and stacked experts, and of the
+  // dense ones those split over the tensor-parallel ranks (local elements).
+  double matrix_dense = 0, matrix_experts = 0, matrix_tp_split = 0;
   std::vector<std::int64_t> blocks;  // the global indices of the blocks it holds
   std::int64_t local_stages = 1;
   std::int64_t stage_boundaries_in = 0;   // its stages that receive activations (not the first)
@@ -45,12 +48,15 @@ struct RankModel {
   bool last_stage = true;
 };
 
+// What the spec says about a step, read once.
+struct StepFacts;
+
 // Counts `model` as built by the rank of `context` (context.mesh: a layout mesh).
-RankModel describe_rank(Model& model, const RunContext& context, const TransformerShape& shape);
+RankModel describe_rank(Model& model, const RunContext& context, const TransformerShape& shape,
+                        const StepFacts& step);
 // The global indices of the blocks the rank of `context` holds (none when the shape is unknown).
 std::vector<std::int64_t> rank_blocks(const RunContext& context, const TransformerShape& shape);
 
-// What the spec says about a step, read once.
 struct StepFacts {
   std::int64_t micro_batch = 1;    // trainer.micro_batch_size
   std::int64_t micro_batches = 1;  // trainer.grad_accum
@@ -62,6 +68,10 @@ struct StepFacts {
   std::string optimizer;           // adamw, sgd, ...
   bool fused_optimizer = true;     // adamw's implementation auto|fused (a device step per tensor)
   double sgd_momentum = 0;
+  // optimizer/muon: the hidden matrices (tessera/components/hidden_matrices.hpp, with its
+  // adamw_params as `element_wise`) keep a momentum buffer and are made whole every step.
+  bool whole_matrices = false;
+  std::vector<std::string> element_wise;
   std::int64_t vocab = 0;
   bool reference_copy = false;     // the loss keeps a frozen copy of the weights (loss/dpo, no adapters)
 };

@@ -4,11 +4,13 @@
 #include <set>
 
 #include "plan_parts.hpp"
+#include "tessera/components/hidden_matrices.hpp"
 #include "tessera/parallel/pipeline_parallel.hpp"
 
 namespace tessera::core::plan {
 
-RankModel describe_rank(Model& model, const RunContext& context, const TransformerShape& shape) {
+RankModel describe_rank(Model& model, const RunContext& context, const TransformerShape& shape,
+                        const StepFacts& step) {
   RankModel r;
   r.rank = context.rank;
   const TensorParallelPlan tp_plan = model.tensor_parallel_plan();
@@ -27,6 +29,10 @@ RankModel describe_rank(Model& model, const RunContext& context, const Transform
     } else {
       r.dense += n;
       r.frozen_dense += frozen ? n : 0;
+    }
+    if (step.whole_matrices && !frozen && is_hidden_matrix(item.key(), item.value().dim(), step.element_wise)) {
+      (shard.experts ? r.matrix_experts : r.matrix_dense) += n;
+      if (!shard.experts && !shard.replicated()) r.matrix_tp_split += n;
     }
     if (shard.replicated()) r.tp_replicated += n;
     if (shard.shared_by_heads) r.tp_shared_by_heads += n;

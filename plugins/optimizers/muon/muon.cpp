@@ -3,8 +3,10 @@
 // decoupled weight decay), and AdamW inside the same component for every other parameter: the
 // token embedding and the output head (names matched by `adamw_params`), norms and biases.
 // Orthogonalisation needs the whole matrix: under a sharding strategy or a model axis each one is
-// made whole from this rank's share (OptimizerPlacements::whole), orthogonalised, and this rank's
-// share of the result applied; stacked experts are orthogonalised one by one.
+// made whole from this rank's share (the strategy's shares gathered in one collective per bucket
+// of matrices, OptimizerPlacements::local; then the model axis), orthogonalised, and this rank's
+// share of the result applied; stacked experts are orthogonalised one by one. Which parameters
+// are matrices: tessera/components/hidden_matrices.hpp, the rule `tessera plan` counts by.
 #include <ATen/ops/stack.h>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 
 #include "../multi_tensor_optimizer.hpp"
 #include "newton_schulz.hpp"
+#include "tessera/components/hidden_matrices.hpp"
 #include "tessera/config/config_fields.hpp"
 #include "tessera/parallel/optimizer_placements.hpp"
 #include "tessera/plugin.hpp"
@@ -79,6 +82,10 @@ double adjusted_lr(double lr, const std::string& how, std::int64_t rows, std::in
 }
 
 class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
+  // The most elements of updates made whole at once (128 MiB in fp32): the gathers are batched,
+  // but a sharded model's matrices are never all whole together.
+  static constexpr std::int64_t kGatherBucket = std::int64_t{1} << 25;
+
  public:
   explicit MuonOptimizer(const MuonConfig& c)
       : MultiTensorOptimizer(c.model, c.lr, "foreach", "optimizer/muon"),
@@ -97,9 +104,7 @@ class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
     for (const auto& item : model_->named_parameters()) {
       const at::Tensor& p = item.value();
       if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
-      bool adamw = p.dim() < 2;
-      for (const std::string& pattern : c.adamw_params) adamw = adamw || item.key().find(pattern) != std::string::npos;
-      (adamw ? others : matrices).push_back(p);
+      (tessera::is_hidden_matrix(item.key(), p.dim(), c.adamw_params) ? matrices : others).push_back(p);
     }
     if (matrices.empty() && others.empty()) throw tessera::ConfigError("the model has no trainable parameters", "model");
     matrices_ = matrices.size();
@@ -117,7 +122,7 @@ class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
       if (members.empty()) continue;
       for (std::size_t i : members) state_[i].step += 1;
       if (is_matrix(members.front())) {
-        for (std::size_t i : members) muon_step(i);
+        muon_step(members);
       } else {
         std::vector<at::Tensor> params = params_of(members);
         std::vector<at::Tensor> exp_avgs = gather(members, 0), exp_avg_sqs = gather(members, 1);
@@ -140,17 +145,40 @@ class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
  private:
   bool is_matrix(std::size_t i) const { return i < matrices_; }
 
-  // torch.optim.Muon's step for parameter i, on its whole matrix (or each of its experts).
-  void muon_step(std::size_t i) {
+  // torch.optim.Muon's step for the matrices `members`, each on its whole matrix (or each of its
+  // experts): the momentum first, then the updates made whole a bucket at a time (one gather per
+  // share group and bucket: OptimizerPlacements::local's batch), orthogonalised and applied.
+  void muon_step(const std::vector<std::size_t>& members) {
+    std::vector<at::Tensor> updates;
+    for (std::size_t i : members) {
+      const at::Tensor& grad = params_[i].grad();
+      at::Tensor& buf = state_[i].fields[0];
+      buf.lerp_(grad, 1 - momentum_);
+      updates.push_back(nesterov_ ? grad.lerp(buf, momentum_) : buf);
+    }
+    std::size_t begin = 0;
+    while (begin < members.size()) {
+      std::size_t end = begin;
+      std::int64_t elements = 0;
+      while (end < members.size() && (end == begin || elements + local_numel(members[end]) <= kGatherBucket)) {
+        elements += local_numel(members[end++]);
+      }
+      const std::vector<std::size_t> bucket(members.begin() + begin, members.begin() + end);
+      std::vector<at::Tensor> locals(updates.begin() + begin, updates.begin() + end);
+      if (placements_) locals = placements_->local(bucket, locals);
+      for (std::size_t k = 0; k < bucket.size(); ++k) apply(bucket[k], locals[k]);
+      begin = end;
+    }
+  }
+
+  // Parameter i's update from its local update (its part along the model's axes): made whole,
+  // orthogonalised (stacked experts [experts, rows, cols] one by one, whole on their
+  // expert-parallel rank), and this rank's share applied.
+  void apply(std::size_t i, const at::Tensor& local) {
     const at::Tensor p = params_[i].detach();
-    const at::Tensor& grad = params_[i].grad();
-    at::Tensor& buf = state_[i].fields[0];
-    buf.lerp_(grad, 1 - momentum_);
-    const at::Tensor update = nesterov_ ? grad.lerp(buf, momentum_) : buf;
-    // Stacked experts [experts, rows, cols] are matrices each, whole on their expert-parallel rank.
     const bool experts = whole_dims(i) == 3;
-    at::Tensor whole = update;
-    if (placements_) whole = experts ? placements_->local(i, update) : placements_->whole(i, update);
+    at::Tensor whole = local;
+    if (placements_ && !experts) whole = placements_->model().whole((*placements_)[i].name, local);
     at::Tensor orthogonal;
     std::int64_t rows = 0, cols = 0;
     if (experts) {
@@ -168,6 +196,14 @@ class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
     }
     p.mul_(1 - lr_ * weight_decay_);
     p.add_(mine.reshape(p.sizes()).to(p.scalar_type()), -adjusted_lr(lr_, adjust_lr_fn_, rows, cols));
+  }
+
+  // Elements of parameter i's local tensor (its part along the model's axes).
+  std::int64_t local_numel(std::size_t i) const {
+    if (!placements_) return params_[i].numel();
+    std::int64_t n = 1;
+    for (const std::int64_t d : (*placements_)[i].local_shape) n *= d;
+    return n;
   }
 
   // Parameter i's dimensions as a whole (its share may be 1-D under a sharding strategy).

@@ -96,6 +96,61 @@ at::Tensor OptimizerPlacements::local(std::size_t i, const at::Tensor& share) co
   return at::cat(laid).reshape(p.local_shape);
 }
 
+std::vector<at::Tensor> OptimizerPlacements::local(const std::vector<std::size_t>& indices,
+                                                   const std::vector<at::Tensor>& shares) const {
+  if (indices.size() != shares.size()) {
+    throw Error("optimizer placements: local() takes one share per parameter index (" + std::to_string(indices.size()) +
+                " indices, " + std::to_string(shares.size()) + " shares)");
+  }
+  std::vector<at::Tensor> out(indices.size());
+  // The shared parameters by group, in the order each group first comes.
+  std::vector<std::pair<Communicator*, std::vector<std::size_t>>> groups;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const std::size_t i = indices[k];
+    if (shares_.at(i).empty()) {
+      out[k] = shares[k].reshape(parameters_[i].local_shape);
+      continue;
+    }
+    Communicator* group = parameters_[i].share_group;
+    auto found = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == group; });
+    if (found == groups.end()) found = groups.insert(groups.end(), {group, {}});
+    found->second.push_back(k);
+  }
+  for (const auto& [group, members] : groups) {
+    const std::size_t ranks = static_cast<std::size_t>(group->world_size());
+    // Each rank's total: the sum of its shares of the members.
+    std::vector<std::int64_t> totals(ranks, 0);
+    for (std::size_t k : members) {
+      for (std::size_t r = 0; r < ranks; ++r) totals[r] += shares_[indices[k]][r].second - shares_[indices[k]][r].first;
+    }
+    const std::int64_t longest = *std::max_element(totals.begin(), totals.end());
+    const at::Tensor& sample = shares[members.front()];
+    const at::Tensor sent = at::zeros({longest}, sample.options());
+    std::int64_t filled = 0;
+    for (std::size_t k : members) {
+      const at::Tensor flat = shares[k].reshape({-1});
+      sent.narrow(0, filled, flat.numel()).copy_(flat);
+      filled += flat.numel();
+    }
+    std::vector<at::Tensor> got;
+    for (std::size_t r = 0; r < ranks; ++r) got.push_back(at::empty({longest}, sample.options()));
+    group->all_gather_async(got, sent)->wait();
+    // Parameter k's pieces: rank r's share of it sits in rank r's buffer after its earlier members'.
+    std::vector<std::int64_t> offsets(ranks, 0);
+    for (std::size_t k : members) {
+      const auto& ranges = shares_[indices[k]];
+      std::vector<at::Tensor> laid;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const std::int64_t length = ranges[r].second - ranges[r].first;
+        laid.push_back(got[r].narrow(0, offsets[r], length));
+        offsets[r] += length;
+      }
+      out[k] = at::cat(laid).reshape(parameters_[indices[k]].local_shape);
+    }
+  }
+  return out;
+}
+
 at::Tensor OptimizerPlacements::whole(std::size_t i, const at::Tensor& share) const {
   return model_.whole(parameters_.at(i).name, local(i, share));
 }

@@ -57,6 +57,15 @@ class TESSERA_API OptimizerPlacements {
   // itself, reshaped (a view of it), where nothing is shared: like whole(), the result may alias
   // the parameter, so an optimizer transforms a copy. A collective of the share group.
   at::Tensor local(std::size_t i, const at::Tensor& share) const;
+  // local() of several parameters at once, shares[k] being parameter indices[k]'s: one all-gather
+  // per share group rather than one per parameter. Each rank sends its shares of the group's
+  // parameters laid end to end, padded to the longest rank's; a strategy's per-parameter shares
+  // are uneven (a flat unit's slice holds whole matrices on one rank and none on another) but
+  // their sums over a unit are even, so the batch moves about the parameters' size where one
+  // gather per parameter would move the group's size times it. The groups go in the order their
+  // first parameter comes in `indices`: every rank of a group passes the group's parameters in
+  // one order.
+  std::vector<at::Tensor> local(const std::vector<std::size_t>& indices, const std::vector<at::Tensor>& shares) const;
   // Parameter i's whole tensor from this rank's share: local(), then gathered over its model axis
   // (Placements::whole). Stacked experts come whole over the expert-parallel ranks too; an
   // optimizer treating experts one by one takes local() instead. A collective of the share group
