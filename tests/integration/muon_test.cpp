@@ -94,12 +94,12 @@ TEST_F(Muon, StepsEqualTorchMuonWithAdamWOverTheRest) {
   }
 }
 
-// Every strategy and tp 2 give one rank's losses; `tessera plan` counts each run's optimizer state
+// ddp, fsdp, zero1 and zero2 on 2 ranks and tp 2 give one rank's losses; `tessera plan` counts each run's optimizer state
 // and the bytes its matrices' gathers move (with the rest of the step's) within 10 % of what the
 // run measured.
 TEST_F(Muon, EveryStrategyAndTensorParallelRanksMakeEachMatrixWhole) {
   const std::vector<double> one = train(muon_spec("one", "fp32"), 1, "one");
-  for (const std::string strategy : {"fsdp", "zero1", "zero2"}) {
+  for (const std::string strategy : {"ddp", "fsdp", "zero1", "zero2"}) {
     const std::string spec_path =
         muon_spec(strategy, "fp32", 2, "  parallel: {component_key: parallel, variant_key: " + strategy + "}\n");
     expect_close(train(spec_path, 2, strategy), one, 1e-5, strategy + " 2");
@@ -129,7 +129,8 @@ TEST_F(Muon, CheckpointsReshardAcrossMeshes) {
 }
 
 // A mixture of experts (tests/integration/configs/tiny_moe_ep.yaml): with ep 2 each rank
-// orthogonalises its own experts one by one, as one rank does all of them.
+// orthogonalises its own experts one by one, as one rank does all of them; the plan counts the
+// run's state and bytes.
 TEST_F(Muon, ExpertParallelRanksOrthogonaliseTheirExpertsAsOneRank) {
   const std::string moe = testing::source_dir() + "/tests/integration/configs/tiny_moe_ep.yaml";
   const std::string muon =
@@ -147,6 +148,13 @@ TEST_F(Muon, ExpertParallelRanksOrthogonaliseTheirExpertsAsOneRank) {
       << out;
   expect_close(step_losses(dir_.file("runs/moe-ep2/metrics.jsonl")), step_losses(dir_.file("runs/moe-one/metrics.jsonl")),
                1e-5, "ep 2");
+  const std::string errors = dir_.file("plan_stderr.txt");
+  ASSERT_EQ(run_command(testing::tessera_binary() + " plan " + moe + muon +
+                            " --set parallelism.ep=2 --set trainer.grad_accum=1 --ranks 2 --json 2>" + errors,
+                        out),
+            0)
+      << out << std::ifstream(errors).rdbuf();
+  expect_plan_agrees_with_metrics(out, read_metrics(dir_.file("runs/moe-ep2/metrics.jsonl")));
 }
 
 // The momentum buffers and AdamW's moments and steps are in the checkpoint: resumed at step 6,
