@@ -1,6 +1,7 @@
 // Tensor parallelism's pieces on real Gloo ranks: the autograd collectives (forward and backward
-// of each against what one process computes), whole tensors cut into parts and joined again, and
-// the vocab-parallel cross-entropy against LibTorch's on the whole logits.
+// of each against what one process computes, and the uneven all-gather), whole tensors cut into
+// parts and joined again, and the vocab-parallel cross-entropy against LibTorch's on the whole
+// logits.
 #include "tessera/parallel/tensor_parallel.hpp"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
@@ -127,6 +129,19 @@ TEST(Collectives, ForwardAndBackwardMatchTheOneProcessComputation) {
       expect_close(y, at::cat({x0, x1}, 1), "all_gather_from forward");
       const at::Tensor summed = at::arange(16, at::kFloat).view({2, 8}) * 3.0;
       expect_close(g, summed.narrow(1, 4 * rank, 4), "all_gather_from backward");
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+// all_gather_uneven: every rank's 1-D tensor of its own length (one of them empty), in rank order.
+TEST(Collectives, UnevenTensorsGatherInRankOrderWithTheirOwnLengths) {
+  const auto errors = testing::run_on_gloo_ranks(3, [&](std::int64_t rank, std::shared_ptr<Communicator> group) {
+    auto of = [](std::int64_t r) { return at::arange(r == 1 ? 0 : 3 + 2 * r, at::kDouble) + 10.0 * r; };
+    const std::vector<at::Tensor> all = collectives::all_gather_uneven(of(rank), *group, c10::Device(c10::kCPU));
+    if (all.size() != 3) throw Error("three ranks' tensors, got " + std::to_string(all.size()));
+    for (std::int64_t r = 0; r < 3; ++r) {
+      if (!at::equal(all[static_cast<std::size_t>(r)], of(r))) throw Error("rank " + std::to_string(r) + "'s tensor");
     }
   });
   for (const auto& e : errors) EXPECT_EQ(e, "");

@@ -1,7 +1,5 @@
 #include "tessera/core/run/generation_run.hpp"
 
-#include <ATen/ops/cat.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
@@ -20,6 +18,7 @@
 #include "tessera/formats/hugging_face.hpp"
 #include "tessera/log.hpp"
 #include "tessera/nn/deferred_init.hpp"
+#include "tessera/parallel/collectives.hpp"
 #include "tessera/parallel/device_mesh.hpp"
 #include "tessera/parallel/placement.hpp"
 #include "tessera/run/communicator.hpp"
@@ -208,23 +207,11 @@ std::vector<GenerationResult> GenerationRun::gather_on_rank0(std::vector<Generat
   // device (a few kilobytes, once per call), as its communicator moves tensors.
   const bool speaks = mesh.coordinate(MeshAxis::tp) == 0;
   const at::Tensor packed = speaks ? pack(mine, first) : at::zeros({0}, at::kDouble);
-  Communicator& world = *communicator_;
-  const c10::Device device(context_.device);
-  at::Tensor length = at::tensor({packed.numel()}, at::kLong).to(device);
-  std::vector<at::Tensor> lengths;
-  for (std::int64_t r = 0; r < world.world_size(); ++r) lengths.push_back(at::empty_like(length));
-  world.all_gather_async(lengths, length)->wait();
-  std::int64_t longest = 0;
-  for (const auto& l : lengths) longest = std::max(longest, l.item<std::int64_t>());
-  at::Tensor padded = at::cat({packed, at::zeros({longest - packed.numel()}, at::kDouble)}).to(device);
-  std::vector<at::Tensor> all;
-  for (std::int64_t r = 0; r < world.world_size(); ++r) all.push_back(at::empty_like(padded));
-  world.all_gather_async(all, padded)->wait();
+  const std::vector<at::Tensor> all =
+      collectives::all_gather_uneven(packed, *communicator_, c10::Device(context_.device));
   if (plan_.env.rank != 0) return mine;
   std::vector<GenerationResult> every(total);
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    unpack(all[r].to(at::kCPU), lengths[r].item<std::int64_t>(), every);
-  }
+  for (const at::Tensor& rank : all) unpack(rank.contiguous(), rank.numel(), every);
   return every;
 }
 

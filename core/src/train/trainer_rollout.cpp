@@ -7,9 +7,9 @@
 // Rank 0 appends each completion to RUN_DIR/rollouts.jsonl.
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +25,7 @@
 #include "tessera/core/train/trainer.hpp"
 #include "tessera/generation/generate.hpp"
 #include "tessera/generation/group_advantages.hpp"
+#include "tessera/parallel/collectives.hpp"
 #include "tessera/run/precision.hpp"
 #include "tessera/text/utf8.hpp"
 
@@ -41,23 +42,11 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 // Every rank's string, in rank order (a collective of `group`; bytes travel on `device`).
 std::vector<std::string> all_gather_strings(Communicator& group, const std::string& mine, const c10::Device& device) {
-  const at::Tensor length = at::tensor({static_cast<std::int64_t>(mine.size())}, at::kLong).to(device);
-  std::vector<at::Tensor> lengths;
-  for (std::int64_t r = 0; r < group.world_size(); ++r) lengths.push_back(at::empty_like(length));
-  group.all_gather_async(lengths, length)->wait();
-  std::int64_t longest = 0;
-  for (const auto& l : lengths) longest = std::max(longest, l.item<std::int64_t>());
-  at::Tensor bytes = at::zeros({std::max<std::int64_t>(longest, 1)}, at::kByte);
+  at::Tensor bytes = at::empty({static_cast<std::int64_t>(mine.size())}, at::kByte);
   std::copy(mine.begin(), mine.end(), bytes.data_ptr<std::uint8_t>());
-  bytes = bytes.to(device);
-  std::vector<at::Tensor> all;
-  for (std::int64_t r = 0; r < group.world_size(); ++r) all.push_back(at::empty_like(bytes));
-  group.all_gather_async(all, bytes)->wait();
   std::vector<std::string> out;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    const at::Tensor host = all[r].to(at::kCPU);
-    const auto* p = host.data_ptr<std::uint8_t>();
-    out.emplace_back(reinterpret_cast<const char*>(p), static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
+  for (const at::Tensor& rank : collectives::all_gather_uneven(bytes, group, device)) {
+    out.emplace_back(reinterpret_cast<const char*>(rank.data_ptr<std::uint8_t>()), static_cast<std::size_t>(rank.numel()));
   }
   return out;
 }

@@ -6,7 +6,6 @@
 // advantages, beta times the k3 KL to the reference (the base with adapters off, or a frozen copy).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/log_softmax.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/stack.h>
@@ -154,12 +153,14 @@ class GrpoLoss final : public tessera::Loss {
     }
     const tessera::RolloutRows rows = std::exchange(rows_, tessera::RolloutRows{});
     const at::Tensor reference = std::exchange(reference_, at::Tensor());
-    const at::Tensor logps = tessera::completion_logps(logits, labels, rollout_.temperature);
+    // One log-softmax for the objective's log-probabilities and the entropy metric.
+    const at::Tensor log_probs = tessera::tempered_log_probs(logits, rollout_.temperature);
+    const at::Tensor logps = tessera::label_logps(log_probs, labels);
     const at::Tensor mask = labels.ne(tessera::kIgnoreIndex).to(at::kFloat);
     const auto terms = tessera_plugins::grpo::objective_terms(logps, rows.old_logps, reference,
                                                               rows.advantages.to(logps.device()), mask, objective_);
     const auto loss = tessera_plugins::grpo::aggregate(terms.per_token_loss, mask, objective_);
-    keep_metrics(logits, mask, terms);
+    keep_metrics(log_probs, mask, terms);
     return {loss.sum, loss.units.to(at::kLong)};
   }
 
@@ -170,14 +171,14 @@ class GrpoLoss final : public tessera::Loss {
 
  private:
   // TRL's, each a token mean over the micro-batch, kept as a sum over micro-batches and a count.
-  void keep_metrics(const at::Tensor& logits, const at::Tensor& mask, const tessera_plugins::grpo::ObjectiveTerms& t) {
+  void keep_metrics(const at::Tensor& log_probs, const at::Tensor& mask,
+                    const tessera_plugins::grpo::ObjectiveTerms& t) {
     at::NoGradGuard no_grad;
     const at::Tensor tokens = mask.sum().clamp_min(1.0);
     auto token_mean = [&](const at::Tensor& per_token) { return (per_token * mask).sum() / tokens; };
     // A sequence-level clip flag [B, 1] stands for each of its tokens.
     auto clipped_mean = [&](const at::Tensor& flags) { return token_mean(flags.to(at::kFloat).expand_as(mask)); };
-    at::Tensor scaled = logits.detach().to(at::kFloat) / rollout_.temperature;
-    const at::Tensor logp = at::log_softmax(scaled, -1);
+    const at::Tensor logp = log_probs.detach();
     const at::Tensor entropy = -(logp.exp() * logp).sum(-1);
     const at::Tensor kl = t.per_token_kl.defined() ? token_mean(t.per_token_kl.detach()) : at::zeros({}, mask.options());
     const at::Tensor step = at::stack({kl, token_mean(entropy), clipped_mean(t.low_clipped), clipped_mean(t.high_clipped),

@@ -4,8 +4,11 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -183,6 +186,27 @@ at::Tensor all_gather_along(const at::Tensor& x, std::int64_t dim, Communicator&
   for (std::int64_t r = 0; r < group.world_size(); ++r) parts.push_back(at::empty_like(input));
   group.all_gather(parts, input);
   return at::cat(parts, dim);
+}
+
+std::vector<at::Tensor> all_gather_uneven(const at::Tensor& x, Communicator& group, const c10::Device& device) {
+  if (x.dim() != 1) throw Error("all_gather_uneven: a 1-D tensor, not " + std::to_string(x.dim()) + "-D");
+  const at::Tensor length = at::tensor({x.numel()}, at::kLong).to(device);
+  std::vector<at::Tensor> lengths;
+  for (std::int64_t r = 0; r < group.world_size(); ++r) lengths.push_back(at::empty_like(length));
+  group.all_gather(lengths, length);
+  std::vector<std::int64_t> sizes;
+  for (const at::Tensor& l : lengths) sizes.push_back(l.item<std::int64_t>());
+  // One element at least: a collective of empty tensors is not every backend's.
+  const std::int64_t longest = std::max<std::int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+  at::Tensor padded = at::zeros({longest}, x.options().device(at::kCPU));
+  padded.narrow(0, 0, x.numel()).copy_(x);
+  padded = padded.to(device);
+  std::vector<at::Tensor> all;
+  for (std::int64_t r = 0; r < group.world_size(); ++r) all.push_back(at::empty_like(padded));
+  group.all_gather(all, padded);
+  std::vector<at::Tensor> out;
+  for (std::size_t r = 0; r < all.size(); ++r) out.push_back(all[r].narrow(0, 0, sizes[r]).to(at::kCPU));
+  return out;
 }
 
 at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, Communicator& group) {

@@ -59,5 +59,10 @@ struct RolloutRows {
 // label is kIgnoreIndex. As TRL computes a policy's per-token log-probabilities (temperature 0 is
 // taken as 1: greedy sampling has no tempered distribution).
 TESSERA_API at::Tensor completion_logps(const at::Tensor& logits, const at::Tensor& labels, double temperature);
+// Its two halves, for a loss that reads the whole distribution too (an entropy) from one
+// log-softmax: log_softmax(logits / temperature) in float32 [B, S, V], and the labels' entries of
+// such log-probabilities (0 where the label is kIgnoreIndex).
+TESSERA_API at::Tensor tempered_log_probs(const at::Tensor& logits, double temperature);
+TESSERA_API at::Tensor label_logps(const at::Tensor& log_probs, const at::Tensor& labels);
 
 }  // namespace tessera

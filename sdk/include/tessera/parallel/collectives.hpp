@@ -53,5 +53,9 @@ TESSERA_API at::Tensor all_gather_along(const at::Tensor& x, std::int64_t dim, C
 TESSERA_API at::Tensor reduce_scatter_along(const at::Tensor& x, std::int64_t dim, Communicator& group);
 TESSERA_API at::Tensor all_to_all_along(const at::Tensor& x, std::int64_t scatter_dim, std::int64_t gather_dim,
                                         Communicator& group);
+// Every rank's 1-D `x` of its own length (one dtype on every rank), in rank order, on the host:
+// the lengths gathered first, then the tensors padded to the longest. For host data a run moves
+// now and then (rows of text, packed results), travelling on `device` as the group's tensors do.
+TESSERA_API std::vector<at::Tensor> all_gather_uneven(const at::Tensor& x, Communicator& group, const c10::Device& device);
 
 }  // namespace tessera::collectives
