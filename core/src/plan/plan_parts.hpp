@@ -48,7 +48,6 @@ struct RankModel {
   bool last_stage = true;
 };
 
-// What the spec says about a step, read once.
 struct StepFacts;
 
 // Counts `model` as built by the rank of `context` (context.mesh: a layout mesh).
@@ -57,6 +56,7 @@ RankModel describe_rank(Model& model, const RunContext& context, const Transform
 // The global indices of the blocks the rank of `context` holds (none when the shape is unknown).
 std::vector<std::int64_t> rank_blocks(const RunContext& context, const TransformerShape& shape);
 
+// What the spec says about a step, read once.
 struct StepFacts {
   std::int64_t micro_batch = 1;    // trainer.micro_batch_size
   std::int64_t micro_batches = 1;  // trainer.grad_accum
