@@ -50,7 +50,7 @@ class Muon : public HfInterop {
 
   std::vector<double> train(const std::string& spec_path, int ranks, const std::string& name, const std::string& args = "") {
     std::string out;
-    const std::string command = ranks > 1 ? " launch --nproc-per-node 2 -- train " : " train ";
+    const std::string command = ranks > 1 ? " launch --nproc-per-node " + std::to_string(ranks) + " -- train " : " train ";
     EXPECT_EQ(run_command(testing::tessera_binary() + command + spec_path + args, out), 0) << out;
     return step_losses(dir_.file("runs/" + name + "/metrics.jsonl"));
   }
@@ -63,12 +63,12 @@ class Muon : public HfInterop {
     return nlohmann::json::parse(line).get<std::vector<double>>();
   }
 
-  // `tessera plan` of the spec for 2 ranks agrees with run NAME's metrics.
-  void plan_agrees(const std::string& spec_path, const std::string& name) {
+  // `tessera plan` of the spec for RANKS ranks agrees with run NAME's metrics.
+  void plan_agrees(const std::string& spec_path, const std::string& name, int ranks = 2) {
     SCOPED_TRACE(name);
     std::string out;
     const std::string errors = dir_.file("plan_stderr.txt");
-    ASSERT_EQ(run_command(testing::tessera_binary() + " plan " + spec_path + " --ranks 2 --json 2>" + errors, out), 0)
+    ASSERT_EQ(run_command(testing::tessera_binary() + " plan " + spec_path + " --ranks " + std::to_string(ranks) + " --json 2>" + errors, out), 0)
         << out << std::ifstream(errors).rdbuf();
     expect_plan_agrees_with_metrics(out, read_metrics(dir_.file("runs/" + name + "/metrics.jsonl")));
   }
@@ -94,7 +94,7 @@ TEST_F(Muon, StepsEqualTorchMuonWithAdamWOverTheRest) {
   }
 }
 
-// ddp, fsdp, zero1 and zero2 on 2 ranks and tp 2 give one rank's losses; `tessera plan` counts each run's optimizer state
+// ddp, fsdp, zero1 and zero2 on 2 ranks, tp 2 and fsdp on 4 ranks give one rank's losses; `tessera plan` counts each run's optimizer state
 // and the bytes its matrices' gathers move (with the rest of the step's) within 10 % of what the
 // run measured.
 TEST_F(Muon, EveryStrategyAndTensorParallelRanksMakeEachMatrixWhole) {
@@ -108,6 +108,11 @@ TEST_F(Muon, EveryStrategyAndTensorParallelRanksMakeEachMatrixWhole) {
   const std::string tp = muon_spec("tp", "fp32", 1, "parallelism: {tp: 2}\n");
   expect_close(train(tp, 2, "tp"), one, 1e-5, "tp 2");
   plan_agrees(tp, "tp");
+  // Four owners split the matrices: each receives and sends back about a quarter of them.
+  const std::string fsdp4 =
+      muon_spec("fsdp4", "fp32", 4, "  parallel: {component_key: parallel, variant_key: fsdp}\n");
+  expect_close(train(fsdp4, 4, "fsdp4"), one, 1e-5, "fsdp 4");
+  plan_agrees(fsdp4, "fsdp4", 4);
 }
 
 // The momentum buffers and AdamW's moments saved by fsdp 2 at step 5 reshard: resumed on one rank

@@ -4,8 +4,9 @@
 // trainer hands them over (Optimizer::set_placements); from this rank's share of a parameter (a
 // 1-D piece of a strategy's flat unit, of a tensor-parallel part, of a rank's experts) whole()
 // gives the whole matrix, equal to the one-rank model's weight bit for bit and its gradient
-// within float32 rounding; share_of_whole() cuts it back to the share exactly; local() of every
-// parameter in one batch equals each one's local().
+// within float32 rounding; share_of_whole() cuts it back to the share exactly; for every
+// parameter at once, local_at_owners() gives its owner alone what local() gives and
+// shares_from_owners() gives every rank its share back, the owners spread over the group.
 #include <gtest/gtest.h>
 
 #include <ATen/ops/allclose.h>
@@ -33,18 +34,27 @@ class WholeMatrixReader : public Optimizer {
   }
   void step() override {
     const std::vector<at::Tensor> params = inner_->parameters();
-    // Every parameter's local tensor in one batch (one gather per share group) equals each one's own.
+    // Each parameter's local tensor at its owner alone, and every rank's share back from it.
     std::vector<std::size_t> indices;
     std::vector<at::Tensor> shares;
     for (std::size_t i = params.size(); i-- > 0;) {  // in reverse: the batch keeps its own order
       indices.push_back(i);
       shares.push_back(params[i].detach());
     }
-    const std::vector<at::Tensor> batch = placements_->local(indices, shares);
+    const std::vector<at::Tensor> at_owners = placements_->local_at_owners(indices, shares);
+    std::vector<at::Tensor> owned;
+    for (std::size_t k = 0; k < indices.size(); ++k) owned.push_back(at_owners[k].defined() ? at_owners[k] : shares[k]);
+    const std::vector<at::Tensor> back = placements_->shares_from_owners(indices, owned);
+    const std::vector<std::int64_t> owners = placements_->owners(indices);
     for (std::size_t k = 0; k < indices.size(); ++k) {
-      if (!at::equal(batch[k], placements_->local(indices[k], shares[k]))) {
-        round_trip_failures.push_back((*placements_)[indices[k]].name + " batched local");
+      const std::string& name = (*placements_)[indices[k]].name;
+      const at::Tensor local = placements_->local(indices[k], shares[k]);
+      if (at_owners[k].defined() != (owners[k] < 0 || owners[k] == (*placements_)[indices[k]].share_group->rank()) ||
+          (at_owners[k].defined() && !at::equal(at_owners[k], local))) {
+        round_trip_failures.push_back(name + " local at its owner");
       }
+      if (!at::equal(back[k].reshape({-1}), shares[k].reshape({-1}))) round_trip_failures.push_back(name + " share from its owner");
+      if (owners[k] >= 0) ++owned_by[owners[k]];
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
       const std::string& name = (*placements_)[i].name;
@@ -71,6 +81,7 @@ class WholeMatrixReader : public Optimizer {
 
   std::map<std::string, at::Tensor> weights, grads;
   std::vector<std::string> round_trip_failures;
+  std::map<std::int64_t, std::int64_t> owned_by;  // parameters each rank of their share group owns
   std::int64_t cut = 0;  // parameters cut on this rank
 
  private:
@@ -162,6 +173,8 @@ TEST_P(OptimizerPlacementsOnMeshes, GiveTheOptimizerWholeMatricesFromItsShares) 
     std::lock_guard<std::mutex> lock(mutex);
     const std::string who = "rank " + std::to_string(rank) + ": ";
     cut[static_cast<std::size_t>(rank)] = reader->cut;
+    // Every rank of a shared parameter's group owns some of them: the work is split.
+    if (c.dp_shard * c.dp_replicate > 1 && reader->owned_by.size() < 2) mismatches.push_back(who + "owners not spread");
     for (const std::string& name : reader->round_trip_failures) mismatches.push_back(who + name + " round trip");
     if (reader->weights.size() != one->weights.size()) mismatches.push_back(who + "parameter count");
     for (const auto& [name, w] : one->weights) {

@@ -22,9 +22,9 @@
 //                gradients backward; ulysses: four all-to-alls each way
 //   ep           per MoE block the routed tokens' dispatch and combine each way (k rows per
 //                token, none dropped) and the counts (8 B per expert)
-//   muon         each hidden matrix's update made whole every step (fp32): the strategy's shares
-//                all-gathered on its group (zero1, zero2, fsdp; batched, so about the matrices'
-//                size), then a tensor-parallel part gathered on tp (tp times its part)
+//   muon         each hidden matrix's update (fp32) sent to its owner among the strategy's W ranks
+//                (zero1, zero2, fsdp) and its orthogonalised shares sent back: two all-to-alls,
+//                about 2 n / W; the owner gathers its tp-split matrices on tp (tp times the part)
 //   pp           each stage boundary's activation (fp32, 64-byte header) on pp, its gradient
 //                on pp_gradients; a tied embedding's gradient summed over the two ends
 // Checkpointed blocks run their forward collectives again in backward (MoE blocks recompute
@@ -99,12 +99,18 @@ std::map<std::string, double> plan_communication(const RankModel& model, const T
       add(group_label(dims, {MeshAxis::dp_replicate}, rank), s * (n + ne) / shards);
     }
   }
-  if (step.whole_matrices && (strategy == "zero1" || strategy == "zero2" || strategy == "fsdp")) {
-    add(units, s * model.matrix_dense);
-    add(expert_units, s * model.matrix_experts);
+  // Muon's matrices: each one's owner in the share group of W ranks receives the shares and
+  // sends them back orthogonalised (two all-to-alls, about 2 n / W a rank), and makes its own
+  // matrices whole over tp.
+  const bool shares_state = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
+  const double state_group = static_cast<double>(hybrid ? dims.dp_shard * dims.cp : dims.dp_replicate * dims.dp_shard * dims.cp);
+  if (step.whole_matrices && shares_state) {
+    add(units, 2 * s * model.matrix_dense / state_group);
+    add(expert_units, 2 * s * model.matrix_experts / (state_group / static_cast<double>(dims.ep)));
   }
   if (step.whole_matrices && dims.tp > 1) {
-    add(group_label(dims, {MeshAxis::tp}, rank), s * static_cast<double>(dims.tp) * model.matrix_tp_split);
+    add(group_label(dims, {MeshAxis::tp}, rank),
+        s * static_cast<double>(dims.tp) * model.matrix_tp_split / (shares_state ? state_group : 1.0));
   }
   if (dims.pp > 1 && model.tied > 0 && (model.first_stage || model.last_stage)) {
     const bool sharded = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";

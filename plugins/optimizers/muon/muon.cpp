@@ -2,11 +2,13 @@
 // Nesterov, the update orthogonalised by Newton-Schulz, its lr adjusted to the matrix's shape,
 // decoupled weight decay), and AdamW inside the same component for every other parameter: the
 // token embedding and the output head (names matched by `adamw_params`), norms and biases.
-// Orthogonalisation needs the whole matrix: under a sharding strategy or a model axis each one is
-// made whole from this rank's share (the strategy's shares gathered in one collective per bucket
-// of matrices, OptimizerPlacements::local; then the model axis), orthogonalised, and this rank's
-// share of the result applied; stacked experts are orthogonalised one by one. Which parameters
-// are matrices: tessera/components/hidden_matrices.hpp, the rule `tessera plan` counts by.
+// Orthogonalisation needs the whole matrix: under a sharding strategy each matrix has one owner in
+// its share group, which receives every rank's share (one all-to-all per bucket of matrices),
+// makes it whole over the model's axis, orthogonalises it and sends each rank its share back
+// (OptimizerPlacements::local_at_owners / shares_from_owners): the group's ranks split the
+// Newton-Schulz work, as Moonlight's distributed Muon does. Stacked experts are orthogonalised one
+// by one. Which parameters are matrices: tessera/components/hidden_matrices.hpp, the rule
+// `tessera plan` counts by.
 #include <ATen/ops/stack.h>
 
 #include <cmath>
@@ -82,9 +84,9 @@ double adjusted_lr(double lr, const std::string& how, std::int64_t rows, std::in
 }
 
 class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
-  // The most elements of updates made whole at once (128 MiB in fp32): the gathers are batched,
-  // but a sharded model's matrices are never all whole together.
-  static constexpr std::int64_t kGatherBucket = std::int64_t{1} << 25;
+  // The most elements of updates sent to their owners at once (128 MiB in fp32): the exchanges
+  // are batched, but a sharded model's matrices are never all whole together.
+  static constexpr std::int64_t kExchangeBucket = std::int64_t{1} << 25;
 
  public:
   explicit MuonOptimizer(const MuonConfig& c)
@@ -145,9 +147,10 @@ class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
  private:
   bool is_matrix(std::size_t i) const { return i < matrices_; }
 
-  // torch.optim.Muon's step for the matrices `members`, each on its whole matrix (or each of its
-  // experts): the momentum first, then the updates made whole a bucket at a time (one gather per
-  // share group and bucket: OptimizerPlacements::local's batch), orthogonalised and applied.
+  // torch.optim.Muon's step for the matrices `members`: the momentum first, then, a bucket at a
+  // time, each matrix's update made whole on one rank of its share group, orthogonalised there and
+  // each rank's share sent back (OptimizerPlacements' owners: the group's ranks split the
+  // Newton-Schulz work, as Moonlight's distributed Muon); a matrix nothing shares is whole here.
   void muon_step(const std::vector<std::size_t>& members) {
     std::vector<at::Tensor> updates;
     for (std::size_t i : members) {
@@ -160,42 +163,48 @@ class MuonOptimizer final : public tessera_plugins::MultiTensorOptimizer {
     while (begin < members.size()) {
       std::size_t end = begin;
       std::int64_t elements = 0;
-      while (end < members.size() && (end == begin || elements + local_numel(members[end]) <= kGatherBucket)) {
+      while (end < members.size() && (end == begin || elements + local_numel(members[end]) <= kExchangeBucket)) {
         elements += local_numel(members[end++]);
       }
       const std::vector<std::size_t> bucket(members.begin() + begin, members.begin() + end);
-      std::vector<at::Tensor> locals(updates.begin() + begin, updates.begin() + end);
-      if (placements_) locals = placements_->local(bucket, locals);
-      for (std::size_t k = 0; k < bucket.size(); ++k) apply(bucket[k], locals[k]);
+      const std::vector<at::Tensor> shares(updates.begin() + begin, updates.begin() + end);
+      std::vector<at::Tensor> locals = placements_ ? placements_->local_at_owners(bucket, shares) : shares;
+      std::vector<at::Tensor> results;
+      for (std::size_t k = 0; k < bucket.size(); ++k) {
+        // Where another rank owns it, the share stands in (its dtype and device are what is read).
+        results.push_back(locals[k].defined() ? orthogonalised(bucket[k], locals[k]) : shares[k]);
+      }
+      const std::vector<at::Tensor> mine = placements_ ? placements_->shares_from_owners(bucket, results) : results;
+      for (std::size_t k = 0; k < bucket.size(); ++k) apply(bucket[k], mine[k]);
       begin = end;
     }
   }
 
-  // Parameter i's update from its local update (its part along the model's axes): made whole,
-  // orthogonalised (stacked experts [experts, rows, cols] one by one, whole on their
-  // expert-parallel rank), and this rank's share applied.
-  void apply(std::size_t i, const at::Tensor& local) {
-    const at::Tensor p = params_[i].detach();
-    const bool experts = whole_dims(i) == 3;
-    at::Tensor whole = local;
-    if (placements_ && !experts) whole = placements_->model().whole((*placements_)[i].name, local);
-    at::Tensor orthogonal;
-    std::int64_t rows = 0, cols = 0;
-    if (experts) {
+  // Parameter i's orthogonalised update as its local tensor, from its local update: made whole
+  // over the model's axis, orthogonalised (stacked experts [experts, rows, cols] one by one, whole
+  // on their expert-parallel rank) and cut back to the local part.
+  at::Tensor orthogonalised(std::size_t i, const at::Tensor& local) const {
+    if (whole_dims(i) == 3) {
       std::vector<at::Tensor> each;
-      for (std::int64_t e = 0; e < whole.size(0); ++e) each.push_back(tessera_plugins::muon::orthogonalise(whole[e], ns_));
-      orthogonal = at::stack(each);
-      rows = whole.size(1), cols = whole.size(2);
-    } else {
-      orthogonal = tessera_plugins::muon::orthogonalise(whole, ns_);
-      rows = whole.size(0), cols = whole.size(1);
+      for (std::int64_t e = 0; e < local.size(0); ++e) each.push_back(tessera_plugins::muon::orthogonalise(local[e], ns_));
+      return at::stack(each);
     }
-    at::Tensor mine = orthogonal;
-    if (placements_) {
-      mine = experts ? placements_->share_of_local(i, orthogonal) : placements_->share_of_whole(i, orthogonal);
-    }
+    if (!placements_) return tessera_plugins::muon::orthogonalise(local, ns_);
+    const std::string& name = (*placements_)[i].name;
+    const at::Tensor orthogonal = tessera_plugins::muon::orthogonalise(placements_->model().whole(name, local), ns_);
+    return placements_->model().cut({{name, orthogonal}}).at(name);
+  }
+
+  // Decoupled weight decay, then this rank's share of the orthogonalised update with the lr
+  // adjusted to the whole matrix's shape (an expert's for stacked experts).
+  void apply(std::size_t i, const at::Tensor& mine) {
+    const at::Tensor p = params_[i].detach();
+    const std::vector<std::int64_t> whole =
+        placements_ ? (*placements_)[i].placement.whole_shape : params_[i].sizes().vec();
+    const std::size_t first = whole.size() == 3 ? 1 : 0;
     p.mul_(1 - lr_ * weight_decay_);
-    p.add_(mine.reshape(p.sizes()).to(p.scalar_type()), -adjusted_lr(lr_, adjust_lr_fn_, rows, cols));
+    p.add_(mine.reshape(p.sizes()).to(p.scalar_type()),
+           -adjusted_lr(lr_, adjust_lr_fn_, whole.at(first), whole.at(first + 1)));
   }
 
   // Elements of parameter i's local tensor (its part along the model's axes).

@@ -96,56 +96,122 @@ at::Tensor OptimizerPlacements::local(std::size_t i, const at::Tensor& share) co
   return at::cat(laid).reshape(p.local_shape);
 }
 
-std::vector<at::Tensor> OptimizerPlacements::local(const std::vector<std::size_t>& indices,
-                                                   const std::vector<at::Tensor>& shares) const {
-  if (indices.size() != shares.size()) {
-    throw Error("optimizer placements: local() takes one share per parameter index (" + std::to_string(indices.size()) +
-                " indices, " + std::to_string(shares.size()) + " shares)");
-  }
-  std::vector<at::Tensor> out(indices.size());
-  // The shared parameters by group, in the order each group first comes.
+std::vector<std::pair<Communicator*, std::vector<std::size_t>>> OptimizerPlacements::by_share_group(
+    const std::vector<std::size_t>& indices) const {
   std::vector<std::pair<Communicator*, std::vector<std::size_t>>> groups;
   for (std::size_t k = 0; k < indices.size(); ++k) {
-    const std::size_t i = indices[k];
-    if (shares_.at(i).empty()) {
-      out[k] = shares[k].reshape(parameters_[i].local_shape);
-      continue;
-    }
-    Communicator* group = parameters_[i].share_group;
+    if (shares_.at(indices[k]).empty()) continue;
+    Communicator* group = parameters_[indices[k]].share_group;
     auto found = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == group; });
     if (found == groups.end()) found = groups.insert(groups.end(), {group, {}});
     found->second.push_back(k);
   }
-  for (const auto& [group, members] : groups) {
-    const std::size_t ranks = static_cast<std::size_t>(group->world_size());
-    // Each rank's total: the sum of its shares of the members.
-    std::vector<std::int64_t> totals(ranks, 0);
-    for (std::size_t k : members) {
-      for (std::size_t r = 0; r < ranks; ++r) totals[r] += shares_[indices[k]][r].second - shares_[indices[k]][r].first;
+  return groups;
+}
+
+std::int64_t OptimizerPlacements::local_numel(std::size_t i) const {
+  std::int64_t n = 1;
+  for (const std::int64_t d : parameters_.at(i).local_shape) n *= d;
+  return n;
+}
+
+std::vector<std::int64_t> OptimizerPlacements::owners(const std::vector<std::size_t>& indices) const {
+  std::vector<std::int64_t> owner(indices.size(), -1);
+  for (const auto& [group, members] : by_share_group(indices)) {
+    // Largest first (ties in order), each to the rank with the fewest elements so far (ties: the lowest).
+    std::vector<std::size_t> order = members;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return local_numel(indices[a]) > local_numel(indices[b]);
+    });
+    std::vector<std::int64_t> load(static_cast<std::size_t>(group->world_size()), 0);
+    for (std::size_t k : order) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      owner[k] = least;
+      load[static_cast<std::size_t>(least)] += local_numel(indices[k]);
     }
-    const std::int64_t longest = *std::max_element(totals.begin(), totals.end());
-    const at::Tensor& sample = shares[members.front()];
-    const at::Tensor sent = at::zeros({longest}, sample.options());
-    std::int64_t filled = 0;
+  }
+  return owner;
+}
+
+std::vector<at::Tensor> OptimizerPlacements::local_at_owners(const std::vector<std::size_t>& indices,
+                                                             const std::vector<at::Tensor>& shares) const {
+  if (indices.size() != shares.size()) throw Error("optimizer placements: local_at_owners takes one share per index");
+  std::vector<at::Tensor> out(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    if (shares_.at(indices[k]).empty()) out[k] = shares[k].reshape(parameters_[indices[k]].local_shape);
+  }
+  const std::vector<std::int64_t> owner = owners(indices);
+  for (const auto& [group, members] : by_share_group(indices)) {
+    const auto ranks = static_cast<std::size_t>(group->world_size());
+    const std::int64_t me = group->rank();
+    const at::TensorOptions options = shares[members.front()].options();
+    // To rank r: this rank's shares of what r owns; from rank r: its shares of what this rank owns.
+    std::vector<std::vector<at::Tensor>> to(ranks);
+    std::vector<std::int64_t> from(ranks, 0);
     for (std::size_t k : members) {
-      const at::Tensor flat = shares[k].reshape({-1});
-      sent.narrow(0, filled, flat.numel()).copy_(flat);
-      filled += flat.numel();
+      to[static_cast<std::size_t>(owner[k])].push_back(shares[k].reshape({-1}));
+      if (owner[k] != me) continue;
+      for (std::size_t r = 0; r < ranks; ++r) from[r] += shares_[indices[k]][r].second - shares_[indices[k]][r].first;
     }
-    std::vector<at::Tensor> got;
-    for (std::size_t r = 0; r < ranks; ++r) got.push_back(at::empty({longest}, sample.options()));
-    group->all_gather_async(got, sent)->wait();
-    // Parameter k's pieces: rank r's share of it sits in rank r's buffer after its earlier members'.
+    std::vector<at::Tensor> inputs, outputs;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      inputs.push_back(to[r].empty() ? at::empty({0}, options) : at::cat(to[r]));
+      outputs.push_back(at::empty({from[r]}, options));
+    }
+    group->all_to_all(outputs, inputs);
     std::vector<std::int64_t> offsets(ranks, 0);
     for (std::size_t k : members) {
+      if (owner[k] != me) continue;
       const auto& ranges = shares_[indices[k]];
       std::vector<at::Tensor> laid;
       for (std::size_t r = 0; r < ranks; ++r) {
         const std::int64_t length = ranges[r].second - ranges[r].first;
-        laid.push_back(got[r].narrow(0, offsets[r], length));
+        laid.push_back(outputs[r].narrow(0, offsets[r], length));
         offsets[r] += length;
       }
       out[k] = at::cat(laid).reshape(parameters_[indices[k]].local_shape);
+    }
+  }
+  return out;
+}
+
+std::vector<at::Tensor> OptimizerPlacements::shares_from_owners(const std::vector<std::size_t>& indices,
+                                                                const std::vector<at::Tensor>& owned) const {
+  if (indices.size() != owned.size()) throw Error("optimizer placements: shares_from_owners takes one tensor per index");
+  std::vector<at::Tensor> out(indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    if (shares_.at(indices[k]).empty()) out[k] = share_of_local(indices[k], owned[k]);
+  }
+  const std::vector<std::int64_t> owner = owners(indices);
+  for (const auto& [group, members] : by_share_group(indices)) {
+    const auto ranks = static_cast<std::size_t>(group->world_size());
+    const std::int64_t me = group->rank();
+    const at::TensorOptions options = owned[members.front()].options();
+    // To rank r: its share of each parameter this rank owns; from the owners: this rank's shares.
+    std::vector<std::vector<at::Tensor>> to(ranks);
+    std::vector<std::int64_t> from(ranks, 0);
+    for (std::size_t k : members) {
+      const auto& ranges = shares_[indices[k]];
+      const auto mine = static_cast<std::size_t>(me);
+      from[static_cast<std::size_t>(owner[k])] += ranges[mine].second - ranges[mine].first;
+      if (owner[k] != me) continue;
+      const at::Tensor flat = owned[k].reshape({-1});
+      for (std::size_t r = 0; r < ranks; ++r) {
+        to[r].push_back(flat.narrow(0, ranges[r].first, ranges[r].second - ranges[r].first));
+      }
+    }
+    std::vector<at::Tensor> inputs, outputs;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      inputs.push_back(to[r].empty() ? at::empty({0}, options) : at::cat(to[r]));
+      outputs.push_back(at::empty({from[r]}, options));
+    }
+    group->all_to_all(outputs, inputs);
+    std::vector<std::int64_t> offsets(ranks, 0);
+    for (std::size_t k : members) {
+      const auto source = static_cast<std::size_t>(owner[k]);
+      const auto& range = shares_[indices[k]][static_cast<std::size_t>(me)];
+      out[k] = outputs[source].narrow(0, offsets[source], range.second - range.first);
+      offsets[source] += range.second - range.first;
     }
   }
   return out;

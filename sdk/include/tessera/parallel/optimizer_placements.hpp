@@ -57,15 +57,23 @@ class TESSERA_API OptimizerPlacements {
   // itself, reshaped (a view of it), where nothing is shared: like whole(), the result may alias
   // the parameter, so an optimizer transforms a copy. A collective of the share group.
   at::Tensor local(std::size_t i, const at::Tensor& share) const;
-  // local() of several parameters at once, shares[k] being parameter indices[k]'s: one all-gather
-  // per share group rather than one per parameter. Each rank sends its shares of the group's
-  // parameters laid end to end, padded to the longest rank's; a strategy's per-parameter shares
-  // are uneven (a flat unit's slice holds whole matrices on one rank and none on another) but
-  // their sums over a unit are even, so the batch moves about the parameters' size where one
-  // gather per parameter would move the group's size times it. The groups go in the order their
-  // first parameter comes in `indices`: every rank of a group passes the group's parameters in
-  // one order.
-  std::vector<at::Tensor> local(const std::vector<std::size_t>& indices, const std::vector<at::Tensor>& shares) const;
+
+  // Whole-matrix work split over the share groups instead of repeated on every rank of one
+  // (Moonlight's distributed Muon). owners(): the rank of its share group that works on each of
+  // `indices`, the largest local tensor first to the least loaded rank (by elements), the same on
+  // every rank; -1 where a parameter is not shared (each rank works on its own).
+  std::vector<std::int64_t> owners(const std::vector<std::size_t>& indices) const;
+  // The local tensors of the parameters this rank owns, every rank's shares sent to the owner in
+  // one all-to-all per share group; undefined for the parameters others own, the share reshaped
+  // where a parameter is not shared. A collective of the share groups, as local()'s batch.
+  std::vector<at::Tensor> local_at_owners(const std::vector<std::size_t>& indices,
+                                          const std::vector<at::Tensor>& shares) const;
+  // The way back: `owned[k]`, parameter indices[k]'s local tensor where this rank owns it (or
+  // where it is not shared), cut into the shares of its group's ranks and sent in one all-to-all
+  // per share group; where another rank owns it, any tensor of the results' dtype and device
+  // (only those are read). Returns this rank's share of each (share_of_local's).
+  std::vector<at::Tensor> shares_from_owners(const std::vector<std::size_t>& indices,
+                                             const std::vector<at::Tensor>& owned) const;
   // Parameter i's whole tensor from this rank's share: local(), then gathered over its model axis
   // (Placements::whole). Stacked experts come whole over the expert-parallel ranks too; an
   // optimizer treating experts one by one takes local() instead. A collective of the share group
@@ -79,6 +87,11 @@ class TESSERA_API OptimizerPlacements {
  private:
   Placements model_;
   std::vector<Parameter> parameters_;
+  // The positions k of `indices` whose parameters are shared, by share group in the order each
+  // group first comes.
+  std::vector<std::pair<Communicator*, std::vector<std::size_t>>> by_share_group(
+      const std::vector<std::size_t>& indices) const;
+  std::int64_t local_numel(std::size_t i) const;
   // Per parameter, every rank's [begin, end) in its share group's rank order (empty: not shared).
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> shares_;
 };
