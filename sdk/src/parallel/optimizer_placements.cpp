@@ -15,6 +15,23 @@
 
 namespace tessera {
 
+namespace {
+
+// One all-to-all of `group`: to rank r the pieces `to[r]` laid end to end; from rank r `from[r]`
+// elements.
+std::vector<at::Tensor> exchange(Communicator& group, const std::vector<std::vector<at::Tensor>>& to,
+                                 const std::vector<std::int64_t>& from, const at::TensorOptions& options) {
+  std::vector<at::Tensor> inputs, outputs;
+  for (std::size_t r = 0; r < to.size(); ++r) {
+    inputs.push_back(to[r].empty() ? at::empty({0}, options) : at::cat(to[r]));
+    outputs.push_back(at::empty({from[r]}, options));
+  }
+  group.all_to_all(outputs, inputs);
+  return outputs;
+}
+
+}  // namespace
+
 OptimizerPlacements::OptimizerPlacements(Placements model, std::vector<Parameter> parameters)
     : model_(std::move(model)), parameters_(std::move(parameters)), shares_(parameters_.size()) {
   // The distinct share groups in order of first use: the same order on every rank of a group,
@@ -153,12 +170,7 @@ std::vector<at::Tensor> OptimizerPlacements::local_at_owners(const std::vector<s
       if (owner[k] != me) continue;
       for (std::size_t r = 0; r < ranks; ++r) from[r] += shares_[indices[k]][r].second - shares_[indices[k]][r].first;
     }
-    std::vector<at::Tensor> inputs, outputs;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      inputs.push_back(to[r].empty() ? at::empty({0}, options) : at::cat(to[r]));
-      outputs.push_back(at::empty({from[r]}, options));
-    }
-    group->all_to_all(outputs, inputs);
+    const std::vector<at::Tensor> outputs = exchange(*group, to, from, options);
     std::vector<std::int64_t> offsets(ranks, 0);
     for (std::size_t k : members) {
       if (owner[k] != me) continue;
@@ -200,12 +212,7 @@ std::vector<at::Tensor> OptimizerPlacements::shares_from_owners(const std::vecto
         to[r].push_back(flat.narrow(0, ranges[r].first, ranges[r].second - ranges[r].first));
       }
     }
-    std::vector<at::Tensor> inputs, outputs;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      inputs.push_back(to[r].empty() ? at::empty({0}, options) : at::cat(to[r]));
-      outputs.push_back(at::empty({from[r]}, options));
-    }
-    group->all_to_all(outputs, inputs);
+    const std::vector<at::Tensor> outputs = exchange(*group, to, from, options);
     std::vector<std::int64_t> offsets(ranks, 0);
     for (std::size_t k : members) {
       const auto source = static_cast<std::size_t>(owner[k]);
