@@ -29,6 +29,7 @@
 #include "tessera/core/run/training_run.hpp"
 #include "tessera/error.hpp"
 #include "tessera/parallel/device_mesh.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera {
 namespace kv_cache_test {
@@ -150,6 +151,27 @@ TEST_P(KitDecode, CachedPassesOfRaggedPromptsEqualAFullForward) {
         << "row " << r << ": largest difference " << (cached[r] - full[r]).abs().max().item<double>();
   }
   EXPECT_GT(bytes, 0);
+}
+
+// Under bf16 autocast, as the trainer's rollouts and `tessera generate --precision bf16` decode: the
+// cache's attention runs in float32 on the CPU (its keys and values kept so, the same bytes as a
+// float32 model's) and the logits follow the bf16 full forward within bf16's rounding.
+TEST_P(KitDecode, Bfloat16CachedPassesFollowTheBfloat16FullForward) {
+  if (!cpu_has_fast_bf16_matmul()) GTEST_SKIP() << "no fast bf16 matrix products on this CPU";
+  const auto model = build(GetParam());
+  const Texts t = texts();
+  std::int64_t float32_bytes = 0, bf16_bytes = 0;
+  cached_logits(*model, t, &float32_bytes);
+  AutocastGuard autocast(c10::Device(c10::kCPU), at::kBFloat16);
+  const std::vector<at::Tensor> cached = cached_logits(*model, t, &bf16_bytes);
+  const std::vector<at::Tensor> full = full_logits(*model, t);
+  for (std::size_t r = 0; r < full.size(); ++r) {
+    const double difference = (cached[r].to(at::kFloat) - full[r].to(at::kFloat)).abs().max().item<double>();
+    const double scale = full[r].to(at::kFloat).abs().max().item<double>();
+    EXPECT_LT(difference, 0.05 * scale) << "row " << r;
+  }
+  // DeepSeek's latent attention caches the latent, not the heads' keys and values, in the model's dtype.
+  if (std::string(GetParam().name) != "deepseek_v3") EXPECT_EQ(bf16_bytes, float32_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(KvCache, KitDecode, ::testing::ValuesIn(families()),

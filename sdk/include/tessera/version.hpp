@@ -10,7 +10,7 @@
 
 #define TESSERA_VERSION_STRING "0.1.0"
 // A macro as well, so a plugin's build record (tessera/build_record.hpp) can spell it as text.
-#define TESSERA_SDK_ABI_VERSION 23
+#define TESSERA_SDK_ABI_VERSION 24
 
 namespace tessera {
 

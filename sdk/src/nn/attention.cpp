@@ -18,14 +18,30 @@
 #include "tessera/error.hpp"
 #include "tessera/kernels/attention.hpp"
 #include "tessera/nn/rotary.hpp"
+#include "tessera/run/precision.hpp"
 
 namespace tessera::nn {
 namespace {
 
-// A KvCache's mask as SDPA takes it: none where every key is visible.
-std::optional<at::Tensor> optional_mask(const at::Tensor& mask) {
-  return mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
-}
+// Attention over a KvCache on the CPU runs in float32 when the model computes in bf16 or fp16, its
+// keys and values kept so: that is where cached_attention's kernel runs (LibTorch's fused CPU
+// kernel packs reduced-precision tiles for little arithmetic in a decode step: 32 rows, 8 heads
+// over 4 key/value heads, 74 keys took 0.50 ms a call in bf16), and float32 is what the GPU
+// kernels accumulate in anyway. Elsewhere the tensors pass as they are.
+class CachePrecision {
+ public:
+  explicit CachePrecision(const at::Tensor& q)
+      : out_(q.scalar_type()), widen_(q.device().is_cpu() && at::isReducedFloatingType(out_)) {
+    if (widen_) no_autocast_.emplace(q.device());  // autocast would narrow the products again
+  }
+  at::Tensor in(const at::Tensor& t) const { return widen_ ? t.to(at::kFloat) : t; }
+  at::Tensor out(const at::Tensor& y) const { return y.to(out_); }
+
+ private:
+  at::ScalarType out_;
+  bool widen_;
+  std::optional<NoAutocast> no_autocast_;
+};
 
 }  // namespace
 
@@ -62,9 +78,10 @@ at::Tensor FusedQkvAttention::forward(const at::Tensor& x, const AttentionInputs
     if (inputs.cache) {
       // This pass' keys and values join the cache's; each query sees the keys its position allows.
       const std::vector<at::Tensor> h = heads();
-      const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {h[1], h[2]});
-      y = at::scaled_dot_product_attention(h[0], kv[0], kv[1], optional_mask(inputs.cache->visible()), 0.0,
-                                           /*is_causal=*/false)
+      const CachePrecision precision(h[0]);
+      const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {precision.in(h[1]), precision.in(h[2])});
+      y = precision
+              .out(cached_attention(precision.in(h[0]), kv[0], kv[1], inputs.cache->visible()))
               .transpose(1, 2)
               .contiguous()
               .view({batch, seq, embd});
@@ -141,12 +158,15 @@ at::Tensor GroupedQueryAttention::forward(const at::Tensor& input, const Attenti
   if (inputs.cache) {
     // This pass' keys and values join the cache's; each query sees the keys its position (and
     // the window) allows.
-    const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {k, v});
-    const at::Tensor seen = inputs.cache->visible(window_);
-    const at::Tensor y = softcap_ ? softcapped_attention(q, kv[0], kv[1], seen, 0.0)
-                                  : at::scaled_dot_product_attention(q, kv[0], kv[1], optional_mask(seen), 0.0,
-                                                                     /*is_causal=*/false, scale_,
-                                                                     /*enable_gqa=*/n_kv_head_ != n_head_);
+    at::Tensor y;
+    {
+      const CachePrecision precision(q);
+      const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {precision.in(k), precision.in(v)});
+      const at::Tensor seen = inputs.cache->visible(window_);
+      const at::Tensor wide_q = precision.in(q);
+      y = precision.out(softcap_ ? softcapped_attention(wide_q, kv[0], kv[1], seen, 0.0)
+                                 : cached_attention(wide_q, kv[0], kv[1], seen, scale_));
+    }
     return row_parallel_output(tp_, *o_, y.transpose(1, 2).reshape({batch, seq, n_head_ * head_dim_}), 0.0,
                                is_training());
   }

@@ -1,4 +1,5 @@
-// Causal self-attention for models' attention layers: softmax(q·kᵀ/√D + causal mask)·v.
+// Causal self-attention for models' attention layers: softmax(q·kᵀ/√D + causal mask)·v; and
+// attention over a KvCache's keys for generation (cached_attention, at the end).
 //
 // One call for every model (gpt, gpt_moe, llama, a plugin's own): it picks the kernel. On the CPU
 // with AVX2, Tessera's own kernel computes short sequences (up to kCpuAttentionMaxSeq) about three
@@ -11,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "tessera/export.hpp"
 
@@ -47,5 +49,26 @@ TESSERA_API at::Tensor causal_self_attention(const at::Tensor& qkv, std::int64_t
 // of causal_attention_uses_cpu_kernel).
 TESSERA_API bool causal_self_attention_uses_cpu_kernel(const at::Tensor& qkv, std::int64_t heads,
                                                        double dropout = 0.0);
+
+// The most queries a row cached_attention's CPU kernel takes: a decode step's one, a few drafted
+// tokens; a longer pass (a prompt's prefill) is a matrix product, which LibTorch's kernel tiles.
+inline constexpr std::int64_t kCpuCachedAttentionMaxQueries = 16;
+
+// Attention of a pass' queries over the keys and values a KvCache holds (generation's decode):
+// softmax(scale · q·kᵀ where `visible`) · v. q: [batch, heads, queries, head_dim]; k, v: [batch,
+// kv_heads, keys, head_dim] with heads a multiple of kv_heads (query head h reads key/value head
+// h / (heads / kv_heads)); `visible`: bool, broadcastable to [batch, heads, queries, keys], or
+// undefined for every key; `scale`: 1 / sqrt(head_dim) when not given. Returns [batch, heads,
+// queries, head_dim] in q's dtype (memory laid out as [batch, queries, heads, head_dim] on the
+// kernel). On the CPU with AVX2 and autocast off, float32 inputs that need no gradient and at
+// most kCpuCachedAttentionMaxQueries queries run on Tessera's kernel (a row that sees no key gets
+// zeros; an unseen key's value is never read); everything else is
+// at::scaled_dot_product_attention with enable_gqa.
+TESSERA_API at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& visible, std::optional<double> scale = std::nullopt);
+
+// Whether cached_attention(q, k, v, visible) runs on Tessera's CPU kernel.
+TESSERA_API bool cached_attention_uses_cpu_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                  const at::Tensor& visible);
 
 }  // namespace tessera
