@@ -13,7 +13,7 @@
 namespace tessera {
 
 KvCache::KvCache(std::int64_t batch, std::int64_t capacity, std::size_t layers, c10::Device device)
-    : batch_(batch), capacity_(capacity), device_(device), layers_(layers) {
+    : batch_(batch), capacity_(capacity), device_(device), layers_(layers), derived_(layers) {
   if (batch < 1 || capacity < 1) {
     throw Error("KvCache: a batch of " + std::to_string(batch) + " and a capacity of " + std::to_string(capacity) +
                 " slots; both must be at least 1");
@@ -99,6 +99,19 @@ std::int64_t KvCache::bytes() const {
     for (const at::Tensor& t : layer) n += static_cast<std::int64_t>(t.nbytes());
   }
   return n;
+}
+
+const at::Tensor& KvCache::derived(std::size_t layer, const std::string& name, const std::function<at::Tensor()>& make) {
+  if (layer >= derived_.size()) {
+    throw Error("KvCache: layer " + std::to_string(layer) + " of a cache for " + std::to_string(derived_.size()));
+  }
+  auto& kept = derived_[layer];
+  for (const auto& [kept_name, tensor] : kept) {
+    if (kept_name == name) return tensor;
+  }
+  at::Tensor made = make();
+  kept.emplace_back(name, std::move(made));
+  return kept.back().second;
 }
 
 }  // namespace tessera

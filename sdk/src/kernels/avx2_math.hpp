@@ -43,6 +43,21 @@ TESSERA_AVX2 static inline __m256 first_lanes(std::int64_t n) {
   return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), index));
 }
 
+// The first min(n, 8) floats at p (n ≥ 1); the lanes past n are zero and nothing past them is read.
+TESSERA_AVX2 static inline __m256 load_first(const float* p, std::int64_t n) {
+  if (n >= kLanes) return _mm256_loadu_ps(p);
+  return _mm256_maskload_ps(p, _mm256_castps_si256(first_lanes(n)));
+}
+
+// Stores the first min(n, 8) lanes of v at p (n ≥ 1); nothing past them is written.
+TESSERA_AVX2 static inline void store_first(float* p, __m256 v, std::int64_t n) {
+  if (n >= kLanes) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, _mm256_castps_si256(first_lanes(n)), v);
+  }
+}
+
 TESSERA_AVX2 static inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

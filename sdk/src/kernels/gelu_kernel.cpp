@@ -18,6 +18,9 @@ namespace {
 
 using avx2::kLanes;
 
+TESSERA_AVX2 inline __m256 load(const float* p, std::int64_t n) { return avx2::load_first(p, n); }
+TESSERA_AVX2 inline void store(float* p, __m256 v, std::int64_t n) { avx2::store_first(p, v, n); }
+
 // Φ(x) and φ(x) of 8 values at once.
 struct NormalCdfPdf {
   __m256 cdf, pdf;
@@ -41,19 +44,6 @@ TESSERA_AVX2 inline NormalCdfPdf normal_cdf_pdf(__m256 x) {
   const __m256 cdf = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), half_erfc), half_erfc, negative);
   // A NaN input makes e NaN, and with it Φ and φ.
   return {cdf, _mm256_mul_ps(e, _mm256_set1_ps(0.39894228040143268f))};
-}
-
-TESSERA_AVX2 inline __m256 load(const float* p, std::int64_t n) {
-  if (n >= kLanes) return _mm256_loadu_ps(p);
-  return _mm256_maskload_ps(p, _mm256_castps_si256(avx2::first_lanes(n)));
-}
-
-TESSERA_AVX2 inline void store(float* p, __m256 v, std::int64_t n) {
-  if (n >= kLanes) {
-    _mm256_storeu_ps(p, v);
-  } else {
-    _mm256_maskstore_ps(p, _mm256_castps_si256(avx2::first_lanes(n)), v);
-  }
 }
 
 TESSERA_AVX2 void forward_rows(std::int64_t rows, std::int64_t cols, float* h, const float* bias, float* y) {

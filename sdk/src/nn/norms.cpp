@@ -1,11 +1,12 @@
 #include "tessera/nn/norms.hpp"
 
 #include <ATen/ops/layer_norm.h>
-#include <ATen/ops/rms_norm.h>
 
-#include <optional>
+#include <string>
 #include <utility>
 
+#include "tessera/error.hpp"
+#include "tessera/kernels/rms_norm.hpp"
 #include "tessera/nn/parameters.hpp"
 
 namespace tessera::nn {
@@ -27,10 +28,11 @@ RmsNorm::RmsNorm(std::int64_t dim, double eps, TensorParallel tp, NormOver over,
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {
   const at::Tensor w = over_ == NormOver::heads ? tp_.shared_by_heads(weight) : tp_.replicated(weight);
-  if (kind_ == RmsWeight::one_plus) {
-    return (at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_) * (w.to(at::kFloat) + 1.0)).to(x.scalar_type());
+  if (x.size(-1) != dim_) {
+    throw Error("RmsNorm: an input of last size " + std::to_string(x.size(-1)) + " for a norm over " +
+                std::to_string(dim_));
   }
-  return at::rms_norm(x.to(at::kFloat), {dim_}, std::nullopt, eps_).to(x.scalar_type()) * w.to(x.scalar_type());
+  return tessera::rms_norm(x, w, eps_, kind_ == RmsWeight::one_plus ? 1.0 : 0.0);
 }
 
 }  // namespace tessera::nn

@@ -9,6 +9,10 @@
 // of different lengths share one batch and one pass. Each attention layer keeps its own tensors
 // (this rank's key/value heads under tensor parallelism; a latent attention its compressed
 // latent and rotary key), allocated at its first write in the dtype and device of what it writes.
+//
+// The model's weights stay fixed while a cache is decoded with (one generation call), so a layer
+// may also keep tensors made from its weights for the cache's life (derived: its projections side
+// by side, made once and read by every decode step).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,8 +61,13 @@ class TESSERA_API KvCache {
   // Abandons the pass (a forward that threw): its slots hold no key again, length() as it was.
   void abandon_pass();
 
-  // Bytes of every layer's tensors (what the cache holds on the device).
+  // Bytes of every layer's keys and values (what the cache holds on the device; derived tensors
+  // are not counted).
   std::int64_t bytes() const;
+
+  // `layer`'s tensor `name`, made by `make` at the first call and kept for the cache's life: what a
+  // layer makes from its weights once for every pass (they stay fixed while the cache is used).
+  const at::Tensor& derived(std::size_t layer, const std::string& name, const std::function<at::Tensor()>& make);
 
  private:
   std::int64_t batch_, capacity_, length_ = 0;
@@ -67,6 +78,7 @@ class TESSERA_API KvCache {
   // This pass' visible() masks by window: every layer of a window reads the same one.
   mutable std::vector<std::pair<std::int64_t, at::Tensor>> visible_;
   std::vector<std::vector<at::Tensor>> layers_;
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> derived_;
 };
 
 }  // namespace tessera
