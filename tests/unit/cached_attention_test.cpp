@@ -74,9 +74,9 @@ class CachedCpuKernel : public ::testing::TestWithParam<Shape> {
 // A decode step of one query (grouped and not), a few drafted queries, keys of one, of less than
 // a vector, of a vector and one and of a long cache; head sizes of one to sixteen vectors.
 INSTANTIATE_TEST_SUITE_P(Shapes, CachedCpuKernel,
-                         ::testing::Values(Shape{32, 8, 4, 1, 74, 32}, Shape{2, 4, 4, 1, 1, 8}, Shape{3, 6, 2, 1, 7, 16},
-                                           Shape{2, 4, 1, 3, 9, 64}, Shape{1, 2, 2, 16, 33, 40},
-                                           Shape{2, 2, 1, 1, 1000, 128}),
+                         ::testing::Values(Shape{32, 8, 4, 1, 74, 32}, Shape{2, 4, 4, 1, 1, 8},
+                                           Shape{3, 6, 2, 1, 7, 16}, Shape{2, 4, 1, 3, 9, 64},
+                                           Shape{1, 2, 2, 16, 33, 40}, Shape{2, 2, 1, 1, 1000, 128}),
                          [](const auto& info) { return info.param.name(); });
 
 TEST_P(CachedCpuKernel, ValuesEqualScaledDotProductAttentionForEveryFormOfTheMask) {
@@ -90,7 +90,8 @@ TEST_P(CachedCpuKernel, ValuesEqualScaledDotProductAttentionForEveryFormOfTheMas
     const at::Tensor out = cached_attention(in.q, in.k, in.v, visible);
     EXPECT_EQ(out.scalar_type(), at::kFloat);
     EXPECT_EQ(out.sizes(), in.q.sizes());
-    EXPECT_LT(max_difference(out, reference(in, visible)), 1e-5) << (visible.defined() ? visible.sizes() : at::IntArrayRef{});
+    EXPECT_LT(max_difference(out, reference(in, visible)), 1e-5)
+        << (visible.defined() ? visible.sizes() : at::IntArrayRef{});
   }
   EXPECT_LT(max_difference(cached_attention(in.q, in.k, in.v, at::Tensor(), 0.3), reference(in, at::Tensor(), 0.3)),
             1e-5)

@@ -80,7 +80,8 @@ TESSERA_AVX2 void weighted_values(std::int64_t keys, std::int64_t dim, const flo
   for (std::int64_t d = 0; d < dim; d += kLanes) {
     __m256 acc = _mm256_setzero_ps();
     for (std::int64_t j = 0; j < keys; ++j) {
-      if (weights[j] != 0.0f) acc = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(v.data + j * v.stride + d), acc);
+      if (weights[j] == 0.0f) continue;
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(v.data + j * v.stride + d), acc);
     }
     _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, inverse));
   }

@@ -25,27 +25,25 @@ namespace {
 
 namespace kernel = rms_norm_kernel;
 
-// Rows split into this many blocks, one task each: a fixed split for a given thread count, so the
-// weight's gradient (a block's rows summed in order, then the blocks in order) is the same run
-// after run. Small inputs (a decode step's rows) stay on one thread.
-std::int64_t blocks_for(std::int64_t rows, std::int64_t cols) {
-  constexpr std::int64_t kElementsPerBlock = 16384;
-  return std::max<std::int64_t>(1, std::min<std::int64_t>({at::get_num_threads(), rows, rows * cols / kElementsPerBlock}));
-}
+// Rows go to the threads in blocks of this many; backward sums the weight's gradient per block,
+// then the blocks in order, so it does not depend on the thread count.
+constexpr std::int64_t kRowsPerBlock = 64;
 
-// Rows [first, last) of block b of `blocks`.
-std::pair<std::int64_t, std::int64_t> block_rows(std::int64_t rows, std::int64_t blocks, std::int64_t b) {
-  return {rows * b / blocks, rows * (b + 1) / blocks};
+std::int64_t blocks_of(std::int64_t rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
+
+// Rows [first, last) of block b.
+std::pair<std::int64_t, std::int64_t> block_rows(std::int64_t rows, std::int64_t b) {
+  return {b * kRowsPerBlock, std::min(rows, (b + 1) * kRowsPerBlock)};
 }
 
 // y and each row's reciprocal RMS.
 std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& weight, double eps, double offset) {
   const std::int64_t cols = x.size(-1), rows = x.numel() / std::max<std::int64_t>(cols, 1);
   at::Tensor y = at::empty_like(x), r = at::empty({rows}, x.options());
-  const std::int64_t blocks = blocks_for(rows, cols);
-  at::parallel_for(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+  // One block (a decode step's rows) runs on the calling thread.
+  at::parallel_for(0, blocks_of(rows), 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) {
-      const auto [first, last] = block_rows(rows, blocks, b);
+      const auto [first, last] = block_rows(rows, b);
       kernel::forward(last - first, cols, static_cast<float>(eps), static_cast<float>(offset),
                       x.const_data_ptr<float>() + first * cols, weight.const_data_ptr<float>(),
                       y.mutable_data_ptr<float>() + first * cols, r.mutable_data_ptr<float>() + first);
@@ -67,7 +65,8 @@ struct CpuRmsNorm : torch::autograd::Function<CpuRmsNorm> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     if (c10::GradMode::is_enabled()) {
-      throw Error("rms_norm: backward with create_graph (a second derivative) is not supported by Tessera's CPU kernel");
+      throw Error("rms_norm: backward with create_graph (a second derivative) is not supported by Tessera's CPU "
+                  "kernel");
     }
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
@@ -77,19 +76,24 @@ struct CpuRmsNorm : torch::autograd::Function<CpuRmsNorm> {
     const auto offset = static_cast<float>(ctx->saved_data["offset"].toDouble());
     const std::int64_t cols = x.size(-1), rows = r.numel();
     at::Tensor dx = at::empty_like(x);
-    const std::int64_t blocks = blocks_for(rows, cols);
+    const std::int64_t blocks = blocks_of(rows);
     at::Tensor partial = at::zeros({blocks, cols}, x.options());  // each block's share of dw
     at::parallel_for(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t b = begin; b < end; ++b) {
-        const auto [first, last] = block_rows(rows, blocks, b);
+        const auto [first, last] = block_rows(rows, b);
         kernel::backward(last - first, cols, offset, x.const_data_ptr<float>() + first * cols,
                          weight.const_data_ptr<float>(), r.const_data_ptr<float>() + first,
                          dy.const_data_ptr<float>() + first * cols, dx.mutable_data_ptr<float>() + first * cols,
                          partial.mutable_data_ptr<float>() + b * cols);
       }
     });
-    at::Tensor dw = partial[0];
-    for (std::int64_t b = 1; b < blocks; ++b) dw = dw + partial[b];
+    at::Tensor dw = at::empty({cols}, x.options());
+    float* sum = dw.mutable_data_ptr<float>();
+    const float* parts = partial.const_data_ptr<float>();
+    std::copy(parts, parts + cols, sum);
+    for (std::int64_t b = 1; b < blocks; ++b) {
+      for (std::int64_t c = 0; c < cols; ++c) sum[c] += parts[b * cols + c];
+    }
     return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };

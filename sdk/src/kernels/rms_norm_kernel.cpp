@@ -26,7 +26,9 @@ using avx2::store_first;
 // Σ a·b over n floats.
 TESSERA_AVX2 float dot(std::int64_t n, const float* a, const float* b) {
   __m256 acc = _mm256_setzero_ps();
-  for (std::int64_t c = 0; c < n; c += kLanes) acc = _mm256_fmadd_ps(load_first(a + c, n - c), load_first(b + c, n - c), acc);
+  for (std::int64_t c = 0; c < n; c += kLanes) {
+    acc = _mm256_fmadd_ps(load_first(a + c, n - c), load_first(b + c, n - c), acc);
+  }
   return horizontal_sum(acc);
 }
 

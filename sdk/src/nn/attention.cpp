@@ -57,7 +57,9 @@ std::vector<at::Tensor> side_by_side(const std::vector<const Linear*>& layers, c
   std::vector<at::Tensor> out;
   const bool adapted = std::any_of(layers.begin(), layers.end(), [](const Linear* l) { return l->adapted(); });
   const bool biased = layers.front()->bias.defined();
-  if (adapted || std::any_of(layers.begin(), layers.end(), [&](const Linear* l) { return l->bias.defined() != biased; })) {
+  const bool mixed =
+      std::any_of(layers.begin(), layers.end(), [&](const Linear* l) { return l->bias.defined() != biased; });
+  if (adapted || mixed) {
     for (const Linear* l : layers) out.push_back(l->forward(x));
     return out;
   }
@@ -116,7 +118,8 @@ at::Tensor FusedQkvAttention::forward(const at::Tensor& x, const AttentionInputs
       // This pass' keys and values join the cache's; each query sees the keys its position allows.
       const std::vector<at::Tensor> h = heads();
       const CachePrecision precision(h[0]);
-      const std::vector<at::Tensor> kv = inputs.cache->append(inputs.cache_layer, {precision.in(h[1]), precision.in(h[2])});
+      const std::vector<at::Tensor> kv =
+          inputs.cache->append(inputs.cache_layer, {precision.in(h[1]), precision.in(h[2])});
       y = precision
               .out(cached_attention(precision.in(h[0]), kv[0], kv[1], inputs.cache->visible()))
               .transpose(1, 2)
