@@ -203,6 +203,24 @@ TEST(KvCache, TwoTensorParallelRanksDecodeAsOneRank) {
   }
 }
 
+// What a layer derives from its weights is made once per cache and layer, and kept.
+TEST(KvCache, ADerivedTensorIsMadeOncePerLayerAndName) {
+  KvCache cache(2, 8, 2, c10::Device(c10::kCPU));
+  int made = 0;
+  const auto make = [&made] {
+    ++made;
+    return at::full({3}, static_cast<double>(made), at::kFloat);
+  };
+  const at::Tensor first = cache.derived(0, "qkv_proj.weight", make);
+  EXPECT_TRUE(cache.derived(0, "qkv_proj.weight", make).is_same(first));
+  EXPECT_EQ(made, 1);
+  EXPECT_FALSE(cache.derived(1, "qkv_proj.weight", make).is_same(first)) << "another layer";
+  EXPECT_FALSE(cache.derived(0, "gate_up_proj.weight", make).is_same(first)) << "another name";
+  EXPECT_EQ(made, 3);
+  EXPECT_THROW(cache.derived(2, "qkv_proj.weight", make), Error);
+  EXPECT_EQ(cache.bytes(), 0) << "derived tensors are not the cache's keys and values";
+}
+
 TEST(KvCache, APassPastCapacityOrOfAnotherBatchIsRefusedAndLeavesTheCacheAsItWas) {
   KvCache cache(2, 4, 1, c10::Device(c10::kCPU));
   EXPECT_THROW(cache.begin_pass(at::zeros({3, 1}, at::kLong)), Error) << "another batch";

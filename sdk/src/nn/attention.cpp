@@ -47,11 +47,8 @@ class CachePrecision {
   std::optional<NoAutocast> no_autocast_;
 };
 
-// The outputs of `layers` for x from one product with their weights (and biases) side by side,
-// kept by the cache for its life, in the dtype autocast computes in: a decode step's products are a
-// few rows each, where a call costs about as much as its arithmetic (32 rows of a 4 × 256 Llama to
-// its q, k and v in bf16 on 2 cores: about 95 µs as three products, 37 µs as one). Where an
-// adapter adds a term, each layer's forward() instead.
+}  // namespace
+
 std::vector<at::Tensor> side_by_side(const std::vector<const Linear*>& layers, const at::Tensor& x, KvCache& cache,
                                      std::size_t layer, const std::string& name) {
   std::vector<at::Tensor> out;
@@ -81,8 +78,6 @@ std::vector<at::Tensor> side_by_side(const std::vector<const Linear*>& layers, c
   }
   return out;
 }
-
-}  // namespace
 
 at::Tensor row_parallel_output(const TensorParallel& tp, const Linear& layer, const at::Tensor& x, double dropout,
                                bool training) {

@@ -4,6 +4,8 @@
 
 namespace tessera::nn {
 
+at::Tensor FeedForward::forward_cached(const at::Tensor& x, KvCache&, std::size_t) { return forward(x); }
+
 TransformerBlock::TransformerBlock(const BlockParts& parts)
     : attention_norm_(register_module(parts.attention_norm.name, parts.attention_norm.part)),
       attention_(register_module(parts.attention.name, parts.attention.part)),
@@ -21,8 +23,10 @@ at::Tensor TransformerBlock::attend(const at::Tensor& x, const AttentionInputs& 
   return x + (attention_post_norm_ ? attention_post_norm_->forward(branch) : branch);
 }
 
-at::Tensor TransformerBlock::feed_forward(const at::Tensor& x) {
-  const at::Tensor branch = mlp_->forward(mlp_norm_->forward(x));
+at::Tensor TransformerBlock::feed_forward(const at::Tensor& x, const AttentionInputs& inputs) {
+  const at::Tensor normed = mlp_norm_->forward(x);
+  const at::Tensor branch =
+      inputs.cache ? mlp_->forward_cached(normed, *inputs.cache, inputs.cache_layer) : mlp_->forward(normed);
   return x + (mlp_post_norm_ ? mlp_post_norm_->forward(branch) : branch);
 }
 

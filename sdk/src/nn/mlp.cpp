@@ -4,6 +4,7 @@
 #include <ATen/ops/silu.h>
 
 #include <utility>
+#include <vector>
 
 #include "tessera/error.hpp"
 #include "tessera/kernels/linear_gelu.hpp"
@@ -44,9 +45,19 @@ SwiGlu::SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias, Tensor
 
 at::Tensor SwiGlu::forward(const at::Tensor& input) {
   const at::Tensor x = tp_.column_input(input);
-  const at::Tensor gate = gate_->forward(x);
+  const at::Tensor gate = gate_->forward(x);  // before up_proj: an adapter's dropout draws in this order
+  return gated_output(gate, up_->forward(x));
+}
+
+at::Tensor SwiGlu::forward_cached(const at::Tensor& input, KvCache& cache, std::size_t layer) {
+  const std::vector<at::Tensor> projected =
+      side_by_side({gate_.get(), up_.get()}, tp_.column_input(input), cache, layer, "gate_up_proj");
+  return gated_output(projected[0], projected[1]);
+}
+
+at::Tensor SwiGlu::gated_output(const at::Tensor& gate, const at::Tensor& up) const {
   const at::Tensor activated = gelu_ ? at::gelu(gate, "tanh") : at::silu(gate);
-  return row_parallel_output(tp_, *down_, activated * up_->forward(x), 0.0, is_training());
+  return row_parallel_output(tp_, *down_, activated * up, 0.0, is_training());
 }
 
 void SwiGlu::plan(TensorParallelPlan& plan, const std::string& prefix, bool bias) {

@@ -40,9 +40,12 @@ class TESSERA_API TransformerBlock : public torch::nn::Module {
   // Registers the parts in the order given (the order of the block's parameters).
   explicit TransformerBlock(const BlockParts& parts);
 
-  at::Tensor forward(const at::Tensor& x, const AttentionInputs& inputs) { return feed_forward(attend(x, inputs)); }
+  at::Tensor forward(const at::Tensor& x, const AttentionInputs& inputs) {
+    return feed_forward(attend(x, inputs), inputs);
+  }
   at::Tensor attend(const at::Tensor& x, const AttentionInputs& inputs);
-  at::Tensor feed_forward(const at::Tensor& x);
+  // In a generation pass (inputs.cache set), the feed-forward layer's forward_cached.
+  at::Tensor feed_forward(const at::Tensor& x, const AttentionInputs& inputs = {});
 
   // The block's mixture of experts; null in a dense block.
   MoeLayer* experts() const { return experts_; }

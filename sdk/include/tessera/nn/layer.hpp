@@ -55,6 +55,10 @@ class TESSERA_API AttentionLayer : public torch::nn::Module {
 class TESSERA_API FeedForward : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // A generation pass (Model::decode) over `cache`, the block's entry `layer`: the same output as
+  // forward(x); a layer may keep what it makes from its weights in the cache for the cache's life
+  // (KvCache::derived). By default, forward(x).
+  virtual at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, std::size_t layer);
 };
 
 }  // namespace tessera::nn

@@ -42,10 +42,15 @@ class TESSERA_API SwiGlu : public FeedForward {
   SwiGlu(std::int64_t hidden, std::int64_t intermediate, bool bias = false, TensorParallel tp = {},
          const std::string& activation = "silu");
   at::Tensor forward(const at::Tensor& x) override;
+  // gate_proj and up_proj as one product (side_by_side).
+  at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, std::size_t layer) override;
   // Its splits at `prefix` ("layers.0.mlp."): gate_proj's and up_proj's units, down_proj's inputs.
   static void plan(TensorParallelPlan& plan, const std::string& prefix, bool bias = false);
 
  private:
+  // down_proj(act(gate) · up).
+  at::Tensor gated_output(const at::Tensor& gate, const at::Tensor& up) const;
+
   TensorParallel tp_;
   bool gelu_;
   std::shared_ptr<Linear> gate_, up_, down_;
