@@ -10,6 +10,9 @@
 #   .device/bundle/requires.txt  the newest GLIBC_/GLIBCXX_/CXXABI_ versions all of it needs
 #   .device/bundle/manifest.txt  commit, torch, date, sizes
 #   .device/data/fortunes/   the quickstart's token files
+#   .device/wheels/          TRL and what it needs beyond the GPU machine's image (datasets, dill,
+#                            multiprocess), for tools/bench/grpo there: pure-Python wheels for its
+#                            Python 3.12, at the versions .venv holds
 #   .device/debs/            the Debian packages of a fallback build there (tools/device/prepare.sh),
 #                            used only where the bundle cannot load; --without-debs leaves them out
 #                            (they are ~23 MB of the 64 MiB a call carries)
@@ -51,6 +54,13 @@ if [ ! -f data/fortunes/train.bin ]; then
     --fortune-split --out data/fortunes
 fi
 rm -rf .device/data/fortunes && cp -r data/fortunes .device/data/fortunes
+rm -rf .device/wheels && mkdir -p .device/wheels
+wheels=()
+for name in trl datasets dill multiprocess; do
+  wheels+=("$name==$(.venv/bin/python3 -m pip show "$name" | sed -n 's/^Version: //p')")
+done
+.venv/bin/python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .device/wheels "${wheels[@]}"
 if [ "$with_debs" = 1 ]; then
   tools/device/prepare.sh >/dev/null
 else
@@ -74,4 +84,4 @@ echo "bundle: $dest $(mib "$(bytes "$dest")") (bin $(mib "$(bytes "$dest/bin")")
 echo "bundle: a device call carries $(mib "$total") (working tree $(mib "$tree_bytes") + .device); the limit is 64 MiB"
 [ "$total" -lt $((64 * 1048576)) ] || { echo "bundle: over the 64 MiB a device call may carry" >&2; exit 1; }
 echo "bundle: requires $(tr '\n' ' ' < "$dest/requires.txt")"
-echo 'bundle: next, device run(command="tools/device/gpu.sh", carry=[".device"], timeout_s=540)'
+echo 'bundle: next, device run(command="tools/device/gpu.sh", carry=[".device"], timeout_s=570)'

@@ -3,6 +3,7 @@
 # that tools/device/bundle.sh prebuilt here (nothing is built there unless the bundle cannot load).
 #
 #   tools/device/gpu.sh [STAGE...]     default: env bundle cuda_tests quickstart bench profile
+#                                      generate grpo
 #
 #   env         the machine: GPU, driver, torch, CUDA, NCCL, glibc, cores
 #   bundle      .device/bundle checked against the machine (its GLIBC_/GLIBCXX_ needs, every library
@@ -16,6 +17,10 @@
 #               eager PyTorch and torch.compile, the largest micro-batch that fits at seq 1024
 #   profile     a few GPT-2 124M steps under the profiler callback (kineto), summarised by
 #               tools/bench/trace_summary.py
+#   generate    tools/bench/generate_cli --device cuda --precision bf16: decode tokens/s of the
+#               `tessera generate` command beside transformers' generate, batch 1 and 32
+#   grpo        tools/bench/grpo --device cuda: one GRPO step beside TRL's GRPOTrainer; TRL and
+#               datasets come from .device/wheels (bundle.sh) where python3 lacks them
 #   memory      (not by default) tools/bench/memory --device cuda --precision bf16
 #
 # Without a GPU (the rehearsal, tools/device/rehearse.sh) each CUDA part says "skipped: no GPU" and
@@ -23,24 +28,25 @@
 # the GPU is exercised.
 #
 # Time: one device call runs at most 10 minutes and a lease has 15 in all, so the script aims at
-# $GPU_SH_DEADLINE_S (480 s): each stage has a budget it prints its time against and a hard limit
+# $GPU_SH_DEADLINE_S (510 s): each stage has a budget it prints its time against and a hard limit
 # (1.5 x budget), and a stage whose budget no longer fits before the deadline is skipped. The
 # whole output goes to $OUT/gpu.log as it happens and runs/device/ (logs, metrics, traces) is
 # packed into $OUT/results.tar.gz after every stage, so a call cut off still brings back what was
 # done. The exit status is the number of failed stages.
 #
-#   device run(command="tools/device/gpu.sh", carry=[".device"], timeout_s=540), then give_back.
+#   device run(command="tools/device/gpu.sh", carry=[".device"], timeout_s=570), then give_back.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 results=$root/runs/device
 mkdir -p "$results/logs"
-deadline_s=${GPU_SH_DEADLINE_S:-480}
+deadline_s=${GPU_SH_DEADLINE_S:-510}
 quickstart_steps=${QUICKSTART_STEPS:-200}
 started=$(date +%s)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(env bundle cuda_tests quickstart bench profile)
-declare -A budget=([env]=15 [bundle]=30 [cuda_tests]=90 [quickstart]=60 [bench]=210 [profile]=45 [memory]=90)
+[ ${#stages[@]} -gt 0 ] || stages=(env bundle cuda_tests quickstart bench profile generate grpo)
+declare -A budget=([env]=15 [bundle]=30 [cuda_tests]=90 [quickstart]=60 [bench]=210 [profile]=45 [generate]=40
+                   [grpo]=60 [memory]=90)
 
 have_gpu() { python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }
 no_gpu() { echo "skipped: no GPU${1:+ ($1)}"; }
@@ -184,6 +190,33 @@ stage_profile() {
   return $status
 }
 
+stage_generate() {
+  if ! have_gpu; then
+    no_gpu; echo "rehearsal: tools/bench/generate_cli on the CPU instead, a small model and few tokens"
+    python3 tools/bench/generate_cli --device cpu --batches 1,4 --layers 2 --width 128 --new-tokens 16
+    return
+  fi
+  python3 tools/bench/generate_cli --device cuda --precision bf16 --batches 1,32 --layers 12 --width 768 \
+    --new-tokens 256
+}
+
+stage_grpo() {
+  if ! python3 -c 'import trl, datasets' 2>/dev/null; then
+    # The machine has no registry: the wheels bundle.sh fetched, installed beside its packages.
+    compgen -G ".device/wheels/*.whl" >/dev/null ||
+      { echo "grpo: python3 has no trl and .device/wheels none (tools/device/bundle.sh)"; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tessera-wheels \
+      .device/wheels/*.whl || return 1
+    export PYTHONPATH=/tmp/tessera-wheels${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  if ! have_gpu; then
+    no_gpu; echo "rehearsal: tools/bench/grpo on the CPU instead, a small model, 3 steps, one round"
+    python3 tools/bench/grpo --device cpu --layers 2 --width 64 --steps 3 --rounds 1
+    return
+  fi
+  python3 tools/bench/grpo --device cuda --steps 10 --rounds 2
+}
+
 stage_memory() {
   have_gpu || { no_gpu; return 0; }
   python3 tools/bench/memory --device cuda --precision bf16
@@ -191,7 +224,7 @@ stage_memory() {
 
 for stage in "${stages[@]}"; do
   if ! declare -F "stage_$stage" >/dev/null; then
-    echo "gpu.sh: unknown stage '$stage' (env bundle cuda_tests quickstart bench profile memory)" >&2
+    echo "gpu.sh: unknown stage '$stage' (env bundle cuda_tests quickstart bench profile generate grpo memory)" >&2
     exit 64
   fi
 done

@@ -101,8 +101,7 @@ std::int64_t KvCache::bytes() const {
   return n;
 }
 
-const at::Tensor& KvCache::derived(std::size_t layer, const std::string& name,
-                                   const std::function<at::Tensor()>& make) {
+at::Tensor KvCache::derived(std::size_t layer, const std::string& name, const std::function<at::Tensor()>& make) {
   if (layer >= derived_.size()) {
     throw Error("KvCache: layer " + std::to_string(layer) + " of a cache for " + std::to_string(derived_.size()));
   }

@@ -69,7 +69,7 @@ std::vector<at::Tensor> side_by_side(const std::vector<const Linear*>& layers, c
       return at::autocast::is_autocast_enabled(type) ? joined.to(at::autocast::get_autocast_dtype(type)) : joined;
     };
   };
-  const at::Tensor& weight = cache.derived(layer, name + ".weight", fused(false));
+  const at::Tensor weight = cache.derived(layer, name + ".weight", fused(false));
   const at::Tensor y = at::linear(x, weight, biased ? cache.derived(layer, name + ".bias", fused(true)) : at::Tensor());
   std::int64_t first = 0;
   for (const Linear* l : layers) {

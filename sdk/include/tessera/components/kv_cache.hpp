@@ -67,7 +67,8 @@ class TESSERA_API KvCache {
 
   // `layer`'s tensor `name`, made by `make` at the first call and kept for the cache's life: what a
   // layer makes from its weights once for every pass (they stay fixed while the cache is used).
-  const at::Tensor& derived(std::size_t layer, const std::string& name, const std::function<at::Tensor()>& make);
+  // Returned by value: a later call may move what the cache keeps.
+  at::Tensor derived(std::size_t layer, const std::string& name, const std::function<at::Tensor()>& make);
 
  private:
   std::int64_t batch_, capacity_, length_ = 0;
